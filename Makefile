@@ -1,0 +1,74 @@
+# Little Dragon: a plain Makefile.
+#   make             build ./dragon
+#   make test        the fast CPU tier (what CI runs)
+#   make test-asan   the same under ASan+UBSan (build-asan/)
+#   make fuzz        libFuzzer targets under ASan+UBSan (clang), FUZZ_SECONDS each
+# CI=1 turns warnings into errors. BUILD=dir keeps object files apart.
+
+CC      ?= cc
+BUILD   ?= build
+OPT     ?= -O2
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+           -Wno-missing-field-initializers
+CFLAGS  += -std=c11 -g $(OPT) -D_GNU_SOURCE -Iinclude -Isrc -MMD -MP $(WARN)
+LDLIBS  += -lm -ldl -lpthread
+ifneq ($(CI),)
+CFLAGS  += -Werror
+endif
+ifeq ($(SANITIZE),1)
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+CFLAGS  += $(SANFLAGS) -DDG_ARENA_MALLOC
+LDFLAGS += $(SANFLAGS)
+endif
+
+LIB_SRC  := $(filter-out src/cli/main.c,$(wildcard src/*/*.c))
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tests/main.o
+BIN      := $(BUILD)/dragon
+
+.PHONY: all test test-asan fuzz clean
+all: $(BIN)
+ifeq ($(BUILD),build)
+all: dragon
+dragon: $(BIN)
+	cp $(BIN) dragon
+endif
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libdragon.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BIN): $(BUILD)/src/cli/main.o $(BUILD)/libdragon.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The test table is generated from the DG_TEST(name) lines of tests/test_*.c.
+$(BUILD)/tests/test_list.h: $(TEST_SRC)
+	@mkdir -p $(dir $@)
+	@grep -ho '^DG_TEST([a-z0-9_]*)' $(TEST_SRC) | sed 's/^DG_TEST(\(.*\))/X(\1)/' > $@.tmp
+	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
+$(BUILD)/tests/main.o: $(BUILD)/tests/test_list.h
+$(BUILD)/tests/main.o: CFLAGS += -I$(BUILD)/tests
+
+$(BUILD)/dragon_tests: $(TEST_OBJ) $(BUILD)/libdragon.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+test: $(BUILD)/dragon_tests $(BIN)
+	DRAGON_BIN=$(BIN) DRAGON_CFLAGS="$(if $(SANFLAGS),$(SANFLAGS),)" ./$(BUILD)/dragon_tests $(T)
+
+test-asan:
+	$(MAKE) SANITIZE=1 BUILD=build-asan OPT=-O1 test
+
+FUZZ_SECONDS ?= 30
+FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
+fuzz:
+	$(MAKE) -C . -f fuzz/fuzz.mk FUZZ_SECONDS=$(FUZZ_SECONDS)
+
+clean:
+	rm -rf build build-asan build-fuzz dragon
+
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/cli/main.d

@@ -1,0 +1,53 @@
+/* cli.h: the subcommands of `dragon` and their shared option parser.
+ *
+ * Each subcommand is `int cmd_NAME(int argc, char **argv)` (argv[0] is the
+ * subcommand's name) in its own file, listed once in main.c's table.
+ * Exit codes: 0 ok, 1 error, 2 usage.
+ */
+#ifndef DRAGON_CLI_H
+#define DRAGON_CLI_H
+
+#include "dragon/base.h"
+
+enum { CLI_OK = 0, CLI_ERROR = 1, CLI_USAGE = 2 };
+
+typedef enum {
+  CLI_OPT_FLAG, /* bool, no value */
+  CLI_OPT_INT,  /* int64_t, range-checked */
+  CLI_OPT_F64,  /* double */
+  CLI_OPT_STR,  /* const char * */
+} cli_opt_type;
+
+typedef struct {
+  const char *name; /* "--count" */
+  cli_opt_type type;
+  void *dst;        /* holds the default on entry */
+  int64_t lo, hi;   /* CLI_OPT_INT range */
+  const char *help;
+} cli_opt;
+
+typedef struct {
+  const char *name;     /* "workloads" */
+  const char *synopsis; /* "[--count N] [--seed S]" */
+  const char *about;    /* one paragraph */
+  const cli_opt *opts;
+  int n_opts;
+  int min_pos, max_pos; /* positional argument count bounds (-1: any) */
+} cli_spec;
+
+/* Parses argv[1..]: options (--name value or --name=value) and positional
+ * arguments in any order; "--" ends options. Returns CLI_OK and fills
+ * pos/npos (pointers into argv), or CLI_USAGE after printing the error, or
+ * -1 after printing --help (the caller exits 0). */
+int cli_parse(const cli_spec *spec, int argc, char **argv, char ***pos,
+              int *npos);
+void cli_print_help(const cli_spec *spec, FILE *out);
+/* Prints "dragon NAME: message" for a failed status; returns CLI_ERROR, or
+ * CLI_USAGE for usage errors. */
+int cli_report(const char *cmd, const dg_status *st);
+
+int cmd_workloads(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+
+#endif

@@ -1,0 +1,41 @@
+/* main.c: `dragon` and its table of subcommands. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const struct {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *help;
+} commands[] = {
+    {"workloads", cmd_workloads, "print N distinct workload specs for a seed"},
+    {"show", cmd_show, "print the kernel text of a spec, or reprint a kernel-text file canonically"},
+    {"run", cmd_run, "run a kernel and check it against the float64 reference"},
+};
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: dragon COMMAND [options]\n\n"
+          "Little Dragon: a tensor-kernel compiler, schedule search and a model that\n"
+          "writes schedules. Commands:\n\n");
+  for (size_t i = 0; i < DG_ARRAY_LEN(commands); i++)
+    fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].help);
+  fprintf(out, "\n`dragon COMMAND --help` describes each command and its flags.\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return CLI_USAGE;
+  }
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+      strcmp(argv[1], "help") == 0) {
+    usage(stdout);
+    return CLI_OK;
+  }
+  for (size_t i = 0; i < DG_ARRAY_LEN(commands); i++)
+    if (strcmp(argv[1], commands[i].name) == 0) return commands[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "dragon: unknown command '%s' (try dragon --help)\n", argv[1]);
+  return CLI_USAGE;
+}
