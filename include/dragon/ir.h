@@ -472,5 +472,10 @@ void ir_print_expr(dg_str *out, const dg_expr *e);
 void ir_print_stmt(dg_str *out, const dg_stmt *s, int indent);
 /* Parses kernel text; errors as "<file>:line:col: message". */
 dg_func *ir_parse(const char *text, const char *filename, dg_status *st);
+/* The extent of a region dimension written `lo:hi` in kernel text (lo, hi of
+ * one integer dtype): the tail x when hi is written `lo + x`, otherwise
+ * ir_simplify(hi - lo). The printer picks each hi so that this gives back
+ * the region's extent exactly. */
+dg_expr *ir_text_range_extent(dg_func *f, dg_expr *lo, dg_expr *hi);
 
 #endif

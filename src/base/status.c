@@ -44,5 +44,12 @@ void dg_status_prefix(dg_status *st, const char *fmt, ...) {
   vsnprintf(pre, sizeof pre, fmt, ap);
   va_end(ap);
   memcpy(old, st->msg, sizeof old);
-  snprintf(st->msg, sizeof st->msg, "%s: %s", pre, old);
+  /* pre + ": " + old, cut to fit */
+  size_t n = strlen(pre), cap = sizeof st->msg - 1;
+  if (n > cap) n = cap;
+  memcpy(st->msg, pre, n);
+  size_t k = n;
+  for (const char *q = ": "; *q && k < cap; q++) st->msg[k++] = *q;
+  for (const char *q = old; *q && k < cap; q++) st->msg[k++] = *q;
+  st->msg[k] = 0;
 }

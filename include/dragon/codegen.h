@@ -1,0 +1,97 @@
+/* codegen.h: kernel IR -> source text, through a language table.
+ *
+ * A language table (dg_lang) holds every string and name that differs
+ * between targets: the kernel prefix, qualifiers of helpers, the barrier,
+ * the storage-scope prefixes, the thread index names, the math function
+ * names per dtype, the f16 storage type and its conversions, vector types
+ * and the helper preamble. The emitter walks the IR once and asks the table;
+ * it never prints a target string of its own. Only the C table is filled in
+ * here; a CUDA table is another instance of the same struct.
+ *
+ * The emitted kernel is one function `void NAME(void **args)`, args[i] the
+ * i-th parameter's dense row-major data. Values of dtype f16 are carried as
+ * float holding an exact half and rounded to f16 after every operation, as a
+ * GPU computing in half would; f16 buffers are stored as IEEE binary16 bits.
+ *
+ * Reference mode (codegen_opts.reference) emits the same loop nest with
+ * every float buffer, value and operation in double: the float64 reference
+ * a scheduled kernel is checked against. Integer and bool stay as they are.
+ */
+#ifndef DRAGON_CODEGEN_H
+#define DRAGON_CODEGEN_H
+
+#include "dragon/ir.h"
+
+typedef struct dg_lang {
+  const char *name;          /* "c" */
+  /* Written before `void NAME(void **args)`: "" for C, "extern \"C\"
+   * __global__ " for CUDA. */
+  const char *kernel_prefix;
+  const char *helper_prefix; /* qualifiers of helper functions */
+  const char *restrict_kw;   /* on parameter pointers */
+  /* The statement a barrier becomes; NULL where the target has none and
+   * emulates threads by splitting at barriers instead (C). */
+  const char *barrier;
+  /* Prefix of an allocated buffer's declaration per storage scope
+   * ("__shared__ " for shared on CUDA; "" everywhere on C). */
+  const char *scope_prefix[DG_SCOPE_COUNT];
+  /* Names of the hardware indices per thread tag; NULL where thread-bound
+   * loops stay loops (C, which runs every block and thread in turn). */
+  const char *thread_index[DG_TAG_COUNT];
+  /* f16: storage type and the conversions between it and float; `round_half`
+   * rounds a float to the nearest half, kept as float. */
+  const char *half_type;
+  const char *half_to_float;
+  const char *float_to_half;
+  const char *round_half;
+  /* Vector types of 4 lanes (NULL: none; vectorized loops stay scalar). */
+  const char *float4_type;
+  const char *half2_type;
+  /* Math function names per dtype. f16 uses the f32 name followed by
+   * round_half unless math_f16 names a function of its own. */
+  const char *math_f16[DG_MATH_COUNT];
+  const char *math_f32[DG_MATH_COUNT];
+  const char *math_f64[DG_MATH_COUNT];
+  /* Helpers named in the tables above and used by the emitter: floordiv,
+   * floormod, min/max with NaN propagation, checked float->int conversion,
+   * half conversion. Text emitted once before the kernels. */
+  const char *preamble;
+  /* Names of the helpers the emitter calls (suffixed _i32, _i64, _f32,
+   * _f64): "dg_floordiv" etc. */
+  const char *floordiv_fn, *floormod_fn, *min_fn, *max_fn;
+  const char *float_to_int_fn; /* (double x, int64 lo, int64 hi) -> int64 */
+  const char *inf_literal, *nan_literal;
+  /* Heap allocations bigger than this many bytes (0: never on the heap). */
+  int64_t max_stack_bytes;
+  const char *malloc_fn, *free_fn;
+} dg_lang;
+
+/* The C target: runs on the CPU, every thread-bound loop a plain loop. */
+extern const dg_lang codegen_lang_c;
+
+/* A table by name ("c"); NULL if unknown. */
+const dg_lang *codegen_lang_find(const char *name);
+
+typedef struct {
+  bool reference;      /* float64 everywhere (see above) */
+  const char *fn_name; /* NULL: the kernel's name */
+} codegen_opts;
+
+/* The kernel as one function. Fails (NULL, st set) on a name that is not a
+ * C identifier or a kernel the emitter cannot express (a buffer used outside
+ * the block that allocates it, a loop or buffer too large). Caller frees. */
+char *codegen_emit(const dg_func *f, const dg_lang *lang,
+                   const codegen_opts *o, dg_status *st);
+
+/* A whole translation unit: the preamble, `kernel` as CODEGEN_KERNEL_FN and
+ * `reference` (may be NULL) in reference mode as CODEGEN_REFERENCE_FN. The
+ * two must have the same parameters. Caller frees. */
+#define CODEGEN_KERNEL_FN "dg_kernel"
+#define CODEGEN_REFERENCE_FN "dg_reference"
+char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,
+                          const dg_lang *lang, dg_status *st);
+
+/* Whether some block of f stores to parameter i (what makes it an output). */
+bool codegen_param_written(const dg_func *f, int i);
+
+#endif

@@ -1,0 +1,127 @@
+/* rt.h: running kernels and checking their numbers.
+ *
+ * CPU runner (cpu.c): C source (codegen/) compiled by the system C compiler
+ * into a shared object, loaded with dlopen, called through `void f(void **)`.
+ * Tensors (data.c): one per kernel parameter, in the kernel's storage and
+ * in the float64 reference's storage, inputs drawn from a seed, outputs
+ * poisoned before a run. Check (check.c): a kernel's outputs against the
+ * reference's, with per-dtype tolerances. Interpreter (interp.c): the IR run
+ * directly, no compiler needed, for small kernels and tests.
+ *
+ * Storage: dense, row-major; bool as uint8, f16 as IEEE binary16 bits
+ * (uint16); in the reference every float buffer is double, integers keep
+ * their type. args[i] is parameter i's data.
+ */
+#ifndef DRAGON_RT_H
+#define DRAGON_RT_H
+
+#include "dragon/ir.h"
+
+/* ---- CPU runner (cpu.c) -------------------------------------------------- */
+
+typedef struct rt_cpu_kernel rt_cpu_kernel;
+
+/* Compiles src with $CC (default cc) -O2 -shared -fPIC -march=native
+ * -fno-strict-aliasing -ffp-contract=off $DRAGON_CFLAGS and loads fn_name
+ * from it. On failure st carries the compiler's or the loader's message. */
+bool rt_cpu_compile(const char *src, const char *fn_name, rt_cpu_kernel **out,
+                    dg_status *st);
+/* The same for n functions of one source, compiled once: out[i] is
+ * fn_names[i]. All or nothing. */
+bool rt_cpu_compile_many(const char *src, const char *const *fn_names, int n,
+                         rt_cpu_kernel **out, dg_status *st);
+void rt_cpu_call(const rt_cpu_kernel *k, void **args);
+/* Frees one kernel; the shared object is unloaded with the last of its
+ * kernels. NULL is allowed. */
+void rt_cpu_free(rt_cpu_kernel *k);
+
+/* ---- tensors and data (data.c) ------------------------------------------- */
+
+typedef enum {
+  RT_DIST_UNIFORM,  /* floats uniform in [-1, 1] */
+  RT_DIST_POSITIVE, /* floats uniform in [0.5, 2] (log, sqrt, rsqrt, pow) */
+} rt_dist;
+
+typedef struct {
+  const dg_buffer *buf; /* the parameter */
+  int64_t numel;
+  bool is_output;       /* some block of the kernel stores to it */
+  void *data;           /* (numel) in the kernel's storage */
+  void *ref;            /* (numel) in the reference's storage */
+} rt_tensor;
+
+typedef struct {
+  rt_tensor *t; /* (n) in parameter order */
+  int n;
+  void **args;     /* (n) t[i].data: what the kernel is called with */
+  void **ref_args; /* (n) t[i].ref: what the reference is called with */
+} rt_tensors;
+
+/* Allocates a tensor per parameter of f (not filled). Fails, rather than
+ * aborting, if the memory is not there. */
+bool rt_tensors_init(rt_tensors *ts, const dg_func *f, dg_status *st);
+void rt_tensors_free(rt_tensors *ts);
+
+/* Inputs from the seed (the same values in data and ref; each parameter
+ * draws from its own stream, so its values do not depend on the others):
+ * floats as rt_dist says, rounded to the dtype (so f16 and f32 inputs are
+ * exact in the reference), integers in [0, 7], bools 0/1. Outputs poisoned. */
+void rt_data_fill(rt_tensors *ts, uint64_t seed, rt_dist dist);
+/* Outputs of both the kernel and the reference set to NaN (floats) or to a
+ * 0xA5 byte pattern (integers, bools), so an unwritten element fails. */
+void rt_data_poison(rt_tensors *ts);
+/* RT_DIST_POSITIVE if the kernel calls log, sqrt, rsqrt or pow, else
+ * RT_DIST_UNIFORM. */
+rt_dist rt_data_dist_for(const dg_func *f);
+const char *rt_dist_name(rt_dist d);
+
+/* Element i as a double (ref: from the reference's storage). */
+double rt_data_get(const rt_tensor *t, int64_t i, bool ref);
+/* Sets element i in both storages (rounded to the dtype in data). */
+void rt_data_set(rt_tensor *t, int64_t i, double v);
+
+/* Checksum of the kernel's outputs: the sum of all their values as double
+ * and a hash of their bytes. */
+typedef struct {
+  double sum;
+  uint64_t hash;
+} rt_checksum;
+rt_checksum rt_data_checksum(const rt_tensors *ts);
+
+/* ---- numeric check (check.c) --------------------------------------------- */
+
+/* An element passes if it is not NaN and equals the reference (so equal
+ * infinities pass) or both are finite and
+ *   |out - ref| <= atol * sqrt(K) * scale + rtol * |ref|,
+ * scale the largest |ref| of the tensor (1 if all are 0), K the reduction
+ * length. Integers and bools must be equal. */
+typedef struct {
+  double atol, rtol;
+} rt_tol;
+rt_tol rt_check_tolerance(dg_dtype t);
+
+/* The longest reduction of a kernel: the largest product of a block's reduce
+ * iteration extents (1 if none). */
+int64_t rt_check_reduce_len(const dg_func *f);
+
+typedef struct {
+  int64_t K;
+  double max_abs, max_rel; /* rel: |out-ref| / max(|ref|, 1e-3 * scale) */
+  int64_t n_checked, n_bad;
+  char first_bad[192];     /* "C[1, 2]: got nan, want 0.5", or "" */
+  bool pass;
+} rt_check;
+
+/* Compares every output's data with its ref. */
+void rt_check_outputs(const rt_tensors *ts, int64_t K, rt_check *out);
+
+/* ---- interpreter (interp.c) ---------------------------------------------- */
+
+/* Runs f on args (the layout above). reference: every float in double,
+ * storage included (ref_args); otherwise each dtype rounded as the compiled
+ * kernel rounds it, bit for bit. Out-of-bounds accesses, iteration variables
+ * outside their domain and division by zero are errors naming the block. */
+bool rt_interp_run(const dg_func *f, void **args, bool reference,
+                   dg_status *st);
+
+#endif

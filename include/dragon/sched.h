@@ -1,0 +1,245 @@
+/* sched.h: schedules, their instructions and traces.
+ *
+ * A schedule (sched) owns a private copy of a kernel and rewrites it step by
+ * step through MetaSchedule's primitives. Every step is an instruction
+ * (kind, inputs, attrs, outputs, decision) appended to the schedule's trace;
+ * a trace is data: the search mutates its decisions, the database stores it
+ * as TVM's trace JSON, TSEL encodes it, the model learns it. Replaying a
+ * trace on a fresh schedule of the same kernel gives the same kernel.
+ *
+ * Handles ("random variables", RVs) name blocks, loops and sampled integers.
+ * They are small integers, serial in order of creation: the trace JSON
+ * names them b0, l1, v2, ... by that one counter, as TVM does. A handle to a
+ * loop that was split or fused, or a block that was inlined, is stale:
+ * using it is an error naming the instruction that consumed it.
+ *
+ * Errors: every primitive returns false and fills a dg_status whose message
+ * is the detailed rendering ("Split: loop l5 (i_0) is stale: consumed by
+ * instruction 7 (Fuse)"); sched_error_brief() gives the short one for the
+ * search loop ("Split: stale loop"). Replay prefixes the instruction index.
+ */
+#ifndef DRAGON_SCHED_H
+#define DRAGON_SCHED_H
+
+#include "dragon/ir.h"
+
+/* ---- values: instruction inputs, attrs and decisions --------------------- */
+
+typedef enum {
+  SV_NONE,  /* None */
+  SV_INT,
+  SV_FLOAT,
+  SV_BOOL,
+  SV_STR,   /* a string constant */
+  SV_RV,    /* a handle */
+  SV_ARRAY,
+} sched_val_kind;
+
+typedef struct sched_val sched_val;
+struct sched_val {
+  sched_val_kind kind;
+  int64_t i;      /* SV_INT, SV_BOOL (0/1), SV_RV (handle id) */
+  double f;       /* SV_FLOAT */
+  const char *s;  /* SV_STR */
+  sched_val *items; /* SV_ARRAY */
+  int n;
+};
+
+/* ---- instruction kinds ----------------------------------------------------- */
+
+typedef enum {
+  SCHED_RV_BLOCK,
+  SCHED_RV_LOOP,
+  SCHED_RV_EXPR,
+} sched_rv_kind;
+
+/* X(enum suffix, TVM name, pure, n_inputs (-1: flat variadic list),
+ *   n_attrs, has_decision, output kind) */
+#define SCHED_INST_LIST(X)                                         \
+  X(GET_BLOCK, "GetBlock", 1, 0, 2, 0, SCHED_RV_BLOCK)             \
+  X(GET_LOOPS, "GetLoops", 1, 1, 0, 0, SCHED_RV_LOOP)              \
+  X(GET_CHILD_BLOCKS, "GetChildBlocks", 1, 1, 0, 0, SCHED_RV_BLOCK) \
+  X(GET_PRODUCERS, "GetProducers", 1, 1, 0, 0, SCHED_RV_BLOCK)     \
+  X(GET_CONSUMERS, "GetConsumers", 1, 1, 0, 0, SCHED_RV_BLOCK)     \
+  X(SPLIT, "Split", 0, -1, 2, 0, SCHED_RV_LOOP)                    \
+  X(FUSE, "Fuse", 0, -1, 1, 0, SCHED_RV_LOOP)                      \
+  X(REORDER, "Reorder", 0, -1, 0, 0, SCHED_RV_LOOP)                \
+  X(ADD_UNIT_LOOP, "AddUnitLoop", 0, 1, 0, 0, SCHED_RV_LOOP)       \
+  X(PARALLEL, "Parallel", 0, 1, 0, 0, SCHED_RV_LOOP)               \
+  X(VECTORIZE, "Vectorize", 0, 1, 0, 0, SCHED_RV_LOOP)             \
+  X(UNROLL, "Unroll", 0, 1, 0, 0, SCHED_RV_LOOP)                   \
+  X(BIND, "Bind", 0, 1, 1, 0, SCHED_RV_LOOP)                       \
+  X(CACHE_READ, "CacheRead", 0, 2, 2, 0, SCHED_RV_BLOCK)           \
+  X(CACHE_WRITE, "CacheWrite", 0, 2, 2, 0, SCHED_RV_BLOCK)         \
+  X(REINDEX, "ReIndex", 0, 1, 2, 0, SCHED_RV_BLOCK)                \
+  X(SET_SCOPE, "SetScope", 0, 1, 2, 0, SCHED_RV_BLOCK)             \
+  X(STORAGE_ALIGN, "StorageAlign", 0, 1, 4, 0, SCHED_RV_BLOCK)     \
+  X(COMPUTE_AT, "ComputeAt", 0, 2, 2, 0, SCHED_RV_BLOCK)           \
+  X(REVERSE_COMPUTE_AT, "ReverseComputeAt", 0, 2, 2, 0, SCHED_RV_BLOCK) \
+  X(COMPUTE_INLINE, "ComputeInline", 0, 1, 0, 0, SCHED_RV_BLOCK)   \
+  X(REVERSE_COMPUTE_INLINE, "ReverseComputeInline", 0, 1, 0, 0, SCHED_RV_BLOCK) \
+  X(DECOMPOSE_REDUCTION, "DecomposeReduction", 0, 2, 0, 0, SCHED_RV_BLOCK) \
+  X(RFACTOR, "RFactor", 0, 1, 1, 0, SCHED_RV_BLOCK)                \
+  X(BLOCKIZE, "Blockize", 0, 1, 1, 0, SCHED_RV_BLOCK)              \
+  X(TENSORIZE, "Tensorize", 0, 1, 2, 0, SCHED_RV_BLOCK)            \
+  X(ANNOTATE, "Annotate", 0, 2, 1, 0, SCHED_RV_BLOCK)              \
+  X(UNANNOTATE, "Unannotate", 0, 1, 1, 0, SCHED_RV_BLOCK)          \
+  X(SAMPLE_PERFECT_TILE, "SamplePerfectTile", 1, 1, 2, 1, SCHED_RV_EXPR) \
+  X(SAMPLE_CATEGORICAL, "SampleCategorical", 1, 0, 2, 1, SCHED_RV_EXPR) \
+  X(SAMPLE_COMPUTE_LOCATION, "SampleComputeLocation", 1, 1, 0, 1, SCHED_RV_LOOP) \
+  X(ENTER_POSTPROC, "EnterPostproc", 0, 0, 0, 0, SCHED_RV_BLOCK)
+
+typedef enum {
+#define X(e, name, pure, nin, nattr, dec, out) SCHED_INST_##e,
+  SCHED_INST_LIST(X)
+#undef X
+  SCHED_INST_COUNT,
+  SCHED_INST_UNKNOWN = SCHED_INST_COUNT, /* kept verbatim, never applied */
+} sched_inst_kind;
+
+const char *sched_inst_name(sched_inst_kind k);
+bool sched_inst_from_name(const char *s, sched_inst_kind *out);
+bool sched_inst_is_pure(sched_inst_kind k);
+bool sched_inst_has_decision(sched_inst_kind k);
+
+/* One step. Inputs name handles by id (SV_RV); outputs are handle ids. */
+typedef struct {
+  sched_inst_kind kind;
+  const char *kind_name;  /* the TVM name (also for SCHED_INST_UNKNOWN) */
+  sched_val *inputs;
+  int n_inputs;
+  sched_val *attrs;
+  int n_attrs;
+  int *outputs;
+  sched_rv_kind *out_kinds;
+  int n_outputs;
+  bool has_decision;
+  sched_val decision;
+} sched_inst;
+
+/* ---- traces ---------------------------------------------------------------- */
+
+typedef struct {
+  dg_arena *arena;
+  sched_inst *insts;
+  int n, cap;
+  int n_rvs; /* handles are 0 .. n_rvs-1, each an output of one instruction */
+} sched_trace;
+
+sched_trace *sched_trace_new(void);
+void sched_trace_free(sched_trace *t);
+sched_trace *sched_trace_clone(const sched_trace *t);
+/* Appends a deep copy of inst (values copied into the trace's arena). */
+void sched_trace_append(sched_trace *t, const sched_inst *inst);
+/* Dead-code elimination as TVM's Trace::Simplified: walking backwards, a
+ * pure instruction whose outputs are all unused is dropped; with
+ * remove_postproc the trace is cut at EnterPostproc. Handles are renumbered
+ * serially. */
+sched_trace *sched_trace_simplified(const sched_trace *t, bool remove_postproc);
+/* A copy with instruction `index`'s decision replaced (and cut at
+ * EnterPostproc if remove_postproc), as TVM's WithDecision. */
+sched_trace *sched_trace_with_decision(const sched_trace *t, int index,
+                                       const sched_val *decision,
+                                       bool remove_postproc);
+/* Structural equality of traces (kinds, inputs, attrs, outputs, decisions). */
+bool sched_trace_equal(const sched_trace *a, const sched_trace *b);
+
+/* TVM's trace JSON: [[ [kind, inputs, attrs, outputs], ... ], [[index,
+ * decision], ...]], compact, RVs named b/l/v + serial id, None as "None",
+ * string inputs with their quotes inside the JSON string. Canonical: the
+ * same trace always gives the same bytes. Caller frees. */
+char *sched_trace_to_json(const sched_trace *t);
+/* Parses trace JSON (any RV names; renumbered serially in order of
+ * definition). Errors name the instruction index and what is wrong. */
+sched_trace *sched_trace_from_json(const char *json, dg_status *st);
+
+/* ---- schedules ------------------------------------------------------------- */
+
+typedef struct sched sched;
+
+/* A schedule over a private copy of f; seed drives sampling. */
+sched *sched_new(const dg_func *f, uint64_t seed);
+void sched_free(sched *s);
+/* The current kernel (owned by the schedule). */
+dg_func *sched_func(sched *s);
+/* The trace of every step applied so far. */
+const sched_trace *sched_get_trace(const sched *s);
+/* The short rendering of the last error. */
+const char *sched_error_brief(const sched *s);
+
+/* Applies one instruction whose inputs refer to this schedule's handles;
+ * appends it (with its outputs and the decision actually taken) to the
+ * trace. out receives the output handle ids (room for `max_out`); *n_out
+ * their count. */
+bool sched_apply(sched *s, const sched_inst *inst, int *out, int max_out,
+                 int *n_out, dg_status *st);
+
+/* Replays a trace on this schedule. Decisions: the recorded ones, repaired
+ * as TVM repairs stale tile decisions; with `resample`, sampling steps draw
+ * new ones. With remove_postproc, stops at EnterPostproc. Errors are
+ * prefixed "instruction N (Kind): ". */
+bool sched_replay(sched *s, const sched_trace *t, bool resample,
+                  bool remove_postproc, dg_status *st);
+
+/* Value of an integer handle, kind of a handle. */
+bool sched_rv_value(const sched *s, int rv, int64_t *out);
+sched_rv_kind sched_rv_get_kind(const sched *s, int rv);
+
+/* ---- the primitives, typed (each builds an instruction and applies it) ---- */
+
+int sched_get_block(sched *s, const char *name, const char *func,
+                    dg_status *st);                              /* -1 on error */
+int sched_get_loops(sched *s, int block, int *out, int max, dg_status *st); /* count */
+int sched_get_child_blocks(sched *s, int block_or_loop, int *out, int max, dg_status *st);
+int sched_get_producers(sched *s, int block, int *out, int max, dg_status *st);
+int sched_get_consumers(sched *s, int block, int *out, int max, dg_status *st);
+/* factors: SV_INT, SV_RV (an int handle) or SV_NONE (at most one, inferred) */
+int sched_split(sched *s, int loop, const sched_val *factors, int n,
+                bool preserve_unit_iters, bool disable_predication, int *out,
+                dg_status *st);
+int sched_fuse(sched *s, const int *loops, int n, bool preserve_unit_iters,
+               dg_status *st);
+bool sched_reorder(sched *s, const int *loops, int n, dg_status *st);
+int sched_add_unit_loop(sched *s, int block_or_loop, dg_status *st);
+bool sched_parallel(sched *s, int loop, dg_status *st);
+bool sched_vectorize(sched *s, int loop, dg_status *st);
+bool sched_unroll(sched *s, int loop, dg_status *st);
+bool sched_bind(sched *s, int loop, dg_thread_tag tag, dg_status *st);
+int sched_cache_read(sched *s, int block, int read_index, dg_scope scope,
+                     const int *consumers, int n_consumers, dg_status *st);
+int sched_cache_write(sched *s, int block, int write_index, dg_scope scope,
+                      const int *consumers, int n_consumers, dg_status *st);
+int sched_reindex(sched *s, int block, int buffer_index, bool is_write,
+                  dg_status *st);
+bool sched_set_scope(sched *s, int block, int buffer_index, dg_scope scope,
+                     dg_status *st);
+bool sched_storage_align(sched *s, int block, int buffer_index, int axis,
+                         int factor, int offset, dg_status *st);
+bool sched_compute_at(sched *s, int block, int loop, bool preserve_unit_loops,
+                      int index, dg_status *st);
+bool sched_reverse_compute_at(sched *s, int block, int loop,
+                              bool preserve_unit_loops, int index,
+                              dg_status *st);
+bool sched_compute_inline(sched *s, int block, dg_status *st);
+bool sched_reverse_compute_inline(sched *s, int block, dg_status *st);
+int sched_decompose_reduction(sched *s, int block, int loop, dg_status *st);
+int sched_rfactor(sched *s, int loop, int factor_axis, dg_status *st);
+int sched_blockize(sched *s, int loop, bool preserve_unit_iters, dg_status *st);
+bool sched_tensorize(sched *s, int block_or_loop, const char *intrin,
+                     bool preserve_unit_iters, dg_status *st);
+/* value: SV_INT, SV_FLOAT, SV_STR, SV_RV (an int handle) or an int array */
+bool sched_annotate(sched *s, int block_or_loop, const char *key,
+                    const sched_val *value, dg_status *st);
+bool sched_unannotate(sched *s, int block_or_loop, const char *key,
+                      dg_status *st);
+/* decision NULL: sample. Returns the number of outputs (n) or -1. */
+int sched_sample_perfect_tile(sched *s, int loop, int n, int max_innermost,
+                              const int64_t *decision, int *out, dg_status *st);
+int sched_sample_categorical(sched *s, const int64_t *candidates,
+                             const double *probs, int n,
+                             const int64_t *decision, dg_status *st);
+int sched_sample_compute_location(sched *s, int block, const int64_t *decision,
+                                  dg_status *st);
+bool sched_enter_postproc(sched *s, dg_status *st);
+
+#endif

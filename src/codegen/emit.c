@@ -1,0 +1,734 @@
+/* emit.c: kernel IR -> one source function, through a language table.
+ *
+ * Loops of every kind become plain loops unless the table names a hardware
+ * index for a thread tag. A block becomes a scope: its iteration variables
+ * as `const` bindings, its allocations, then its predicate as an `if` around
+ * the init (run when every reduce iteration variable is 0, as TVM's
+ * LowerInitBlock does) and the body. Loads and stores flatten their indices
+ * row-major (buffers are dense). Allocations up to the table's stack limit
+ * are local arrays, bigger ones come from malloc; if that fails the block is
+ * skipped, so the outputs stay poisoned and the check fails instead of the
+ * process crashing.
+ *
+ * Every compound expression is parenthesised, so the text never depends on
+ * C's precedence. f16 values are floats rounded after every operation; in
+ * reference mode every float is a double and nothing is rounded.
+ *
+ * It assumes a kernel the verifier accepts; what it cannot express it
+ * reports, and it does not lower thread bindings or insert barriers (that is
+ * lower/'s job).
+ */
+#include "dragon/codegen.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  dg_str out;
+  const dg_lang *L;
+  bool ref;
+  dg_status *st;
+  bool failed;
+  const dg_block *block; /* innermost block, for messages */
+  DG_VEC(const dg_buffer *) live; /* buffers declared in scope */
+  int indent;
+} emitter;
+
+static void fail(emitter *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(emitter *e, const char *fmt, ...) {
+  if (e->failed) return;
+  e->failed = true;
+  va_list ap;
+  va_start(ap, fmt);
+  dg_vfail(e->st, DG_ERR_INVALID, fmt, ap);
+  va_end(ap);
+  dg_status_prefix(e->st, "codegen %s: block %s", e->L->name,
+                   e->block ? e->block->name : "(none)");
+}
+
+/* ---- names --------------------------------------------------------------- */
+
+static const char *const reserved[] = {
+    "auto", "break", "case", "char", "const", "continue", "default", "do",
+    "double", "else", "enum", "extern", "float", "for", "goto", "if", "inline",
+    "int", "long", "register", "restrict", "return", "short", "signed",
+    "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned",
+    "void", "volatile", "while", "bool", "true", "false", "args", "main",
+    "int8_t", "int16_t", "int32_t", "int64_t", "uint8_t", "uint16_t",
+    "uint32_t", "uint64_t", "size_t", "malloc", "free", "memcpy", "NAN",
+    "INFINITY", "floor", "half", "float4", "threadIdx", "blockIdx",
+    "blockDim", "gridDim",
+};
+
+static bool is_ident(const char *s) {
+  if (!s || !*s) return false;
+  if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || *s == '_')) return false;
+  for (const char *p = s; *p; p++)
+    if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+          (*p >= '0' && *p <= '9') || *p == '_'))
+      return false;
+  return true;
+}
+
+/* A name of the kernel may be used as written unless it could collide with
+ * C, the helpers (all dg_...) or a math function; otherwise it is replaced
+ * by one made from its id, which no kept name can equal. */
+static bool name_usable(const emitter *e, const char *s) {
+  if (!is_ident(s) || s[0] == '_' || strncmp(s, "dg_", 3) == 0) return false;
+  for (size_t i = 0; i < DG_ARRAY_LEN(reserved); i++)
+    if (strcmp(s, reserved[i]) == 0) return false;
+  for (int i = 0; i < DG_MATH_COUNT; i++)
+    if ((e->L->math_f32[i] && strcmp(s, e->L->math_f32[i]) == 0) ||
+        (e->L->math_f64[i] && strcmp(s, e->L->math_f64[i]) == 0))
+      return false;
+  return true;
+}
+
+static void put_var(emitter *e, const dg_var *v) {
+  if (name_usable(e, v->name)) dg_str_puts(&e->out, v->name);
+  else dg_str_printf(&e->out, "dg_v%d", v->id);
+}
+
+static void put_buf(emitter *e, const dg_buffer *b) {
+  if (name_usable(e, b->name)) dg_str_puts(&e->out, b->name);
+  else dg_str_printf(&e->out, "dg_b%d", b->id);
+}
+
+static void put_indent(emitter *e) { dg_str_indent(&e->out, 2 * e->indent); }
+
+/* ---- types --------------------------------------------------------------- */
+
+static bool is_f16_value(const emitter *e, dg_dtype t) { return t == DG_F16 && !e->ref; }
+
+/* Element type of a buffer in memory. */
+static const char *storage_type(const emitter *e, dg_dtype t) {
+  switch (t) {
+    case DG_BOOL: return "uint8_t";
+    case DG_I8: return "int8_t";
+    case DG_I32: return "int32_t";
+    case DG_I64: return "int64_t";
+    case DG_F16: return e->ref ? "double" : e->L->half_type;
+    case DG_F32: return e->ref ? "double" : "float";
+    case DG_F64: return "double";
+    case DG_DTYPE_COUNT: break;
+  }
+  DG_UNREACHABLE();
+}
+
+/* Type of a value of dtype t in an expression. */
+static const char *value_type(const emitter *e, dg_dtype t) {
+  switch (t) {
+    case DG_BOOL: return "int";
+    case DG_F16: return e->ref ? "double" : "float";
+    default: return storage_type(e, t);
+  }
+}
+
+/* Suffix of the helper for a value of dtype t. */
+static const char *helper_suffix(const emitter *e, dg_dtype t) {
+  switch (t) {
+    case DG_BOOL:
+    case DG_I8:
+    case DG_I32: return "_i32";
+    case DG_I64: return "_i64";
+    case DG_F16:
+    case DG_F32: return e->ref ? "_f64" : "_f32";
+    case DG_F64: return "_f64";
+    case DG_DTYPE_COUNT: break;
+  }
+  DG_UNREACHABLE();
+}
+
+/* ---- expressions --------------------------------------------------------- */
+
+static void expr(emitter *e, const dg_expr *x);
+
+static void put_int(emitter *e, int64_t v, dg_dtype t) {
+  if (t == DG_I64) {
+    if (v == INT64_MIN) dg_str_puts(&e->out, "(-INT64_C(9223372036854775807) - 1)");
+    else if (v < 0) dg_str_printf(&e->out, "(-INT64_C(%" PRId64 "))", -v);
+    else dg_str_printf(&e->out, "INT64_C(%" PRId64 ")", v);
+    return;
+  }
+  if (v == INT32_MIN) dg_str_puts(&e->out, "(-2147483647 - 1)");
+  else if (v < 0) dg_str_printf(&e->out, "(%" PRId64 ")", v);
+  else dg_str_printf(&e->out, "%" PRId64, v);
+}
+
+static void put_float(emitter *e, double v, dg_dtype t) {
+  bool dbl = e->ref || t == DG_F64;
+  /* A constant has its dtype's value, as the interpreter rounds it. */
+  if (!e->ref && t == DG_F32) v = (double)(float)v;
+  if (!e->ref && t == DG_F16) v = (double)dg_f16_to_f32(dg_f32_to_f16((float)v));
+  if (isnan(v)) {
+    dg_str_puts(&e->out, e->L->nan_literal);
+    return;
+  }
+  if (isinf(v)) {
+    dg_str_printf(&e->out, "%s%s", v < 0 ? "(-" : "", e->L->inf_literal);
+    if (v < 0) dg_str_putc(&e->out, ')');
+    return;
+  }
+  /* %.9g round-trips a float, %.17g a double. */
+  char buf[64];
+  snprintf(buf, sizeof buf, dbl ? "%.17g" : "%.9g", v);
+  bool has_point = strpbrk(buf, ".e") != NULL;
+  if (v < 0) dg_str_putc(&e->out, '(');
+  dg_str_puts(&e->out, buf);
+  if (!has_point) dg_str_puts(&e->out, ".0");
+  if (!dbl) dg_str_putc(&e->out, 'f');
+  if (v < 0) dg_str_putc(&e->out, ')');
+}
+
+static bool buffer_live(const emitter *e, const dg_buffer *b) {
+  for (size_t i = 0; i < e->live.len; i++)
+    if (e->live.data[i] == b) return true;
+  return false;
+}
+
+/* buf[idx...] as a flat row-major offset. */
+static void access(emitter *e, const dg_buffer *b, dg_expr *const *idx, int n) {
+  if (!buffer_live(e, b)) {
+    fail(e, "buffer %s is used outside the block that allocates it", b->name);
+    return;
+  }
+  if (n != b->ndim) {
+    fail(e, "buffer %s has %d dimensions, accessed with %d indices", b->name, b->ndim, n);
+    return;
+  }
+  bool wide = ir_buffer_numel(b) > INT32_MAX;
+  put_buf(e, b);
+  dg_str_putc(&e->out, '[');
+  int64_t stride = 1;
+  int64_t strides[DG_MAX_DIMS];
+  for (int d = n; d-- > 0;) {
+    strides[d] = stride;
+    stride *= b->shape[d];
+  }
+  bool any = false;
+  for (int d = 0; d < n; d++) {
+    int64_t c;
+    if (ir_is_const_int(idx[d], &c) && c == 0) continue;
+    if (any) dg_str_puts(&e->out, " + ");
+    any = true;
+    if (wide) dg_str_puts(&e->out, "(int64_t)");
+    expr(e, idx[d]);
+    if (strides[d] != 1) {
+      dg_str_puts(&e->out, " * ");
+      put_int(e, strides[d], wide ? DG_I64 : DG_I32);
+    }
+  }
+  if (!any) dg_str_putc(&e->out, '0');
+  dg_str_putc(&e->out, ']');
+}
+
+static const char *binop_text(dg_expr_kind k) {
+  switch (k) {
+    case DG_EXPR_ADD: return " + ";
+    case DG_EXPR_SUB: return " - ";
+    case DG_EXPR_MUL: return " * ";
+    case DG_EXPR_DIV: return " / ";
+    case DG_EXPR_EQ: return " == ";
+    case DG_EXPR_NE: return " != ";
+    case DG_EXPR_LT: return " < ";
+    case DG_EXPR_LE: return " <= ";
+    case DG_EXPR_GT: return " > ";
+    case DG_EXPR_GE: return " >= ";
+    case DG_EXPR_AND: return " && ";
+    case DG_EXPR_OR: return " || ";
+    default: DG_UNREACHABLE();
+  }
+}
+
+static void binop(emitter *e, const dg_expr *x) {
+  dg_str_putc(&e->out, '(');
+  expr(e, x->a);
+  dg_str_puts(&e->out, binop_text(x->kind));
+  expr(e, x->b);
+  dg_str_putc(&e->out, ')');
+}
+
+/* + - * / with the result type's rounding: f16 back to half, i8 wrapped. */
+static void arith(emitter *e, const dg_expr *x) {
+  if (x->kind == DG_EXPR_DIV && !dg_dtype_is_float(x->dtype)) {
+    fail(e, "true division '/' of %s values (integers use '//')", dg_dtype_name(x->dtype));
+    return;
+  }
+  if (x->dtype == DG_BOOL) {
+    fail(e, "arithmetic '%s' on bool values", dg_expr_kind_name(x->kind));
+    return;
+  }
+  if (is_f16_value(e, x->dtype)) {
+    dg_str_printf(&e->out, "%s(", e->L->round_half);
+    binop(e, x);
+    dg_str_putc(&e->out, ')');
+  } else if (x->dtype == DG_I8) {
+    dg_str_puts(&e->out, "((int8_t)");
+    binop(e, x);
+    dg_str_putc(&e->out, ')');
+  } else {
+    binop(e, x);
+  }
+}
+
+static void helper2(emitter *e, const char *fn, const dg_expr *x) {
+  bool narrow = x->dtype == DG_I8;
+  if (narrow) dg_str_puts(&e->out, "((int8_t)");
+  dg_str_printf(&e->out, "%s%s(", fn, helper_suffix(e, x->dtype));
+  expr(e, x->a);
+  dg_str_puts(&e->out, ", ");
+  expr(e, x->b);
+  dg_str_putc(&e->out, ')');
+  if (narrow) dg_str_putc(&e->out, ')');
+}
+
+static void int_limits(dg_dtype t, int64_t *lo, int64_t *hi) {
+  switch (t) {
+    case DG_I8: *lo = INT8_MIN, *hi = INT8_MAX; break;
+    case DG_I32: *lo = INT32_MIN, *hi = INT32_MAX; break;
+    default: *lo = INT64_MIN, *hi = INT64_MAX; break;
+  }
+}
+
+static void cast(emitter *e, const dg_expr *x) {
+  dg_dtype to = x->dtype, from = x->a->dtype;
+  if (to == DG_BOOL) {
+    dg_str_puts(&e->out, "(");
+    expr(e, x->a);
+    dg_str_puts(&e->out, " != 0)");
+    return;
+  }
+  if (dg_dtype_is_float(to)) {
+    if (is_f16_value(e, to) && from != DG_F16) {
+      dg_str_printf(&e->out, "%s((float)", e->L->round_half);
+      expr(e, x->a);
+      dg_str_putc(&e->out, ')');
+    } else {
+      dg_str_printf(&e->out, "((%s)", value_type(e, to));
+      expr(e, x->a);
+      dg_str_putc(&e->out, ')');
+    }
+    return;
+  }
+  /* to an integer */
+  if (dg_dtype_is_float(from)) {
+    int64_t lo, hi;
+    int_limits(to, &lo, &hi);
+    dg_str_printf(&e->out, "((%s)%s((double)", value_type(e, to), e->L->float_to_int_fn);
+    expr(e, x->a);
+    dg_str_puts(&e->out, ", ");
+    put_int(e, lo, DG_I64);
+    dg_str_puts(&e->out, ", ");
+    put_int(e, hi, DG_I64);
+    dg_str_puts(&e->out, "))");
+    return;
+  }
+  dg_str_printf(&e->out, "((%s)", value_type(e, to));
+  expr(e, x->a);
+  dg_str_putc(&e->out, ')');
+}
+
+static void call(emitter *e, const dg_expr *x) {
+  if (!dg_dtype_is_float(x->dtype)) {
+    fail(e, "math function %s of %s values", dg_math_name(x->fn), dg_dtype_name(x->dtype));
+    return;
+  }
+  if (x->nargs != dg_math_arity(x->fn)) {
+    fail(e, "math function %s takes %d arguments, given %d", dg_math_name(x->fn),
+         dg_math_arity(x->fn), x->nargs);
+    return;
+  }
+  bool round = false;
+  const char *name;
+  if (e->ref || x->dtype == DG_F64) {
+    name = e->L->math_f64[x->fn];
+  } else if (x->dtype == DG_F16 && e->L->math_f16[x->fn]) {
+    name = e->L->math_f16[x->fn];
+  } else {
+    name = e->L->math_f32[x->fn];
+    round = x->dtype == DG_F16;
+  }
+  if (round) dg_str_printf(&e->out, "%s(", e->L->round_half);
+  dg_str_printf(&e->out, "%s(", name);
+  for (int i = 0; i < x->nargs; i++) {
+    if (i) dg_str_puts(&e->out, ", ");
+    expr(e, x->args[i]);
+  }
+  dg_str_putc(&e->out, ')');
+  if (round) dg_str_putc(&e->out, ')');
+}
+
+static void expr(emitter *e, const dg_expr *x) {
+  if (e->failed) return;
+  switch (x->kind) {
+    case DG_EXPR_INT:
+      if (dg_dtype_is_float(x->dtype)) put_float(e, (double)x->ival, x->dtype);
+      else put_int(e, x->ival, x->dtype);
+      return;
+    case DG_EXPR_FLOAT:
+      if (!dg_dtype_is_float(x->dtype)) {
+        fail(e, "float constant of dtype %s", dg_dtype_name(x->dtype));
+        return;
+      }
+      put_float(e, x->fval, x->dtype);
+      return;
+    case DG_EXPR_VAR: put_var(e, x->var); return;
+    case DG_EXPR_LOAD: {
+      bool conv = is_f16_value(e, x->buf->dtype);
+      if (conv) dg_str_printf(&e->out, "%s(", e->L->half_to_float);
+      access(e, x->buf, x->args, x->nargs);
+      if (conv) dg_str_putc(&e->out, ')');
+      return;
+    }
+    case DG_EXPR_ADD:
+    case DG_EXPR_SUB:
+    case DG_EXPR_MUL:
+    case DG_EXPR_DIV: arith(e, x); return;
+    case DG_EXPR_FLOORDIV:
+    case DG_EXPR_FLOORMOD:
+      if (!dg_dtype_is_int(x->dtype)) {
+        fail(e, "'%s' of %s values (integers only)", dg_expr_kind_name(x->kind),
+             dg_dtype_name(x->dtype));
+        return;
+      }
+      helper2(e, x->kind == DG_EXPR_FLOORDIV ? e->L->floordiv_fn : e->L->floormod_fn, x);
+      return;
+    case DG_EXPR_MIN:
+    case DG_EXPR_MAX:
+      helper2(e, x->kind == DG_EXPR_MIN ? e->L->min_fn : e->L->max_fn, x);
+      return;
+    case DG_EXPR_EQ:
+    case DG_EXPR_NE:
+    case DG_EXPR_LT:
+    case DG_EXPR_LE:
+    case DG_EXPR_GT:
+    case DG_EXPR_GE:
+    case DG_EXPR_AND:
+    case DG_EXPR_OR: binop(e, x); return;
+    case DG_EXPR_NOT:
+      dg_str_puts(&e->out, "(!");
+      expr(e, x->a);
+      dg_str_putc(&e->out, ')');
+      return;
+    case DG_EXPR_SELECT:
+      dg_str_putc(&e->out, '(');
+      expr(e, x->a);
+      dg_str_puts(&e->out, " ? ");
+      expr(e, x->b);
+      dg_str_puts(&e->out, " : ");
+      expr(e, x->c);
+      dg_str_putc(&e->out, ')');
+      return;
+    case DG_EXPR_CAST: cast(e, x); return;
+    case DG_EXPR_CALL: call(e, x); return;
+    case DG_EXPR_COUNT: break;
+  }
+  fail(e, "unknown expression kind %d", (int)x->kind);
+}
+
+/* ---- statements ---------------------------------------------------------- */
+
+static void stmt(emitter *e, const dg_stmt *s);
+
+static void line_open(emitter *e) { put_indent(e); }
+
+static void emit_for(emitter *e, const dg_stmt *s) {
+  const char *idx = s->loop_kind == DG_LOOP_THREAD ? e->L->thread_index[s->tag] : NULL;
+  if (s->extent <= 0 || s->extent > INT32_MAX) {
+    fail(e, "loop %s has extent %" PRId64 " (must be in [1, 2^31))", s->loop_var->name,
+         s->extent);
+    return;
+  }
+  line_open(e);
+  if (idx) {
+    dg_str_printf(&e->out, "{  /* %s */\n", dg_thread_tag_name(s->tag));
+    e->indent++;
+    line_open(e);
+    dg_str_printf(&e->out, "const %s ", value_type(e, s->loop_var->dtype));
+    put_var(e, s->loop_var);
+    dg_str_printf(&e->out, " = %s;\n", idx);
+  } else {
+    const char *t = value_type(e, s->loop_var->dtype);
+    dg_str_printf(&e->out, "for (%s ", t);
+    put_var(e, s->loop_var);
+    dg_str_puts(&e->out, " = 0; ");
+    put_var(e, s->loop_var);
+    dg_str_puts(&e->out, " < ");
+    put_int(e, s->extent, s->loop_var->dtype == DG_I64 ? DG_I64 : DG_I32);
+    dg_str_puts(&e->out, "; ");
+    put_var(e, s->loop_var);
+    dg_str_puts(&e->out, "++) {");
+    if (s->loop_kind == DG_LOOP_THREAD)
+      dg_str_printf(&e->out, "  /* %s */", dg_thread_tag_name(s->tag));
+    else if (s->loop_kind != DG_LOOP_SERIAL)
+      dg_str_printf(&e->out, "  /* %s */", dg_loop_kind_name(s->loop_kind));
+    dg_str_putc(&e->out, '\n');
+    e->indent++;
+  }
+  stmt(e, s->body);
+  e->indent--;
+  line_open(e);
+  dg_str_puts(&e->out, "}\n");
+}
+
+static bool alloc_on_heap(const emitter *e, const dg_buffer *b) {
+  int64_t bytes = ir_buffer_numel(b) * (e->ref && dg_dtype_is_float(b->dtype)
+                                            ? 8 : dg_dtype_bytes(b->dtype));
+  return e->L->max_stack_bytes > 0 && bytes > e->L->max_stack_bytes;
+}
+
+static void emit_block(emitter *e, const dg_stmt *s, bool is_root) {
+  const dg_block *b = s->block;
+  const dg_block *outer = e->block;
+  e->block = b;
+  size_t live0 = e->live.len;
+  if (!is_root) {
+    line_open(e);
+    dg_str_printf(&e->out, "{  /* block %s */\n", b->name);
+    e->indent++;
+  }
+  for (int i = 0; i < b->n_iters; i++) {
+    const dg_iter *it = &b->iters[i];
+    line_open(e);
+    dg_str_printf(&e->out, "const %s ", value_type(e, it->var->dtype));
+    put_var(e, it->var);
+    dg_str_puts(&e->out, " = ");
+    expr(e, it->binding);
+    dg_str_puts(&e->out, ";\n");
+  }
+  int n_heap = 0;
+  for (int i = 0; i < b->n_allocs; i++) {
+    const dg_buffer *a = b->allocs[i];
+    int64_t n = ir_buffer_numel(a);
+    if (n <= 0 || n > INT32_MAX) {
+      fail(e, "buffer %s has %" PRId64 " elements", a->name, n);
+      break;
+    }
+    const char *pre = e->L->scope_prefix[a->scope] ? e->L->scope_prefix[a->scope] : "";
+    const char *t = storage_type(e, a->dtype);
+    line_open(e);
+    if (alloc_on_heap(e, a)) {
+      dg_str_printf(&e->out, "%s%s *", pre, t);
+      put_buf(e, a);
+      dg_str_printf(&e->out, " = (%s *)%s((size_t)%" PRId64 " * sizeof(%s));\n", t,
+                    e->L->malloc_fn, n, t);
+      n_heap++;
+    } else {
+      dg_str_printf(&e->out, "%s%s ", pre, t);
+      put_buf(e, a);
+      dg_str_printf(&e->out, "[%" PRId64 "];\n", n);
+    }
+    DG_VEC_PUSH(&e->live, a);
+  }
+  int opened = 0;
+  if (n_heap) {
+    line_open(e);
+    dg_str_puts(&e->out, "if (");
+    bool first = true;
+    for (int i = 0; i < b->n_allocs; i++)
+      if (alloc_on_heap(e, b->allocs[i])) {
+        if (!first) dg_str_puts(&e->out, " && ");
+        first = false;
+        put_buf(e, b->allocs[i]);
+      }
+    dg_str_puts(&e->out, ") {\n");
+    e->indent++;
+    opened++;
+  }
+  if (b->predicate) {
+    line_open(e);
+    dg_str_puts(&e->out, "if (");
+    expr(e, b->predicate);
+    dg_str_puts(&e->out, ") {\n");
+    e->indent++;
+    opened++;
+  }
+  if (b->init) {
+    int n_reduce = 0;
+    for (int i = 0; i < b->n_iters; i++) n_reduce += b->iters[i].kind == DG_ITER_REDUCE;
+    if (n_reduce) {
+      line_open(e);
+      dg_str_puts(&e->out, "if (");
+      bool first = true;
+      for (int i = 0; i < b->n_iters; i++) {
+        if (b->iters[i].kind != DG_ITER_REDUCE) continue;
+        if (!first) dg_str_puts(&e->out, " && ");
+        first = false;
+        put_var(e, b->iters[i].var);
+        dg_str_puts(&e->out, " == 0");
+      }
+      dg_str_puts(&e->out, ") {\n");
+      e->indent++;
+      stmt(e, b->init);
+      e->indent--;
+      line_open(e);
+      dg_str_puts(&e->out, "}\n");
+    } else {
+      stmt(e, b->init);
+    }
+  }
+  stmt(e, b->body);
+  for (; opened > 0; opened--) {
+    e->indent--;
+    line_open(e);
+    dg_str_puts(&e->out, "}\n");
+  }
+  for (int i = 0; i < b->n_allocs && n_heap; i++)
+    if (alloc_on_heap(e, b->allocs[i])) {
+      line_open(e);
+      dg_str_printf(&e->out, "%s(", e->L->free_fn);
+      put_buf(e, b->allocs[i]);
+      dg_str_puts(&e->out, ");\n");
+    }
+  if (!is_root) {
+    e->indent--;
+    line_open(e);
+    dg_str_puts(&e->out, "}\n");
+  }
+  e->live.len = live0;
+  e->block = outer;
+}
+
+static void stmt(emitter *e, const dg_stmt *s) {
+  if (e->failed || !s) return;
+  switch (s->kind) {
+    case DG_STMT_FOR: emit_for(e, s); return;
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++) stmt(e, s->stmts[i]);
+      return;
+    case DG_STMT_BLOCK: emit_block(e, s, false); return;
+    case DG_STMT_STORE: {
+      bool conv = is_f16_value(e, s->buf->dtype);
+      line_open(e);
+      access(e, s->buf, s->idx, s->nidx);
+      dg_str_puts(&e->out, " = ");
+      if (conv) dg_str_printf(&e->out, "%s(", e->L->float_to_half);
+      expr(e, s->value);
+      if (conv) dg_str_putc(&e->out, ')');
+      dg_str_puts(&e->out, ";\n");
+      return;
+    }
+    case DG_STMT_IF:
+      line_open(e);
+      dg_str_puts(&e->out, "if (");
+      expr(e, s->cond);
+      dg_str_puts(&e->out, ") {\n");
+      e->indent++;
+      stmt(e, s->then_s);
+      e->indent--;
+      line_open(e);
+      if (s->else_s) {
+        dg_str_puts(&e->out, "} else {\n");
+        e->indent++;
+        stmt(e, s->else_s);
+        e->indent--;
+        line_open(e);
+      }
+      dg_str_puts(&e->out, "}\n");
+      return;
+  }
+  fail(e, "unknown statement kind %d", (int)s->kind);
+}
+
+/* ---- entry points -------------------------------------------------------- */
+
+static bool written_in(const dg_stmt *s, const dg_buffer *b) {
+  if (!s) return false;
+  switch (s->kind) {
+    case DG_STMT_FOR: return written_in(s->body, b);
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++)
+        if (written_in(s->stmts[i], b)) return true;
+      return false;
+    case DG_STMT_BLOCK: return written_in(s->block->init, b) || written_in(s->block->body, b);
+    case DG_STMT_STORE: return s->buf == b;
+    case DG_STMT_IF: return written_in(s->then_s, b) || written_in(s->else_s, b);
+  }
+  return false;
+}
+
+bool codegen_param_written(const dg_func *f, int i) {
+  DG_ASSERT(i >= 0 && i < f->n_params);
+  return written_in(f->body, f->params[i]);
+}
+
+char *codegen_emit(const dg_func *f, const dg_lang *lang, const codegen_opts *o,
+                   dg_status *st) {
+  codegen_opts defaults = {0};
+  if (!o) o = &defaults;
+  const char *name = o->fn_name ? o->fn_name : f->name;
+  if (!is_ident(name))
+    return dg_fail(st, DG_ERR_INVALID, "codegen %s: '%s' is not a valid function name",
+                   lang->name, name),
+           NULL;
+  if (!f->body || f->body->kind != DG_STMT_BLOCK)
+    return dg_fail(st, DG_ERR_INVALID, "codegen %s: kernel %s has no root block",
+                   lang->name, f->name),
+           NULL;
+  emitter e = {.L = lang, .ref = o->reference, .st = st};
+  dg_str_init(&e.out);
+  dg_str_printf(&e.out, "%svoid %s(void **args) {\n", lang->kernel_prefix, name);
+  e.indent = 1;
+  for (int i = 0; i < f->n_params; i++) {
+    const dg_buffer *b = f->params[i];
+    const char *t = storage_type(&e, b->dtype);
+    const char *c = codegen_param_written(f, i) ? "" : "const ";
+    put_indent(&e);
+    dg_str_printf(&e.out, "%s%s *%s ", c, t, lang->restrict_kw);
+    put_buf(&e, b);
+    dg_str_printf(&e.out, " = (%s%s *)args[%d];\n", c, t, i);
+    DG_VEC_PUSH(&e.live, b);
+  }
+  emit_block(&e, f->body, true);
+  dg_str_puts(&e.out, "}\n");
+  DG_VEC_FREE(&e.live);
+  if (e.failed) {
+    dg_str_free(&e.out);
+    return NULL;
+  }
+  return dg_str_take(&e.out);
+}
+
+static bool same_params(const dg_func *a, const dg_func *b) {
+  if (a->n_params != b->n_params) return false;
+  for (int i = 0; i < a->n_params; i++) {
+    const dg_buffer *x = a->params[i], *y = b->params[i];
+    if (x->dtype != y->dtype || ir_buffer_numel(x) != ir_buffer_numel(y)) return false;
+  }
+  return true;
+}
+
+char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,
+                          const dg_lang *lang, dg_status *st) {
+  if (reference && !same_params(kernel, reference))
+    return dg_fail(st, DG_ERR_INVALID,
+                   "codegen %s: kernel %s and its reference %s have different parameters",
+                   lang->name, kernel->name, reference->name),
+           NULL;
+  codegen_opts ko = {.fn_name = CODEGEN_KERNEL_FN};
+  char *k = codegen_emit(kernel, lang, &ko, st);
+  if (!k) return NULL;
+  char *r = NULL;
+  if (reference) {
+    codegen_opts ro = {.reference = true, .fn_name = CODEGEN_REFERENCE_FN};
+    r = codegen_emit(reference, lang, &ro, st);
+    if (!r) {
+      free(k);
+      return NULL;
+    }
+  }
+  dg_str out;
+  dg_str_init(&out);
+  dg_str_puts(&out, lang->preamble);
+  dg_str_putc(&out, '\n');
+  dg_str_puts(&out, k);
+  if (r) {
+    dg_str_putc(&out, '\n');
+    dg_str_puts(&out, r);
+  }
+  free(k);
+  free(r);
+  return dg_str_take(&out);
+}

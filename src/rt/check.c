@@ -1,0 +1,110 @@
+/* check.c: a kernel's outputs against the float64 reference.
+ *
+ * Tolerances per dtype (rt.h gives the rule). The absolute part grows with
+ * sqrt(K), K the longest reduction, because rounding errors of a sum of K
+ * terms grow like a random walk, and with the tensor's scale, the largest
+ * |ref|, because an error is only small relative to the values around it.
+ * The bounds sit about an order of magnitude above what correct kernels
+ * reach on seeded inputs (f32 accumulation of 4096 products of [-1, 1]
+ * values: about 1e-6 * sqrt(K) * scale; f16 storage rounding alone: 2^-11
+ * relative) and far below what a wrong index or a missing term gives
+ * (errors of the order of the scale). A NaN in the output never passes, even
+ * where the reference is NaN too: the reference never produces one from
+ * seeded inputs unless it is itself unwritten.
+ */
+#include "dragon/rt.h"
+
+#include <math.h>
+#include <string.h>
+
+rt_tol rt_check_tolerance(dg_dtype t) {
+  switch (t) {
+    case DG_F16: return (rt_tol){1e-3, 1e-2};
+    case DG_F32: return (rt_tol){1e-6, 1e-5};
+    case DG_F64: return (rt_tol){1e-12, 1e-11};
+    default: return (rt_tol){0, 0};
+  }
+}
+
+static bool reduce_len_fn(dg_block *b, dg_stmt *s, void *ctx) {
+  (void)s;
+  int64_t *k = ctx, p = 1;
+  for (int i = 0; i < b->n_iters; i++)
+    if (b->iters[i].kind == DG_ITER_REDUCE && b->iters[i].extent > 0) p *= b->iters[i].extent;
+  if (p > *k) *k = p;
+  return true;
+}
+
+int64_t rt_check_reduce_len(const dg_func *f) {
+  int64_t k = 1;
+  ir_visit_blocks(f->body, reduce_len_fn, &k);
+  return k;
+}
+
+/* "C[1, 2]" for flat element i of t. */
+static void element_name(const rt_tensor *t, int64_t i, char *out, size_t n) {
+  const dg_buffer *b = t->buf;
+  int64_t idx[DG_MAX_DIMS];
+  for (int d = b->ndim; d-- > 0;) {
+    idx[d] = b->shape[d] ? i % b->shape[d] : 0;
+    i = b->shape[d] ? i / b->shape[d] : 0;
+  }
+  size_t len = (size_t)snprintf(out, n, "%s[", b->name);
+  for (int d = 0; d < b->ndim && len < n; d++)
+    len += (size_t)snprintf(out + len, n - len, "%s%lld", d ? ", " : "", (long long)idx[d]);
+  if (len < n) snprintf(out + len, n - len, "]");
+}
+
+static void check_tensor(const rt_tensor *t, int64_t K, rt_check *c) {
+  dg_dtype d = t->buf->dtype;
+  bool is_float = dg_dtype_is_float(d);
+  double scale = 0;
+  if (is_float)
+    for (int64_t i = 0; i < t->numel; i++) {
+      double r = fabs(rt_data_get(t, i, true));
+      if (isfinite(r) && r > scale) scale = r;
+    }
+  if (scale == 0) scale = 1;
+  rt_tol tol = rt_check_tolerance(d);
+  double atol = tol.atol * sqrt((double)K) * scale;
+  for (int64_t i = 0; i < t->numel; i++) {
+    double out = rt_data_get(t, i, false), ref = rt_data_get(t, i, true);
+    double err = fabs(out - ref);
+    bool ok;
+    if (!is_float) {
+      ok = out == ref;
+    } else if (isnan(out)) {
+      ok = false;
+    } else if (out == ref) {
+      ok = true;
+      err = 0;
+    } else {
+      ok = isfinite(out) && isfinite(ref) && err <= atol + tol.rtol * fabs(ref);
+    }
+    c->n_checked++;
+    if (isnan(err) || isinf(err)) {
+      c->max_abs = INFINITY;
+      c->max_rel = INFINITY;
+    } else {
+      double rel = err / fmax(fabs(ref), 1e-3 * scale);
+      if (err > c->max_abs) c->max_abs = err;
+      if (rel > c->max_rel) c->max_rel = rel;
+    }
+    if (!ok) {
+      if (c->n_bad == 0) {
+        char name[96];
+        element_name(t, i, name, sizeof name);
+        snprintf(c->first_bad, sizeof c->first_bad, "%s: got %.9g, want %.9g", name, out, ref);
+      }
+      c->n_bad++;
+    }
+  }
+}
+
+void rt_check_outputs(const rt_tensors *ts, int64_t K, rt_check *out) {
+  memset(out, 0, sizeof *out);
+  out->K = K < 1 ? 1 : K;
+  for (int i = 0; i < ts->n; i++)
+    if (ts->t[i].is_output) check_tensor(&ts->t[i], out->K, out);
+  out->pass = out->n_bad == 0 && out->n_checked > 0;
+}
