@@ -8,6 +8,7 @@
 
 #include "dragon/codegen.h"
 #include "dragon/rt.h"
+#include "dragon/wl.h"
 #include "test.h"
 
 /* ---- building kernels ---------------------------------------------------- */
@@ -525,6 +526,27 @@ DG_TEST(rt_interp_agrees_with_compiled) {
   for (size_t i = 0; i < DG_ARRAY_LEN(fs); i++) {
     agree(fs[i], 7 + i, RT_DIST_UNIFORM);
     ir_func_free(fs[i]);
+  }
+}
+
+/* Small workloads of the real families: compiled and interpreted agree and
+ * pass the check against the reference. */
+DG_TEST(rt_workloads_agree) {
+  static const char *const specs[] = {
+      "gemm:m=8,n=12,k=20,trans_a=1,trans_b=0,dtype=f16",
+      "conv2d_nhwc:n=1,h=9,w=9,ci=4,co=6,kernel=3,stride=2,pad=1,dilation=1,groups=2,dtype=f32",
+      "conv2d_transpose_nhwc:n=1,h=3,w=3,ci=4,co=4,kernel=4,stride=2,pad=1,dtype=f32",
+      "max_pool2d:n=1,c=2,h=9,w=9,kernel=3,stride=2,pad=1,dtype=f16",
+      "softmax:m=3,n=33,dtype=f16",
+      "layernorm:m=3,n=40,dtype=f32",
+      "rope:b=1,s=4,h=2,d=8,dtype=f16",
+  };
+  for (size_t i = 0; i < DG_ARRAY_LEN(specs); i++) {
+    dg_status s;
+    dg_func *f = wl_build(specs[i], &s);
+    CHECK_MSG(f != NULL, "%s: %s", specs[i], s.msg);
+    agree(f, 11, rt_data_dist_for(f));
+    ir_func_free(f);
   }
 }
 

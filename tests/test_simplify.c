@@ -74,7 +74,7 @@ static void pr_rec(dg_str *s, const dg_expr *e, int parent, bool right) {
       break;
     default:
       pr_rec(s, e->a, p, false);
-      dg_str_printf(s, p == 5 ? "%s" : " %s ", dg_expr_kind_name(e->kind));
+      dg_str_printf(s, e->kind == DG_EXPR_MUL ? "%s" : " %s ", dg_expr_kind_name(e->kind));
       pr_rec(s, e->b, p, true);
       break;
   }

@@ -391,6 +391,7 @@ static entry **tab_slot(parser *p, int kind, const char *s, size_t n) {
 }
 
 static entry *lookup(parser *p, int kind, const tok *t) {
+  if (!p->tab_cap) return NULL;
   return *tab_slot(p, kind, t->s, (size_t)t->len);
 }
 
@@ -680,17 +681,17 @@ static int indices(parser *p, dg_buffer *b, dg_expr **idx) {
   int n = 0, depth = 0;
   if (!is_p(peek(p), "]")) {
     for (;;) {
-      if (n == b->ndim) {
-        char d[64];
-        FAIL(p, peek(p), "expected ']' after index list, found %s ('%s' has %d dimension%s)",
-             describe(peek(p), d, sizeof d), b->name, b->ndim, b->ndim == 1 ? "" : "s");
-      }
       tok *at = peek(p);
+      if (n == b->ndim)
+        FAIL(p, at, "'%s' has %d dimension%s, found more indices", b->name, b->ndim, b->ndim == 1 ? "" : "s");
       pexpr x = parse_expr(p);
       if (!dg_dtype_is_int(x.e->dtype))
         FAIL(p, at, "an index must be an integer, found %s", dt(x.e->dtype));
       idx[n++] = x.e;
       depth = max2(depth, x.depth);
+      if (n == b->ndim && is_p(peek(p), ","))
+        FAIL(p, peek(p), "expected ']' after index list, found ',' ('%s' has %d dimension%s)", b->name, b->ndim,
+             b->ndim == 1 ? "" : "s");
       if (!accept(p, ",")) break;
     }
   }
@@ -1000,7 +1001,7 @@ static dg_stmt *store(parser *p) {
     if (v.e->kind == DG_EXPR_INT && dg_dtype_is_float(b->dtype))
       snprintf(hint, sizeof hint, " (a float literal has a '.': write %lld.0%s)", (long long)v.e->ival,
                b->dtype == DG_F32 ? "" : dg_dtype_name(b->dtype));
-    FAIL(p, vt, "cannot store a %s value into %s buffer '%s'%s", dt(v.e->dtype), dt(b->dtype), b->name, hint);
+    FAIL(p, vt, "cannot store %s into %s buffer '%s'%s", dt(v.e->dtype), dt(b->dtype), b->name, hint);
   }
   expect_eol(p, "the store");
   return ir_store(p->f, b, idx, b->ndim, v.e);
@@ -1139,27 +1140,25 @@ static dg_region region(parser *p) {
   int n = 0;
   if (!is_p(peek(p), "]")) {
     for (;;) {
-      if (n == b->ndim) {
-        char d[64];
-        FAIL(p, peek(p), "expected ']' after region, found %s ('%s' has %d dimension%s)",
-             describe(peek(p), d, sizeof d), b->name, b->ndim, b->ndim == 1 ? "" : "s");
-      }
       tok *at = peek(p);
+      if (n == b->ndim)
+        FAIL(p, at, "'%s' has %d dimension%s, found more in the region", b->name, b->ndim, b->ndim == 1 ? "" : "s");
       pexpr lo = parse_expr(p);
       if (!dg_dtype_is_int(lo.e->dtype)) FAIL(p, at, "a region bound must be an integer, found %s", dt(lo.e->dtype));
       r.min[n] = lo.e;
       r.ext[n] = ir_int(p->f, 1);
-      tok *colon = peek(p);
       if (accept(p, ":")) {
         tok *ht = peek(p);
         pexpr hi = parse_expr(p);
         if (hi.e->dtype != lo.e->dtype)
           FAIL(p, ht, "the bounds of a range must have one integer dtype, found %s:%s", dt(lo.e->dtype),
                dt(hi.e->dtype));
-        (void)colon;
         r.ext[n] = ir_text_range_extent(p->f, lo.e, hi.e);
       }
       n++;
+      if (n == b->ndim && is_p(peek(p), ","))
+        FAIL(p, peek(p), "expected ']' after region, found ',' ('%s' has %d dimension%s)", b->name, b->ndim,
+             b->ndim == 1 ? "" : "s");
       if (!accept(p, ",")) break;
     }
   }

@@ -103,6 +103,12 @@ static void format_float(char *buf, size_t n, double v, dg_dtype t) {
       if (strtod(buf, NULL) == v) break;
     }
   }
+  /* below 1e7, positional digits read better than an exponent */
+  char *e = strchr(buf, 'e');
+  if (e && e[1] == '+' && atoi(e + 2) < 7) {
+    int digits = atoi(e + 2) + 1;
+    snprintf(buf, n, "%.*g", digits, t == DG_F32 ? (double)(float)v : v);
+  }
   if (!strpbrk(buf, ".e")) {
     size_t len = strlen(buf);
     if (len + 3 <= n) memcpy(buf + len, ".0", 3);

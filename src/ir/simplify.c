@@ -123,11 +123,11 @@ static bool is_false(const dg_expr *e) { return e->kind == DG_EXPR_INT && e->iva
 
 static int kind_rank(dg_expr_kind k) {
   switch (k) {
-    case DG_EXPR_INT: return 0;
-    case DG_EXPR_FLOAT: return 1;
-    case DG_EXPR_VAR: return 2;
-    case DG_EXPR_LOAD: return 3;
-    default: return 4 + (int)k;
+    case DG_EXPR_VAR: return 0;
+    case DG_EXPR_LOAD: return 1;
+    case DG_EXPR_INT: return 1000; /* constants last: min(i, 100) */
+    case DG_EXPR_FLOAT: return 1001;
+    default: return 2 + (int)k;
   }
 }
 
@@ -710,7 +710,10 @@ static dg_expr *simp(ctx *c, const dg_expr *e);
 static dg_expr *pin(ctx *c, dg_expr *e) {
   if (!is_int(e->dtype) || e->kind == DG_EXPR_INT) return e;
   dg_interval b = ir_expr_bounds(e, c->r);
-  if (b.lo == b.hi) return mk_int(c, b.lo, e->dtype);
+  /* a bound at a dtype limit may come from saturation or clipping, which
+   * only says the true value overflowed: keep the expression then */
+  int64_t lim = e->dtype == DG_I8 ? INT8_MAX : e->dtype == DG_I32 ? INT32_MAX : INT64_MAX;
+  if (b.lo == b.hi && b.lo < lim && b.lo > -lim - 1) return mk_int(c, b.lo, e->dtype);
   return e;
 }
 
@@ -759,8 +762,8 @@ static dg_expr *simp_int_arith(ctx *c, const dg_expr *e, dg_expr *a, dg_expr *b)
     case DG_EXPR_FLOORDIV:
     case DG_EXPR_FLOORMOD:
       if (ca && cb) {
-        if (y == 0 || (x == INT64_MIN && y == -1)) break;
-        out = mk_int(c, e->kind == DG_EXPR_FLOORDIV ? floor_div(x, y) : floor_mod(x, y), dt);
+        if (y != 0 && !(x == INT64_MIN && y == -1))
+          out = mk_int(c, e->kind == DG_EXPR_FLOORDIV ? floor_div(x, y) : floor_mod(x, y), dt);
       } else if (cb && y > 0) {
         lin_add(&L, a, 1);
         lin_normalize(&L);

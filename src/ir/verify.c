@@ -63,7 +63,11 @@ typedef struct {
   sset var_names, buf_names, block_names;
   DG_VEC(const dg_buffer *) params;
   const char *loop; /* innermost loop variable's name, for messages */
+  const dg_block *binding_block; /* set while a block's bindings are checked */
+  const dg_iter *binding;
 } vctx;
+
+static const char *vname(const dg_var *v) { return v && v->name ? v->name : "?"; }
 
 static bool fail(vctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -75,6 +79,9 @@ static bool fail(vctx *c, const char *fmt, ...) {
   va_end(ap);
   const char *block = c->blocks.len ? c->blocks.data[c->blocks.len - 1]->name : NULL;
   const char *fname = c->f->name ? c->f->name : "?";
+  if (c->binding_block)
+    return dg_fail(c->st, DG_ERR_INVALID, "%s: block \"%s\", binding of %s: %s", fname,
+                   c->binding_block->name, vname(c->binding->var), what);
   if (block && c->loop)
     return dg_fail(c->st, DG_ERR_INVALID, "%s: block \"%s\", loop %s: %s", fname, block,
                    c->loop, what);
@@ -82,7 +89,6 @@ static bool fail(vctx *c, const char *fmt, ...) {
   return dg_fail(c->st, DG_ERR_INVALID, "%s: %s", fname, what);
 }
 
-static const char *vname(const dg_var *v) { return v && v->name ? v->name : "?"; }
 
 static bool define_var(vctx *c, const dg_var *v, const dg_block *owner) {
   if (!v) return fail(c, "missing variable");
@@ -233,11 +239,10 @@ static bool check_binding_vars(vctx *c, const dg_block *b, const dg_iter *it, co
     case DG_EXPR_VAR:
       for (int i = 0; i < b->n_iters; i++)
         if (b->iters[i].var == e->var)
-          return fail(c, "binding of %s uses the block's own iteration variable %s",
-                      vname(it->var), vname(e->var));
+          return fail(c, "uses the block's own iteration variable %s", vname(e->var));
       return true;
     case DG_EXPR_LOAD:
-      return fail(c, "binding of %s reads buffer %s", vname(it->var), e->buf ? e->buf->name : "?");
+      return fail(c, "reads buffer %s", e->buf ? e->buf->name : "?");
     case DG_EXPR_CALL:
       for (int i = 0; i < e->nargs; i++)
         if (!check_binding_vars(c, b, it, e->args[i])) return false;
@@ -268,12 +273,14 @@ static bool check_block(vctx *c, const dg_block *b, bool is_root) {
   /* the bindings are evaluated outside the block */
   for (int i = 0; i < b->n_iters; i++) {
     const dg_iter *it = &b->iters[i];
-    if (!it->binding) return fail(c, "block \"%s\": iteration variable %s has no binding", b->name, vname(it->var));
+    c->binding_block = b;
+    c->binding = it;
+    if (!it->binding) return fail(c, "missing");
+    if (!check_binding_vars(c, b, it, it->binding)) return false;
     if (!check_expr(c, it->binding)) return false;
     if (!is_int(it->binding->dtype))
-      return fail(c, "block \"%s\": binding of %s has dtype %s", b->name, vname(it->var),
-                  dg_dtype_name(it->binding->dtype));
-    if (!check_binding_vars(c, b, it, it->binding)) return false;
+      return fail(c, "dtype %s is not an integer type", dg_dtype_name(it->binding->dtype));
+    c->binding_block = NULL;
   }
   if (b->predicate) {
     if (!check_expr(c, b->predicate)) return false;

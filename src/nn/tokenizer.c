@@ -68,8 +68,12 @@ static size_t dragon_body(const tok_pretok *p, const uint8_t *s, size_t n, size_
 }
 
 static size_t dragon_next(const tok_pretok *p, const uint8_t *s, size_t n, size_t i) {
-  if (s[i] != ' ') return dragon_body(p, s, n, i);
   size_t j = i;
+  if (s[i] == '\n') { /* a line break and the next line's indentation */
+    for (j = i + 1; j < n && s[j] == ' ';) j++;
+    return j;
+  }
+  if (s[i] != ' ') return dragon_body(p, s, n, i);
   while (j < n && s[j] == ' ') j++;
   /* A lone space joins the word, number or punctuation after it; longer runs
    * (indentation, alignment) stay whole so they tokenize the same way. */
@@ -557,6 +561,9 @@ static bool encode_chunk(tok_tokenizer *t, const uint8_t *s, size_t n, size_t at
                    "byte 0x%02x at offset %zu has no token in this vocabulary", s[i],
                    at + i - shift);
   }
+  if (n > INT32_MAX / 2)
+    return dg_fail(st, DG_ERR_INVALID, "a chunk of %zu bytes at offset %zu is too long to encode",
+                   n, at - (at >= shift ? shift : 0));
   if (n == 1) {
     DG_VEC_PUSH(out, t->byte_id[s[0]]);
     return true;

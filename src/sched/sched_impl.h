@@ -74,6 +74,14 @@ const char *sched_fresh_var_name(dg_func *f, const char *base);
 const char *sched_fresh_buffer_name(dg_func *f, const char *base);
 const char *sched_fresh_block_name(dg_func *f, const char *base);
 
+/* Substitutes loop variables (map) in the bindings and predicates of the
+ * blocks under `subtree` (not entering them), in IF conditions and stores
+ * outside blocks, simplifying what changed under ranges r (loops inside the
+ * subtree are pushed as it descends); pred, if not NULL, is conjoined to
+ * the predicate of every block reached. In place: blocks keep identity. */
+void sched_rewrite_bindings(dg_func *f, dg_stmt *subtree, const dg_subst *map, int n,
+                            dg_ranges *r, dg_expr *pred);
+
 /* One call of a primitive. */
 typedef struct {
   sched *s;
@@ -100,6 +108,10 @@ bool prim_get_loops(prim_call *c, dg_status *st);
 bool prim_get_child_blocks(prim_call *c, dg_status *st);
 bool prim_get_producers(prim_call *c, dg_status *st);
 bool prim_get_consumers(prim_call *c, dg_status *st);
+bool prim_split(prim_call *c, dg_status *st);
+bool prim_fuse(prim_call *c, dg_status *st);
+bool prim_reorder(prim_call *c, dg_status *st);
+bool prim_add_unit_loop(prim_call *c, dg_status *st);
 bool prim_parallel(prim_call *c, dg_status *st);
 bool prim_vectorize(prim_call *c, dg_status *st);
 bool prim_unroll(prim_call *c, dg_status *st);

@@ -98,7 +98,7 @@ static dg_func *sm_build(const int64_t *v) {
 
 const wl_family wl_family_silu_mul = {
     "silu_mul", "SwiGLU gate: silu(gate) * up over (m, n), two blocks",
-    "silu_mul:m=2048,n=11008,dtype=f32",
+    "silu_mul:m=1024,n=11008,dtype=f32",
     ew_keys, DG_ARRAY_LEN(ew_keys), 3, sm_check, sm_build, ew_gen};
 
 /* ---- rope: x (b, s, h, d), cos / sin (s, d) -> T_rope (b, s, h, d) -----------

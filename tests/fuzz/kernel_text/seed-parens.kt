@@ -1,0 +1,3 @@
+kernel k(A: f32[4]):
+  block root:
+    A[0] = ((((1.0))))
