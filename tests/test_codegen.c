@@ -98,14 +98,15 @@ DG_TEST(codegen_c_f16_rounds) {
 }
 
 /* A root-allocated buffer over 64 KiB comes from malloc and is freed; one
- * named like a C keyword is renamed; one used outside its block fails. */
+ * named like a C keyword is renamed, and so is a variable named like a
+ * buffer; a buffer used outside its block fails. */
 DG_TEST(codegen_c_allocs_and_names) {
   dg_func *f = ir_func_new("big");
   dg_buffer *A = ir_buffer_new(f, "A", DG_F32, 1, (int64_t[]){20000}, DG_SCOPE_GLOBAL);
   dg_buffer *T = ir_buffer_new(f, "int", DG_F32, 1, (int64_t[]){20000}, DG_SCOPE_GLOBAL);
   dg_buffer *S = ir_buffer_new(f, "S", DG_F32, 1, (int64_t[]){16}, DG_SCOPE_LOCAL);
   ir_func_add_param(f, A);
-  dg_var *i = ir_var_new(f, "i", DG_I32);
+  dg_var *i = ir_var_new(f, "A", DG_I32); /* the name of a buffer too */
   dg_expr *ix[1] = {ir_var(f, i)};
   dg_expr *z[1] = {ir_int(f, 0)};
   dg_stmt *body[2] = {
@@ -128,6 +129,9 @@ DG_TEST(codegen_c_allocs_and_names) {
   snprintf(want, sizeof want, "free(dg_b%d);", T->id);
   CHECK(strstr(src, want) != NULL);
   CHECK(strstr(src, "float S[16];") != NULL);
+  snprintf(want, sizeof want, "for (int32_t dg_v%d = 0; dg_v%d < 20000; dg_v%d++) {", i->id,
+           i->id, i->id);
+  CHECK_MSG(strstr(src, want) != NULL, "%s", src);
   CHECK(strstr(src, "S[0] = ") != NULL);
   free(src);
 

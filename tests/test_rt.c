@@ -486,20 +486,18 @@ DG_TEST(rt_check_nan_never_passes) {
 
 /* ---- compiled code against the interpreter ------------------------------- */
 
-/* Runs f compiled and interpreted on the same seeded inputs, kernel and
- * reference mode; every output must agree bit for bit. */
-static void agree(dg_func *f, uint64_t seed, rt_dist dist) {
+/* Runs f (kernel k[0], reference k[1]) compiled and interpreted on the same
+ * seeded inputs, kernel and reference mode; every output must agree bit for
+ * bit, and the compiled kernel must pass the check. */
+static void agree(dg_func *f, rt_cpu_kernel *const *k, uint64_t seed) {
   rt_tensors a, b;
   dg_status s;
+  rt_dist dist = rt_data_dist_for(f);
   CHECK(rt_tensors_init(&a, f, &s) && rt_tensors_init(&b, f, &s));
   rt_data_fill(&a, seed, dist);
   rt_data_fill(&b, seed, dist);
-  rt_cpu_kernel *k[2];
-  CHECK(compile2(f, f, k));
   rt_cpu_call(k[0], a.args);
   rt_cpu_call(k[1], a.ref_args);
-  rt_cpu_free(k[0]);
-  rt_cpu_free(k[1]);
   bool ok = rt_interp_run(f, b.args, false, &s) && rt_interp_run(f, b.ref_args, true, &s);
   CHECK_MSG(ok, "%s", s.msg);
   for (int i = 0; i < a.n; i++) {
@@ -520,13 +518,41 @@ static void agree(dg_func *f, uint64_t seed, rt_dist dist) {
   rt_tensors_free(&b);
 }
 
+/* agree() for n kernels compiled together in one source (one compiler run),
+ * kernel i as k<i>, its reference as r<i>; frees the kernels. */
+static void agree_all(dg_func **fs, int n, uint64_t seed) {
+  dg_str src;
+  dg_str_init(&src);
+  dg_str_puts(&src, codegen_lang_c.preamble);
+  char names[32][8];
+  const char *np[32];
+  CHECK(n <= 16);
+  dg_status s;
+  for (int i = 0; i < 2 * n; i++) {
+    snprintf(names[i], sizeof names[i], "%c%d", i % 2 ? 'r' : 'k', i / 2);
+    np[i] = names[i];
+    codegen_opts o = {.reference = i % 2, .fn_name = names[i]};
+    char *fn = codegen_emit(fs[i / 2], &codegen_lang_c, &o, &s);
+    CHECK_MSG(fn != NULL, "%s", s.msg);
+    dg_str_puts(&src, fn);
+    free(fn);
+  }
+  rt_cpu_kernel *k[32];
+  bool ok = rt_cpu_compile_many(src.s, np, 2 * n, k, &s);
+  dg_str_free(&src);
+  CHECK_MSG(ok, "%s", s.msg);
+  for (int i = 0; i < n; i++) {
+    agree(fs[i], k + 2 * i, seed + (uint64_t)i);
+    rt_cpu_free(k[2 * i]);
+    rt_cpu_free(k[2 * i + 1]);
+    ir_func_free(fs[i]);
+  }
+}
+
 DG_TEST(rt_interp_agrees_with_compiled) {
   dg_func *fs[] = {matmul(7, 9, 33), softmax(40, DG_F32), softmax(40, DG_F16),
                    f16_chain(50), conv1d(17), rowmax(5, 6), gather(11)};
-  for (size_t i = 0; i < DG_ARRAY_LEN(fs); i++) {
-    agree(fs[i], 7 + i, RT_DIST_UNIFORM);
-    ir_func_free(fs[i]);
-  }
+  agree_all(fs, (int)DG_ARRAY_LEN(fs), 7);
 }
 
 /* Small workloads of the real families: compiled and interpreted agree and
@@ -541,13 +567,13 @@ DG_TEST(rt_workloads_agree) {
       "layernorm:m=3,n=40,dtype=f32",
       "rope:b=1,s=4,h=2,d=8,dtype=f16",
   };
+  dg_func *fs[DG_ARRAY_LEN(specs)];
   for (size_t i = 0; i < DG_ARRAY_LEN(specs); i++) {
     dg_status s;
-    dg_func *f = wl_build(specs[i], &s);
-    CHECK_MSG(f != NULL, "%s: %s", specs[i], s.msg);
-    agree(f, 11, rt_data_dist_for(f));
-    ir_func_free(f);
+    fs[i] = wl_build(specs[i], &s);
+    CHECK_MSG(fs[i] != NULL, "%s: %s", specs[i], s.msg);
   }
+  agree_all(fs, (int)DG_ARRAY_LEN(fs), 11);
 }
 
 /* An intermediate over 64 KiB lives on the heap in the emitted code. */
@@ -567,8 +593,7 @@ DG_TEST(rt_heap_intermediate) {
   dg_stmt *stages[2] = {s0, s1};
   finish(f, stages, 2, &T, 1);
   CHECK(rt_data_dist_for(f) == RT_DIST_POSITIVE);
-  agree(f, 3, rt_data_dist_for(f));
-  ir_func_free(f);
+  agree_all(&f, 1, 3);
 }
 
 /* ---- data ---------------------------------------------------------------- */

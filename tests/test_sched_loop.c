@@ -258,3 +258,25 @@ DG_TEST(sched_gmm_tiling) {
   sched_free(s);
   ir_func_free(f);
 }
+
+/* A loop that carries spatial and reduction variables at once may be split
+ * but not reordered: the init would no longer run on the first visit. */
+DG_TEST(sched_reorder_rejects_mixed_loops) {
+  dg_func *f = parse(MATMUL);
+  sched *s = sched_new(f, 1);
+  dg_status st;
+  int b = sched_get_block(s, "C", NULL, &st);
+  int l[3];
+  sched_get_loops(s, b, l, 3, &st);
+  int jk = sched_fuse(s, l + 1, 2, true, &st);
+  CHECK(jk >= 0);
+  sched_val fs[2] = {{.kind = SV_INT, .i = 4}, {.kind = SV_NONE}};
+  int p[2];
+  CHECK_EQ(sched_split(s, jk, fs, 2, true, false, p, &st), 2);
+  int swap[2] = {p[1], p[0]};
+  CHECK(!sched_reorder(s, swap, 2, &st));
+  CHECK_ERR(st, "loop j_k_fused_1 is bound to both spatial and reduction variables of block C");
+  CHECK(same_numbers(f, sched_func(s)));
+  sched_free(s);
+  ir_func_free(f);
+}

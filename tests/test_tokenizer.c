@@ -114,6 +114,13 @@ DG_TEST(tok_pretok_dragon) {
   char *s = split(TOK_PRE_DRAGON, 3, "t5 tile t4.0 [1 1]  max=12345\n    x_y2 (\"C\")\t\xff\xfe!");
   CHECK_STREQ(s, "t|5| tile| t|4|.|0| [|1| 1|]|  |max|=|123|45|\n    |x_y|2| (|\"|C|\"|)|\t|\xff\xfe|!");
   free(s);
+  /* The examples in docs/tokenizer.md. */
+  s = split(TOK_PRE_DRAGON, 3, "t5 tile t4.0 [1 32 4] max=64");
+  CHECK_STREQ(s, "t|5| tile| t|4|.|0| [|1| 32| 4|]| max|=|64");
+  free(s);
+  s = split(TOK_PRE_DRAGON, 3, "\n    for i0 in range(128):");
+  CHECK_STREQ(s, "\n    |for| i|0| in| range|(|128|)|:");
+  free(s);
   s = split(TOK_PRE_DRAGON, 3, " a  \n\n  b\n c");
   CHECK_STREQ(s, " a|  |\n|\n  |b|\n |c");
   free(s);
@@ -632,13 +639,14 @@ DG_TEST(tok_load_rejects_damage) {
   write_bytes(bad, buf, n);
   CHECK(!tok_load(bad, &st));
   CHECK_ERR(st, "checksum mismatch");
+  buf[1100] ^= 1;
   /* Damage behind a valid checksum reaches the structural checks: the file
    * is rejected with a message, or it loads a vocabulary that still
    * round-trips whatever it can encode. */
   dg_rng rng;
   dg_rng_seed(&rng, 9);
   int rejected = 0, trials = 0;
-  for (size_t at = 1024; at < n; at += 1 + (size_t)dg_rng_below(&rng, 6), trials++) {
+  for (size_t at = 1024; at < n; at += 1 + (size_t)dg_rng_below(&rng, 12), trials++) {
     uint8_t old = (uint8_t)buf[at];
     buf[at] = (char)(trials % 2 ? old ^ 1 : (uint8_t)dg_rng_below(&rng, 256));
     resign(buf, n);
@@ -662,7 +670,6 @@ DG_TEST(tok_load_rejects_damage) {
     dg_str_free(&d);
     tok_free(u);
   }
-  resign(buf, n);
   CHECK_MSG(rejected > trials / 2, "%d of %d rejected", rejected, trials);
   CHECK(!tok_load(tmp_path("missing.bin"), &st));
   CHECK_ERR(st, "missing.bin");
@@ -853,6 +860,9 @@ DG_TEST(tok_hf_rejects) {
        "\"merges\": []}}",
        "same name '<s>'"},
       {"[1, 2]", "model: missing"},
+      {"{\"pre_tokenizer\": {\"type\": \"ByteLevel\"}, \"model\": {\"type\": \"BPE\", "
+       "\"vocab\": {\"a\": 5000000}, \"merges\": []}}",
+       "largest id 5000000 for only 1 tokens"},
   };
   const char *path = tmp_path("bad.json");
   for (size_t k = 0; k < DG_ARRAY_LEN(cases); k++) {

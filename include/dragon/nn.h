@@ -259,8 +259,8 @@ bool nn_checkpoint_save(const nn_model *m, const char *path, dg_status *st);
 /* Reads only the header's config. */
 bool nn_checkpoint_read_config(const char *path, nn_config *cfg,
                                dg_status *st);
-/* Creates a model (training or not) from a checkpoint. On failure nothing
- * is allocated and *m is untouched. */
+/* Creates a model (training or not) from a checkpoint into *m, which must
+ * not hold one. On failure nothing is allocated and *m is untouched. */
 bool nn_checkpoint_load(nn_model *m, const char *path, bool training,
                         dg_status *st);
 
@@ -269,7 +269,8 @@ bool nn_checkpoint_load(nn_model *m, const char *path, bool training,
 bool nn_state_save(const nn_model *m, int64_t step, const dg_rng *rng,
                    const char *path, dg_status *st);
 /* Loads into a training model of the same config; on failure the model,
- * *step and *rng are untouched. */
+ * *step and *rng are untouched (rng also when the file holds none). The
+ * optimizer's hyperparameters (m->opt) are the caller's to restore. */
 bool nn_state_load(nn_model *m, const char *path, int64_t *step, dg_rng *rng,
                    dg_status *st);
 

@@ -242,4 +242,14 @@ int sched_sample_compute_location(sched *s, int block, const int64_t *decision,
                                   dg_status *st);
 bool sched_enter_postproc(sched *s, dg_status *st);
 
+/* ---- random schedules (random.c) ------------------------------------------- */
+
+/* Applies up to n_steps random primitives to s, each drawn from those that
+ * apply to the current kernel (random loops, factors, orders, bindings,
+ * annotations, caches, compute locations, inlining). A drawn step that the
+ * primitive rejects is skipped (rejection leaves the kernel unchanged and
+ * records nothing). Returns the number of steps applied. Deterministic for
+ * the RNG state. */
+int sched_random_steps(sched *s, dg_rng *r, int n_steps);
+
 #endif

@@ -33,6 +33,7 @@ typedef struct {
   bool failed;
   const dg_block *block; /* innermost block, for messages */
   DG_VEC(const dg_buffer *) live; /* buffers declared in scope */
+  DG_VEC(const char *) buf_names;  /* every buffer's name (vars must differ) */
   int indent;
 } emitter;
 
@@ -86,8 +87,15 @@ static bool name_usable(const emitter *e, const char *s) {
   return true;
 }
 
+/* Variables and buffers have separate name spaces in the IR, one in C. */
+static bool names_a_buffer(const emitter *e, const char *s) {
+  for (size_t i = 0; i < e->buf_names.len; i++)
+    if (strcmp(e->buf_names.data[i], s) == 0) return true;
+  return false;
+}
+
 static void put_var(emitter *e, const dg_var *v) {
-  if (name_usable(e, v->name)) dg_str_puts(&e->out, v->name);
+  if (name_usable(e, v->name) && !names_a_buffer(e, v->name)) dg_str_puts(&e->out, v->name);
   else dg_str_printf(&e->out, "dg_v%d", v->id);
 }
 
@@ -649,6 +657,13 @@ static bool written_in(const dg_stmt *s, const dg_buffer *b) {
   return false;
 }
 
+static bool collect_names(dg_block *b, dg_stmt *s, void *ctx) {
+  (void)s;
+  emitter *e = ctx;
+  for (int i = 0; i < b->n_allocs; i++) DG_VEC_PUSH(&e->buf_names, b->allocs[i]->name);
+  return true;
+}
+
 bool codegen_param_written(const dg_func *f, int i) {
   DG_ASSERT(i >= 0 && i < f->n_params);
   return written_in(f->body, f->params[i]);
@@ -668,6 +683,8 @@ char *codegen_emit(const dg_func *f, const dg_lang *lang, const codegen_opts *o,
                    lang->name, f->name),
            NULL;
   emitter e = {.L = lang, .ref = o->reference, .st = st};
+  for (int i = 0; i < f->n_params; i++) DG_VEC_PUSH(&e.buf_names, f->params[i]->name);
+  ir_visit_blocks(f->body, collect_names, &e);
   dg_str_init(&e.out);
   dg_str_printf(&e.out, "%svoid %s(void **args) {\n", lang->kernel_prefix, name);
   e.indent = 1;
@@ -684,6 +701,7 @@ char *codegen_emit(const dg_func *f, const dg_lang *lang, const codegen_opts *o,
   emit_block(&e, f->body, true);
   dg_str_puts(&e.out, "}\n");
   DG_VEC_FREE(&e.live);
+  DG_VEC_FREE(&e.buf_names);
   if (e.failed) {
     dg_str_free(&e.out);
     return NULL;

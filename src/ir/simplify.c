@@ -259,7 +259,7 @@ static int lterm_cmp(const void *x, const void *y) {
 }
 
 static void lin_sort_merge(lin *L) {
-  qsort(L->v, (size_t)L->n, sizeof(lterm), lterm_cmp);
+  if (L->n > 1) qsort(L->v, (size_t)L->n, sizeof(lterm), lterm_cmp);
   int w = 0;
   for (int i = 0; i < L->n; i++) {
     if (w > 0 && expr_cmp(L->v[w - 1].t, L->v[i].t) == 0) {

@@ -39,9 +39,13 @@ bool nn_config_named(const char *name, nn_config *cfg, dg_status *st) {
       *cfg = named[i].cfg;
       return true;
     }
-  return dg_fail(st, DG_ERR_INVALID,
-                 "model config '%s': no such built-in config (tiny, 19m, 88m)",
-                 name);
+  dg_str known;
+  dg_str_init(&known);
+  for (size_t i = 0; i < DG_ARRAY_LEN(named); i++)
+    dg_str_printf(&known, "%s%s", i ? ", " : "", named[i].name);
+  dg_fail(st, DG_ERR_INVALID, "model config '%s': no such built-in config (%s)", name, known.s);
+  dg_str_free(&known);
+  return false;
 }
 
 /* One table drives parsing, printing and range checks. */

@@ -256,6 +256,13 @@ tok_tokenizer *tok_load_hf(const char *path, dg_status *st) {
     fail_at(st, path, "model.vocab", "empty");
     goto done;
   }
+  /* Real vocabularies are dense; a stray huge id must not cost gigabytes. */
+  size_t n_listed = json_object_size(vocab) + json_array_size(added);
+  if ((size_t)V > 2 * n_listed + 1024) {
+    dg_fail(st, DG_ERR_PARSE, "%s: model.vocab: largest id %d for only %zu tokens", path,
+            V - 1, n_listed);
+    goto done;
+  }
   name = dg_calloc((size_t)V, sizeof *name);
   name_len = dg_calloc((size_t)V, sizeof *name_len);
   special = dg_calloc((size_t)V, 1);

@@ -163,6 +163,32 @@ bool prim_fuse(prim_call *c, dg_status *st) {
   return true;
 }
 
+/* Whether some block directly under s binds v into a spatial and into a
+ * reduction variable at once. */
+static bool mixed_loop(const dg_stmt *s, const dg_var *v, const char **blk) {
+  if (!s) return false;
+  switch (s->kind) {
+    case DG_STMT_FOR: return mixed_loop(s->body, v, blk);
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++)
+        if (mixed_loop(s->stmts[i], v, blk)) return true;
+      return false;
+    case DG_STMT_IF: return mixed_loop(s->then_s, v, blk) || mixed_loop(s->else_s, v, blk);
+    case DG_STMT_BLOCK: {
+      bool sp = false, red = false;
+      for (int i = 0; i < s->block->n_iters; i++)
+        if (ir_expr_uses_var(s->block->iters[i].binding, v)) {
+          if (s->block->iters[i].kind == DG_ITER_REDUCE) red = true;
+          else sp = true;
+        }
+      if (sp && red) *blk = s->block->name;
+      return sp && red;
+    }
+    case DG_STMT_STORE: return false;
+  }
+  return false;
+}
+
 bool prim_reorder(prim_call *c, dg_status *st) {
   sched *s = c->s;
   dg_func *f = s->f;
@@ -204,6 +230,17 @@ bool prim_reorder(prim_call *c, dg_status *st) {
                        "loop %s is not in the chain of directly nested loops under %s",
                        l[k]->loop_var->name, l[top]->loop_var->name);
     }
+  }
+  /* a loop bound into both spatial and reduction variables of one block
+   * must not move: the block's init runs where every reduction variable is
+   * 0, which is only the first visit while such loops stay in place */
+  for (int j = 0; j < n; j++) {
+    const char *blk = NULL;
+    if (mixed_loop(chain[m - 1]->body, l[j]->loop_var, &blk))
+      return dg_fail(st, DG_ERR_INVALID,
+                     "loop %s is bound to both spatial and reduction variables of block %s; "
+                     "reordering it would break the reduction's order",
+                     l[j]->loop_var->name, blk);
   }
   /* positions of the given loops in the chain, in chain order, receive the
    * given loops in the given order */

@@ -5,11 +5,12 @@
  * One RNG stream per call, seeded from `seed`; each draw picks a family by
  * its weight (or the one requested), lets it sample values, checks them
  * (ranges, consistency, WL_MAX_BYTES) and keeps the canonical spec if it is
- * new. Distinctness is exact: a hash set of the specs themselves. The order
- * is the draw order, so a seed always yields the same list, and a shorter
- * count is a prefix of a longer one. A family that keeps yielding rejects
- * or duplicates (MISS_LIMIT draws in a row) has run out of distinct shapes,
- * and the call fails saying how many it found.
+ * new, drawing again from the same family until it is. Distinctness is
+ * exact: a hash set of the specs themselves. The order is the draw order,
+ * so a seed always yields the same list, and a shorter count is a prefix of
+ * a longer one. A family that keeps yielding rejects or duplicates
+ * (MISS_LIMIT draws in a row) has run out of distinct shapes, and the call
+ * fails saying how many it found.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -164,31 +165,34 @@ bool wl_generate(uint64_t seed, int64_t count, const char *family,
   dg_str_init(&s);
   dg_status rej;
   bool ok = true;
+  /* The family is drawn once per workload and kept through rejects and
+   * duplicates, so that the output follows the documented weights. */
+  const wl_family *fam = NULL;
   while (found < count) {
     wl_params p;
     memset(&p, 0, sizeof p);
-    p.fam = only ? only : wl_family_at((int)dg_rng_weighted(&r, w, (size_t)nf));
-    p.fam->gen(&r, p.v);
-    if (!wl_params_check(&p, &rej)) {
-      misses++;
-    } else {
+    if (!fam) fam = only ? only : wl_family_at((int)dg_rng_weighted(&r, w, (size_t)nf));
+    p.fam = fam;
+    fam->gen(&r, p.v);
+    bool fresh = false;
+    if (wl_params_check(&p, &rej)) {
       dg_str_clear(&s);
       wl_params_print(&p, &s);
       char *spec = dg_strdup(s.s);
       if (set_insert(&set, spec)) {
         emit(spec, ctx);
-        found++;
-        misses = 0;
-      } else {
-        misses++;
+        fresh = true;
       }
     }
-    if (misses >= MISS_LIMIT) {
+    if (fresh) {
+      found++;
+      misses = 0;
+      fam = NULL;
+    } else if (++misses >= MISS_LIMIT) {
       ok = dg_fail(st, DG_ERR_INVALID,
-                   "%s%s: only %lld distinct workloads found (%d draws in a row gave nothing "
-                   "new), cannot reach %lld",
-                   only ? "family " : "all families", only ? only->name : "", (long long)found,
-                   MISS_LIMIT, (long long)count);
+                   "family %s: only %lld distinct workloads found (%d draws in a row gave "
+                   "nothing new), cannot reach %lld",
+                   fam->name, (long long)found, MISS_LIMIT, (long long)count);
       break;
     }
   }
