@@ -145,6 +145,12 @@ DG_TEST(codegen_c_allocs_and_names) {
   src = codegen_emit(f, &codegen_lang_c, &o, &st);
   CHECK(src == NULL);
   CHECK_ERR(st, "'1bad' is not a valid function name");
+  root->n_allocs = 2;
+  f->name = "main";
+  src = codegen_emit(f, &codegen_lang_c, NULL, &st);
+  const char *head = "void dg_main(void **args) {\n";
+  CHECK(src != NULL && strncmp(src, head, strlen(head)) == 0);
+  free(src);
   ir_func_free(f);
 }
 

@@ -74,11 +74,13 @@ const dg_lang *codegen_lang_find(const char *name);
 
 typedef struct {
   bool reference;      /* float64 everywhere (see above) */
-  const char *fn_name; /* NULL: the kernel's name */
+  /* NULL: the kernel's name, prefixed dg_ where it would clash with C
+   * (`main` becomes dg_main). */
+  const char *fn_name;
 } codegen_opts;
 
-/* The kernel as one function. Fails (NULL, st set) on a name that is not a
- * C identifier or a kernel the emitter cannot express (a buffer used outside
+/* The kernel as one function. Fails (NULL, st set) on an fn_name that is
+ * not a C identifier or a kernel the emitter cannot express (a buffer used outside
  * the block that allocates it, a loop or buffer too large). Caller frees. */
 char *codegen_emit(const dg_func *f, const dg_lang *lang,
                    const codegen_opts *o, dg_status *st);

@@ -124,4 +124,18 @@ void rt_check_outputs(const rt_tensors *ts, int64_t K, rt_check *out);
 bool rt_interp_run(const dg_func *f, void **args, bool reference,
                    dg_status *st);
 
+/* ---- comparison against a reference (compare.c) ---------------------------- */
+
+/* Runs `ref` (float64 reference mode) and `f` (its own dtypes) on the same
+ * inputs drawn from `seed` (outputs poisoned first) and compares their
+ * outputs into *out. The two kernels must have the same parameters.
+ * compiled: through generated C and the system compiler; else through the
+ * interpreter. *kernel_seconds (may be NULL): one run of f. False with st
+ * set if something could not be built or run (not if the numbers differ). */
+bool rt_compare_cpu(const dg_func *ref, const dg_func *f, uint64_t seed, bool compiled,
+                    rt_check *out, double *kernel_seconds, dg_status *st);
+/* The work of a kernel in block executions: the sum over blocks of the
+ * product of the extents of the loops above them. */
+int64_t rt_kernel_iterations(const dg_func *f);
+
 #endif

@@ -8,6 +8,8 @@
 #define DRAGON_CLI_H
 
 #include "dragon/base.h"
+#include "dragon/ir.h"
+#include "dragon/sched.h"
 
 enum { CLI_OK = 0, CLI_ERROR = 1, CLI_USAGE = 2 };
 
@@ -46,7 +48,19 @@ void cli_print_help(const cli_spec *spec, FILE *out);
  * CLI_USAGE for usage errors. */
 int cli_report(const char *cmd, const dg_status *st);
 
+/* A KERNEL argument: "-" (kernel text on stdin), a kernel-text file, or a
+ * workload spec or alias. */
+dg_func *cli_load_kernel(const char *arg, dg_status *st);
+/* Reads a trace JSON file; errors name the file. */
+sched_trace *cli_load_trace(const char *path, dg_status *st);
+/* A schedule of f with the trace of a file replayed; errors name the file
+ * and the instruction. */
+sched *cli_schedule(const dg_func *f, const char *trace_path, dg_status *st);
+
 int cmd_workloads(int argc, char **argv);
+int cmd_schedule(int argc, char **argv);
+int cmd_check(int argc, char **argv);
+int cmd_fuzz_schedules(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 

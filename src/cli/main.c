@@ -12,6 +12,9 @@ static const struct {
     {"workloads", cmd_workloads, "print N distinct workload specs for a seed"},
     {"show", cmd_show, "print the kernel text of a spec, or reprint a kernel-text file canonically"},
     {"run", cmd_run, "run a kernel and check it against the float64 reference"},
+    {"schedule", cmd_schedule, "replay a trace on a kernel and print the scheduled kernel"},
+    {"check", cmd_check, "replay a trace, run the scheduled kernel on the CPU, compare with the reference"},
+    {"fuzz-schedules", cmd_fuzz_schedules, "apply random schedules to random workloads and check each"},
 };
 
 static void usage(FILE *out) {

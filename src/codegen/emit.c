@@ -440,8 +440,6 @@ static void expr(emitter *e, const dg_expr *x) {
 
 static void stmt(emitter *e, const dg_stmt *s);
 
-static void line_open(emitter *e) { put_indent(e); }
-
 static void emit_for(emitter *e, const dg_stmt *s) {
   const char *idx = s->loop_kind == DG_LOOP_THREAD ? e->L->thread_index[s->tag] : NULL;
   if (s->extent <= 0 || s->extent > INT32_MAX) {
@@ -449,11 +447,11 @@ static void emit_for(emitter *e, const dg_stmt *s) {
          s->extent);
     return;
   }
-  line_open(e);
+  put_indent(e);
   if (idx) {
     dg_str_printf(&e->out, "{  /* %s */\n", dg_thread_tag_name(s->tag));
     e->indent++;
-    line_open(e);
+    put_indent(e);
     dg_str_printf(&e->out, "const %s ", value_type(e, s->loop_var->dtype));
     put_var(e, s->loop_var);
     dg_str_printf(&e->out, " = %s;\n", idx);
@@ -477,7 +475,7 @@ static void emit_for(emitter *e, const dg_stmt *s) {
   }
   stmt(e, s->body);
   e->indent--;
-  line_open(e);
+  put_indent(e);
   dg_str_puts(&e->out, "}\n");
 }
 
@@ -493,13 +491,13 @@ static void emit_block(emitter *e, const dg_stmt *s, bool is_root) {
   e->block = b;
   size_t live0 = e->live.len;
   if (!is_root) {
-    line_open(e);
+    put_indent(e);
     dg_str_printf(&e->out, "{  /* block %s */\n", b->name);
     e->indent++;
   }
   for (int i = 0; i < b->n_iters; i++) {
     const dg_iter *it = &b->iters[i];
-    line_open(e);
+    put_indent(e);
     dg_str_printf(&e->out, "const %s ", value_type(e, it->var->dtype));
     put_var(e, it->var);
     dg_str_puts(&e->out, " = ");
@@ -516,7 +514,7 @@ static void emit_block(emitter *e, const dg_stmt *s, bool is_root) {
     }
     const char *pre = e->L->scope_prefix[a->scope] ? e->L->scope_prefix[a->scope] : "";
     const char *t = storage_type(e, a->dtype);
-    line_open(e);
+    put_indent(e);
     if (alloc_on_heap(e, a)) {
       dg_str_printf(&e->out, "%s%s *", pre, t);
       put_buf(e, a);
@@ -532,7 +530,7 @@ static void emit_block(emitter *e, const dg_stmt *s, bool is_root) {
   }
   int opened = 0;
   if (n_heap) {
-    line_open(e);
+    put_indent(e);
     dg_str_puts(&e->out, "if (");
     bool first = true;
     for (int i = 0; i < b->n_allocs; i++)
@@ -546,7 +544,7 @@ static void emit_block(emitter *e, const dg_stmt *s, bool is_root) {
     opened++;
   }
   if (b->predicate) {
-    line_open(e);
+    put_indent(e);
     dg_str_puts(&e->out, "if (");
     expr(e, b->predicate);
     dg_str_puts(&e->out, ") {\n");
@@ -557,7 +555,7 @@ static void emit_block(emitter *e, const dg_stmt *s, bool is_root) {
     int n_reduce = 0;
     for (int i = 0; i < b->n_iters; i++) n_reduce += b->iters[i].kind == DG_ITER_REDUCE;
     if (n_reduce) {
-      line_open(e);
+      put_indent(e);
       dg_str_puts(&e->out, "if (");
       bool first = true;
       for (int i = 0; i < b->n_iters; i++) {
@@ -571,7 +569,7 @@ static void emit_block(emitter *e, const dg_stmt *s, bool is_root) {
       e->indent++;
       stmt(e, b->init);
       e->indent--;
-      line_open(e);
+      put_indent(e);
       dg_str_puts(&e->out, "}\n");
     } else {
       stmt(e, b->init);
@@ -580,19 +578,19 @@ static void emit_block(emitter *e, const dg_stmt *s, bool is_root) {
   stmt(e, b->body);
   for (; opened > 0; opened--) {
     e->indent--;
-    line_open(e);
+    put_indent(e);
     dg_str_puts(&e->out, "}\n");
   }
   for (int i = 0; i < b->n_allocs && n_heap; i++)
     if (alloc_on_heap(e, b->allocs[i])) {
-      line_open(e);
+      put_indent(e);
       dg_str_printf(&e->out, "%s(", e->L->free_fn);
       put_buf(e, b->allocs[i]);
       dg_str_puts(&e->out, ");\n");
     }
   if (!is_root) {
     e->indent--;
-    line_open(e);
+    put_indent(e);
     dg_str_puts(&e->out, "}\n");
   }
   e->live.len = live0;
@@ -609,7 +607,7 @@ static void stmt(emitter *e, const dg_stmt *s) {
     case DG_STMT_BLOCK: emit_block(e, s, false); return;
     case DG_STMT_STORE: {
       bool conv = is_f16_value(e, s->buf->dtype);
-      line_open(e);
+      put_indent(e);
       access(e, s->buf, s->idx, s->nidx);
       dg_str_puts(&e->out, " = ");
       if (conv) dg_str_printf(&e->out, "%s(", e->L->float_to_half);
@@ -619,20 +617,20 @@ static void stmt(emitter *e, const dg_stmt *s) {
       return;
     }
     case DG_STMT_IF:
-      line_open(e);
+      put_indent(e);
       dg_str_puts(&e->out, "if (");
       expr(e, s->cond);
       dg_str_puts(&e->out, ") {\n");
       e->indent++;
       stmt(e, s->then_s);
       e->indent--;
-      line_open(e);
+      put_indent(e);
       if (s->else_s) {
         dg_str_puts(&e->out, "} else {\n");
         e->indent++;
         stmt(e, s->else_s);
         e->indent--;
-        line_open(e);
+        put_indent(e);
       }
       dg_str_puts(&e->out, "}\n");
       return;
@@ -673,10 +671,9 @@ char *codegen_emit(const dg_func *f, const dg_lang *lang, const codegen_opts *o,
                    dg_status *st) {
   codegen_opts defaults = {0};
   if (!o) o = &defaults;
-  const char *name = o->fn_name ? o->fn_name : f->name;
-  if (!is_ident(name))
+  if (o->fn_name && !is_ident(o->fn_name))
     return dg_fail(st, DG_ERR_INVALID, "codegen %s: '%s' is not a valid function name",
-                   lang->name, name),
+                   lang->name, o->fn_name),
            NULL;
   if (!f->body || f->body->kind != DG_STMT_BLOCK)
     return dg_fail(st, DG_ERR_INVALID, "codegen %s: kernel %s has no root block",
@@ -686,7 +683,13 @@ char *codegen_emit(const dg_func *f, const dg_lang *lang, const codegen_opts *o,
   for (int i = 0; i < f->n_params; i++) DG_VEC_PUSH(&e.buf_names, f->params[i]->name);
   ir_visit_blocks(f->body, collect_names, &e);
   dg_str_init(&e.out);
-  dg_str_printf(&e.out, "%svoid %s(void **args) {\n", lang->kernel_prefix, name);
+  /* The kernel's own name may be `main` (as workloads are named) or no C
+   * identifier at all; an explicit fn_name is used as given. */
+  dg_str_printf(&e.out, "%svoid ", lang->kernel_prefix);
+  if (o->fn_name) dg_str_puts(&e.out, o->fn_name);
+  else if (name_usable(&e, f->name)) dg_str_puts(&e.out, f->name);
+  else dg_str_printf(&e.out, "dg_%s", is_ident(f->name) ? f->name : "kernel");
+  dg_str_puts(&e.out, "(void **args) {\n");
   e.indent = 1;
   for (int i = 0; i < f->n_params; i++) {
     const dg_buffer *b = f->params[i];

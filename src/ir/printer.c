@@ -82,7 +82,7 @@ static bool is_dotted(const char *s) {
  * always with a '.' or an exponent. */
 static void format_float(char *buf, size_t n, double v, dg_dtype t) {
   if (isnan(v)) {
-    snprintf(buf, n, "nan");
+    snprintf(buf, n, signbit(v) ? "-nan" : "nan");
     return;
   }
   if (isinf(v)) {

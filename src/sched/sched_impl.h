@@ -121,5 +121,60 @@ bool prim_unannotate(prim_call *c, dg_status *st);
 bool prim_sample_perfect_tile(prim_call *c, dg_status *st);
 bool prim_sample_categorical(prim_call *c, dg_status *st);
 bool prim_enter_postproc(prim_call *c, dg_status *st);
+bool prim_cache_read(prim_call *c, dg_status *st);
+bool prim_cache_write(prim_call *c, dg_status *st);
+bool prim_reindex(prim_call *c, dg_status *st);
+bool prim_set_scope(prim_call *c, dg_status *st);
+bool prim_storage_align(prim_call *c, dg_status *st);
+bool prim_compute_at(prim_call *c, dg_status *st);
+bool prim_reverse_compute_at(prim_call *c, dg_status *st);
+bool prim_sample_compute_location(prim_call *c, dg_status *st);
+bool prim_compute_inline(prim_call *c, dg_status *st);
+bool prim_reverse_compute_inline(prim_call *c, dg_status *st);
+bool prim_decompose_reduction(prim_call *c, dg_status *st);
+bool prim_rfactor(prim_call *c, dg_status *st);
+/* ComputeInline (reverse: ReverseComputeInline) of a live block, for
+ * ComputeAt's inline mark and SampleComputeLocation (prim_inline.c);
+ * check_only answers whether it is legal and changes nothing. */
+bool sched_inline_block(sched *s, dg_block *b, bool reverse, bool check_only, dg_status *st);
+
+/* What the data-movement primitives share (prim_cache.c). */
+/* A storage scope operand (a string naming a dg_scope). */
+bool sched_scope_arg(const sched_val *v, dg_scope *out, dg_status *st);
+/* The buffer of block b's read (or write) region number `index`; the
+ * index is checked against the block's regions. */
+dg_buffer *sched_access_buffer(sched *s, const dg_block *b, const sched_val *index,
+                               bool is_write, int *index_out, dg_status *st);
+/* "<base>_<scope>" with the scope's dots as underscores (not made unique). */
+const char *sched_scoped_name(dg_func *f, const char *base, dg_scope scope);
+/* Inserts stage at position pos of the statement in *slot: into it if it is
+ * a SEQ (pos in [0, n]), else pos 0 (before) or 1 (after) in a new SEQ. */
+void sched_stmt_insert(dg_func *f, dg_stmt **slot, int pos, dg_stmt *stage);
+/* Redirecting accesses of buffer `from` to `to`: every index (and region
+ * minimum) shifted down by offset[d] (when offset is set), or replaced by
+ * fixed[d] (when fixed is set: regions become those points). */
+typedef struct {
+  dg_func *f;
+  const dg_buffer *from;
+  dg_buffer *to;
+  dg_expr *const *offset;
+  dg_expr *const *fixed;
+} sched_access_map;
+typedef enum {
+  SCHED_ACCESS_SKIP,    /* leave the block and everything under it */
+  SCHED_ACCESS_PASS,    /* leave the block's own accesses, visit its sub-blocks */
+  SCHED_ACCESS_REWRITE, /* rewrite its regions, loads and stores */
+} sched_access_mode;
+/* Decides for each block met; in_rewrite: the enclosing block is rewritten. */
+typedef sched_access_mode (*sched_access_pick)(const dg_block *b, bool in_rewrite, void *ctx);
+/* Copy-on-write rewriting of loads in e (unchanged trees are returned). */
+dg_expr *sched_access_expr(const sched_access_map *m, dg_expr *e);
+/* Rewrites the regions of `from` in the array *rs (n entries; a new array). */
+void sched_access_regions(const sched_access_map *m, dg_region **rs, int n);
+/* Walks *slot: loads and stores outside blocks are rewritten when `on`;
+ * each block met is handled as pick says (pick NULL: as `on` says). Loops,
+ * SEQs and blocks keep their identity; changed stores are new nodes. */
+void sched_access_stmt(const sched_access_map *m, dg_stmt **slot, bool on,
+                       sched_access_pick pick, void *ctx);
 
 #endif

@@ -9,8 +9,9 @@
  * exact: a hash set of the specs themselves. The order is the draw order,
  * so a seed always yields the same list, and a shorter count is a prefix of
  * a longer one. A family that keeps yielding rejects or duplicates
- * (MISS_LIMIT draws in a row) has run out of distinct shapes, and the call
- * fails saying how many it found.
+ * (MISS_LIMIT draws in a row, or a recent rate of new shapes too low to
+ * reach the count) has run out of distinct shapes, and the call fails
+ * saying how many it found.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -18,7 +19,11 @@
 
 #include "wl/wl_impl.h"
 
-#define MISS_LIMIT 200000
+#define MISS_LIMIT 20000
+/* Draws per window of the rate check, and the most windows a projected
+ * finish may need before the family counts as exhausted. */
+#define WINDOW 100000
+#define MAX_WINDOWS 50
 
 /* ---- sampling helpers ------------------------------------------------------ */
 
@@ -160,7 +165,7 @@ bool wl_generate(uint64_t seed, int64_t count, const char *family,
   dg_rng r;
   dg_rng_seed(&r, seed);
   spec_set set = {0};
-  int64_t found = 0, misses = 0;
+  int64_t found = 0, misses = 0, win_draws = 0, win_new = 0;
   dg_str s;
   dg_str_init(&s);
   dg_status rej;
@@ -184,15 +189,27 @@ bool wl_generate(uint64_t seed, int64_t count, const char *family,
         fresh = true;
       }
     }
+    win_draws++;
     if (fresh) {
       found++;
+      win_new++;
       misses = 0;
       fam = NULL;
-    } else if (++misses >= MISS_LIMIT) {
+    } else {
+      misses++;
+    }
+    /* Near a family's capacity new shapes come ever more rarely (the
+     * coupon collector's tail): give up once fewer than 1% of recent draws
+     * are new and that rate projects more than MAX_WINDOWS windows to go. */
+    if (win_draws == WINDOW) {
+      if (win_new < WINDOW / 100 && win_new * MAX_WINDOWS < count - found) misses = MISS_LIMIT;
+      win_draws = win_new = 0;
+    }
+    if (misses >= MISS_LIMIT) {
       ok = dg_fail(st, DG_ERR_INVALID,
-                   "family %s: only %lld distinct workloads found (%d draws in a row gave "
-                   "nothing new), cannot reach %lld",
-                   fam->name, (long long)found, MISS_LIMIT, (long long)count);
+                   "family %s: only %lld distinct workloads found before new ones became too "
+                   "rare, cannot reach %lld",
+                   fam->name, (long long)found, (long long)count);
       break;
     }
   }

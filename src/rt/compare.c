@@ -1,0 +1,82 @@
+/* compare.c: the numeric check of a kernel against a reference kernel on
+ * the CPU: the same inputs drawn from a seed, outputs poisoned, the
+ * reference in float64, the kernel in its own dtypes, compared with the
+ * per-dtype tolerances of check.c. Compiled C (one translation unit with
+ * both) or, for small kernels and no compiler, the interpreter. */
+#include "dragon/codegen.h"
+#include "dragon/rt.h"
+
+bool rt_compare_cpu(const dg_func *ref, const dg_func *f, uint64_t seed, bool compiled,
+                    rt_check *out, double *kernel_seconds, dg_status *st) {
+  dg_status_ok(st);
+  rt_tensors ts;
+  if (!rt_tensors_init(&ts, ref, st)) return false;
+  rt_data_fill(&ts, seed, rt_data_dist_for(ref));
+  rt_data_poison(&ts);
+  bool ok = false;
+  double t = 0;
+  if (compiled) {
+    char *src = codegen_emit_source(f, ref, &codegen_lang_c, st);
+    rt_cpu_kernel *k[2] = {NULL, NULL};
+    static const char *const names[2] = {CODEGEN_KERNEL_FN, CODEGEN_REFERENCE_FN};
+    if (src && rt_cpu_compile_many(src, names, 2, k, st)) {
+      rt_cpu_call(k[1], ts.ref_args);
+      double t0 = dg_now();
+      rt_cpu_call(k[0], ts.args);
+      t = dg_now() - t0;
+      ok = true;
+    }
+    rt_cpu_free(k[0]);
+    rt_cpu_free(k[1]);
+    free(src);
+  } else {
+    double t0 = dg_now();
+    ok = rt_interp_run(ref, ts.ref_args, true, st);
+    t0 = dg_now();
+    ok = ok && rt_interp_run(f, ts.args, false, st);
+    t = dg_now() - t0;
+  }
+  if (ok) rt_check_outputs(&ts, rt_check_reduce_len(ref), out);
+  if (kernel_seconds) *kernel_seconds = t;
+  rt_tensors_free(&ts);
+  return ok;
+}
+
+int64_t rt_kernel_iterations(const dg_func *f) {
+  /* the sum over blocks of the product of the loop extents above them */
+  int64_t total = 0;
+  struct frame {
+    const dg_stmt *s;
+    int64_t prod;
+  } stack[512];
+  int sp = 0;
+  stack[sp++] = (struct frame){f->body, 1};
+  while (sp > 0) {
+    struct frame fr = stack[--sp];
+    const dg_stmt *s = fr.s;
+    if (!s) continue;
+    switch (s->kind) {
+      case DG_STMT_FOR:
+        if (sp < 512) stack[sp++] = (struct frame){s->body, fr.prod * s->extent};
+        break;
+      case DG_STMT_SEQ:
+        for (int i = 0; i < s->n && sp < 512; i++) stack[sp++] = (struct frame){s->stmts[i], fr.prod};
+        break;
+      case DG_STMT_IF:
+        if (sp < 511) {
+          stack[sp++] = (struct frame){s->then_s, fr.prod};
+          stack[sp++] = (struct frame){s->else_s, fr.prod};
+        }
+        break;
+      case DG_STMT_BLOCK:
+        if (s->block->n_iters > 0 || s->block->body->kind == DG_STMT_STORE) total += fr.prod;
+        if (sp < 511) {
+          stack[sp++] = (struct frame){s->block->body, fr.prod};
+          stack[sp++] = (struct frame){s->block->init, fr.prod};
+        }
+        break;
+      case DG_STMT_STORE: break;
+    }
+  }
+  return total;
+}
