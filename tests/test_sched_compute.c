@@ -691,3 +691,52 @@ DG_TEST(sched_compute_tvm_trace) {
   sched_trace_free(t);
   ir_func_free(f);
 }
+
+/* The extents of the loops above a block, outermost first, as "1,4,4,...". */
+static char *loop_extents(const dg_func *f, const char *block) {
+  sched_path p;
+  dg_str o;
+  dg_str_init(&o);
+  if (sched_locate_block(f, ir_find_block(f, block), &p))
+    for (int i = 0; i < p.n; i++)
+      if (p.stmts[i]->kind == DG_STMT_FOR)
+        dg_str_printf(&o, "%s%lld", o.len ? "," : "", (long long)p.stmts[i]->extent);
+  return dg_str_take(&o);
+}
+
+DG_TEST(sched_compute_cache_tiling) {
+  /* MultiLevelTiling's pattern: tile, cache the output locally and write it
+   * back per output tile, stage an input in shared memory per k tile */
+  dg_func *f = build("batch_matmul:b=1,n=16,m=16,k=16,dtype=f32");
+  CHECK(f);
+  sched *s = sched_new(f, 1);
+  dg_status st;
+  int z = sched_get_block(s, "Z", NULL, &st);
+  int l[4], i2[2], j2[2], k2[2];
+  CHECK_EQ(sched_get_loops(s, z, l, 4, &st), 4);
+  sched_val fac[2] = {{.kind = SV_NONE}, {.kind = SV_INT, .i = 4}};
+  CHECK_EQ(sched_split(s, l[1], fac, 2, true, false, i2, &st), 2);
+  CHECK_EQ(sched_split(s, l[2], fac, 2, true, false, j2, &st), 2);
+  CHECK_EQ(sched_split(s, l[3], fac, 2, true, false, k2, &st), 2);
+  int order[6] = {i2[0], j2[0], k2[0], i2[1], j2[1], k2[1]};
+  CHECK(sched_reorder(s, order, 6, &st));
+  int cw = sched_cache_write(s, z, 0, DG_SCOPE_LOCAL, NULL, 0, &st);
+  CHECK(cw >= 0);
+  CHECK(sched_reverse_compute_at(s, cw, j2[0], true, -1, &st));
+  int cr = sched_cache_read(s, z, 0, DG_SCOPE_SHARED, &z, 1, &st);
+  CHECK(cr >= 0);
+  CHECK(sched_compute_at(s, cr, k2[0], true, -1, &st));
+  CHECK_OK(st);
+  CHECK(ir_verify(sched_func(s), &st));
+  /* b, i_0, j_0 | write-back 1 x 4 x 4; b, i_0, j_0, k_0 | copy 1 x 4 x 4 */
+  char *e1 = loop_extents(sched_func(s), "Z_local");
+  char *e2 = loop_extents(sched_func(s), "X_shared");
+  CHECK_STREQ(e1, "1,4,4,1,4,4");
+  CHECK_STREQ(e2, "1,4,4,4,1,4,4");
+  free(e1);
+  free(e2);
+  CHECK(same_outputs(f, sched_func(s)));
+  CHECK(replays(s, f));
+  sched_free(s);
+  ir_func_free(f);
+}

@@ -18,18 +18,6 @@
 #include "test.h"
 #include "wl/wl_impl.h"
 
-/* The verifier lands separately; until it does, a weak reference keeps the
- * tests linking and skips the check. */
-extern bool ir_verify(const dg_func *f, dg_status *st) __attribute__((weak));
-
-static bool verify_ok(const dg_func *f, dg_status *st) {
-  if (!ir_verify) {
-    dg_status_ok(st);
-    return true;
-  }
-  return ir_verify(f, st);
-}
-
 /* Bytes of every buffer the kernel holds: parameters and root allocations. */
 static int64_t kernel_bytes(const dg_func *f) {
   int64_t n = 0;
@@ -81,7 +69,7 @@ static dg_func *build_checked(const char *spec) {
   }
   bool ok = strcmp(f->name, "main") == 0 && strcmp(ir_func_root(f)->name, "root") == 0;
   if (!ok) dg_test_fail(__FILE__, __LINE__, "%s: kernel or root misnamed", spec);
-  if (ok && !verify_ok(f, &st)) {
+  if (ok && !ir_verify(f, &st)) {
     dg_test_fail(__FILE__, __LINE__, "%s: ir_verify: %s", spec, st.msg);
     ok = false;
   }

@@ -7,6 +7,9 @@
  * alone means `GMM/0`). A family is a function from parameters to a kernel
  * (dg_func) whose block and buffer names follow TVM's te workloads where one
  * exists, so traces written by TVM for the same kernel replay here.
+ * dtype=f16: inputs are f16 and reductions accumulate in f32 (contractions
+ * write f32, normalisations cast their output back to f16). The families,
+ * keys, aliases and the generator's mix are documented in docs/workloads.md.
  */
 #ifndef DRAGON_WL_H
 #define DRAGON_WL_H

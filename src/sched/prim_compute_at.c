@@ -22,7 +22,9 @@
  * one iteration variable v) in the moved block's regions, as TVM's
  * dimension-wise solver does; other patterns are rejected, never guessed.
  * Loops have constant extents here: a symbolic extent is replaced by its
- * constant upper bound and a predicate.
+ * constant upper bound and a predicate. TVM's stage-pipeline property of the
+ * scope (every consumer region covered by its producers) is not checked:
+ * dependences come from the blocks' declared regions.
  */
 #include <string.h>
 

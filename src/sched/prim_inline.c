@@ -252,6 +252,21 @@ static bool single_producer(inl_ctx *c, dg_status *st) {
   return true;
 }
 
+/* Finds the loads of buf in e: *first is the first one, *same whether the
+ * others have its indices. */
+static void same_loads(const dg_expr *e, const dg_buffer *buf, const dg_expr **first, bool *same) {
+  if (!e) return;
+  if (e->kind == DG_EXPR_LOAD && e->buf == buf) {
+    if (!*first) *first = e;
+    for (int i = 0; i < e->nargs; i++)
+      if (!ir_expr_equal((*first)->args[i], e->args[i])) *same = false;
+  }
+  same_loads(e->a, buf, first, same);
+  same_loads(e->b, buf, first, same);
+  same_loads(e->c, buf, first, same);
+  for (int i = 0; i < e->nargs; i++) same_loads(e->args[i], buf, first, same);
+}
+
 static bool plan_reverse(inl_ctx *c, dg_status *st) {
   dg_func *f = c->f;
   dg_block *b = c->block;
@@ -287,29 +302,16 @@ static bool plan_reverse(inl_ctx *c, dg_status *st) {
   /* the loads of buf: one index tuple */
   const dg_expr *load = NULL;
   bool same = true;
-  const dg_expr *stack[256];
-  int sp = 0;
-  for (int i = 0; i < s->nidx && sp < 255; i++) stack[sp++] = s->idx[i];
-  stack[sp++] = s->value;
-  while (sp > 0) {
-    const dg_expr *e = stack[--sp];
-    if (!e) continue;
-    if (e->kind == DG_EXPR_LOAD && e->buf == c->buf) {
-      if (!load) load = e;
-      for (int i = 0; i < e->nargs && same; i++) same = ir_expr_equal(load->args[i], e->args[i]);
-    }
-    const dg_expr *kids[3] = {e->a, e->b, e->c};
-    for (int i = 0; i < 3; i++)
-      if (kids[i] && sp < 256) stack[sp++] = kids[i];
-    for (int i = 0; i < e->nargs; i++)
-      if (sp < 256) stack[sp++] = e->args[i];
-  }
+  for (int i = 0; i < s->nidx; i++) same_loads(s->idx[i], c->buf, &load, &same);
+  same_loads(s->value, c->buf, &load, &same);
   if (!load || !same) return dg_fail(st, DG_ERR_INVALID, pattern, b->name, c->buf->name);
   if (!ps || ps->kind != DG_STMT_STORE || ps->buf != c->buf)
     return dg_fail(st, DG_ERR_INVALID, "the body of producer %s is not one store to %s",
                    c->producer->name, c->buf->name);
   /* invert the load indices: v + k at dimension d gives v = p[d] - k */
-  if (b->n_iters > (int)DG_ARRAY_LEN(c->sub)) return dg_fail(st, DG_ERR_INVALID, pattern, b->name, c->buf->name);
+  if (b->n_iters > (int)DG_ARRAY_LEN(c->sub) || c->producer->n_iters > (int)DG_ARRAY_LEN(c->sub))
+    return dg_fail(st, DG_ERR_INVALID, "blocks %s and %s have too many iteration variables",
+                   b->name, c->producer->name);
   bool mapped[64] = {false};
   c->nsub = 0;
   for (int d = 0; d < load->nargs; d++) {
@@ -369,7 +371,7 @@ static bool plan_reverse(inl_ctx *c, dg_status *st) {
   if (pred) {
     dg_subst bind[64];
     int nb = 0;
-    for (int i = 0; i < c->producer->n_iters && nb < 64; i++)
+    for (int i = 0; i < c->producer->n_iters; i++)
       bind[nb++] = (dg_subst){c->producer->iters[i].var, c->producer->iters[i].binding};
     pred = ir_subst_expr(f, pred, bind, nb);
   }

@@ -1,0 +1,67 @@
+/* test_cli_sched.c: `dragon schedule`, `dragon check`, `dragon fuzz-schedules`
+ * from the command line: output, exit codes, located errors. */
+#include <stdlib.h>
+
+#include "test.h"
+
+DG_TEST(cli_schedule_prints_kernel) {
+  char *out = NULL;
+  int rc = dg_test_run_dragon("schedule GMM/0 --trace tests/data/traces/gmm0_tiling.json", NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  CHECK(strstr(out, "for b_0_i_0_j_0_fused in 1 bind(blockIdx.x):") != NULL);
+  CHECK(strstr(out, "for b_2_i_2_j_2_fused in 2 bind(threadIdx.x):") != NULL);
+  free(out);
+  rc = dg_test_run_dragon("schedule GMM/0 --trace tests/data/traces/gmm0_tiling.json --json", NULL, &out);
+  CHECK(rc == 0);
+  char *orig = dg_read_file("tests/data/traces/gmm0_tiling.json", NULL, NULL);
+  CHECK(orig && strcmp(out, orig) == 0); /* canonical JSON round trip, byte for byte */
+  free(orig);
+  free(out);
+}
+
+DG_TEST(cli_check_pass_and_errors) {
+  char *out = NULL;
+  int rc = dg_test_run_dragon("check GMM/0 --trace tests/data/traces/gmm0_tiling.json --interp", NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  CHECK(strstr(out, "check     pass") != NULL);
+  free(out);
+  /* a trace naming a block that does not exist */
+  char path[512];
+  snprintf(path, sizeof path, "%s/bad.json", dg_test_tmpdir());
+  FILE *f = fopen(path, "w");
+  CHECK(f);
+  fputs("[[[\"GetBlock\",[],[\"Q\",\"main\"],[\"b0\"]]],[]]\n", f);
+  fclose(f);
+  char args[700];
+  snprintf(args, sizeof args, "check GMM/0 --trace %s", path);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK(rc == 1);
+  CHECK(strstr(out, "bad.json: instruction 0: GetBlock: no block named 'Q'") != NULL);
+  free(out);
+  /* truncated JSON */
+  f = fopen(path, "w");
+  fputs("[[[\"GetBlock\",[],[\"Z\",\"ma", f);
+  fclose(f);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK(rc == 1);
+  CHECK(strstr(out, "bad.json: trace JSON:1:") != NULL);
+  free(out);
+  rc = dg_test_run_dragon("check GMM/0", NULL, &out);
+  CHECK(rc == 2);
+  CHECK(strstr(out, "--trace is required") != NULL);
+  free(out);
+  rc = dg_test_run_dragon("check nosuch:x=1 --trace tests/data/traces/gmm0_tiling.json", NULL, &out);
+  CHECK(rc == 1);
+  free(out);
+}
+
+DG_TEST(cli_fuzz_schedules_small) {
+  char *out = NULL;
+  int rc = dg_test_run_dragon("fuzz-schedules --count 120 --seed 5", NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  CHECK(strstr(out, "120 schedules, 120 checked, 0 mismatches") != NULL);
+  free(out);
+  rc = dg_test_run_dragon("fuzz-schedules --count 0", NULL, &out);
+  CHECK(rc == 2);
+  free(out);
+}
