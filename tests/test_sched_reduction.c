@@ -238,7 +238,7 @@ DG_TEST(sched_reduction_decompose_invalid) {
   CHECK_EQ(sched_split(s, lm[1], fk, 2, true, false, lk, &st), 2);
   char *split = ir_print(sched_func(s));
   CHECK(sched_decompose_reduction(s, mx, lk[1], &st) < 0);
-  CHECK_ERR(st, "DecomposeReduction: loop k_1 is below loop k_0, which binds reduction variable v_k "
+  CHECK_ERR(st, "DecomposeReduction: loop k_1_1 is below loop k_0, which binds reduction variable v_k "
                 "of block T_softmax_maxelem");
   /* wrong handle kinds */
   CHECK(sched_decompose_reduction(s, lk[0], lk[0], &st) < 0);

@@ -526,9 +526,9 @@ bool prim_rfactor(prim_call *c, dg_status *st) {
       ir_block_add_iter(f, rb, it->var, it->extent, it->kind, it->binding);
       continue;
     }
-    const dg_var *vs[64];
+    const dg_var *vs[256];
     int n_vs = 0;
-    vars_in_order(it->binding, vs, 64, &n_vs);
+    vars_in_order(it->binding, vs, 256, &n_vs);
     for (int k = 0; k < n_vs; k++) {
       dg_stmt *loop = NULL;
       for (int j = 0; j < pl.lc.n; j++)
