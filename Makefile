@@ -2,6 +2,8 @@
 #   make             build ./dragon
 #   make test        the fast CPU tier (what CI runs)
 #   make test-asan   the same under ASan+UBSan (build-asan/)
+#   make test-gpu    the gpu_ tests (on a machine with a GPU; skipped elsewhere)
+#   make bench       bench/ programs (build/bench_runtime: NVRTC + GPU throughput)
 #   make fuzz        libFuzzer targets under ASan+UBSan (clang), FUZZ_SECONDS each
 # CI=1 turns warnings into errors. BUILD=dir keeps object files apart.
 
@@ -27,7 +29,7 @@ TEST_SRC := $(wildcard tests/test_*.c)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tests/main.o
 BIN      := $(BUILD)/dragon
 
-.PHONY: all test test-asan fuzz clean
+.PHONY: all test test-asan test-gpu bench fuzz clean
 all: $(BIN)
 ifeq ($(BUILD),build)
 all: dragon
@@ -63,6 +65,17 @@ test: $(BUILD)/dragon_tests $(BIN)
 test-asan:
 	$(MAKE) SANITIZE=1 BUILD=build-asan OPT=-O1 test
 
+# The gpu_ tests run for real where rt_cuda_available finds a GPU and pass
+# with a note elsewhere.
+test-gpu: $(BUILD)/dragon_tests $(BIN)
+	DRAGON_BIN=$(BIN) ./$(BUILD)/dragon_tests gpu_
+
+BENCH_SRC := $(wildcard bench/*.c)
+BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
+bench: $(BENCH_BIN)
+$(BUILD)/bench_%: $(BUILD)/bench/bench_%.o $(BUILD)/libdragon.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 FUZZ_SECONDS ?= 30
 FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 fuzz:
@@ -71,4 +84,4 @@ fuzz:
 clean:
 	rm -rf build build-asan build-fuzz dragon
 
--include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/cli/main.d
+-include $(LIB_OBJ:.o=.d) $(TEST_OBJ:.o=.d) $(BUILD)/src/cli/main.d $(BENCH_SRC:%.c=$(BUILD)/%.d)

@@ -14,7 +14,9 @@
 
 #include "dragon/base.h"
 
-#define DG_TEST(name) void test_##name(void)
+#define DG_TEST(name)         \
+  void test_##name(void); \
+  void test_##name(void)
 
 void dg_test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

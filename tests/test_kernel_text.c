@@ -575,3 +575,28 @@ DG_TEST(kt_workloads_roundtrip) {
   }
   dg_str_free(&spec);
 }
+
+/* The complete example of docs/kernel-text.md parses and is canonical
+ * (but for its comment line). */
+DG_TEST(kt_docs_example) {
+  dg_status st;
+  char *doc = dg_read_file("docs/kernel-text.md", NULL, &st);
+  CHECK_MSG(doc, "%s", st.msg);
+  char *sec = strstr(doc, "## A complete example");
+  CHECK(sec);
+  char *a = strstr(sec, "```\n");
+  CHECK(a);
+  a += 4;
+  char *b = strstr(a, "```");
+  CHECK(b);
+  *b = 0;
+  bool stable;
+  char *out = roundtrip(a, &st, &stable);
+  CHECK_MSG(out, "%s", st.msg);
+  CHECK(stable);
+  char *nl = strchr(a, '\n'); /* the first line is a comment */
+  CHECK(a[0] == '#' && nl);
+  CHECK_STREQ(out, nl + 1);
+  free(out);
+  free(doc);
+}

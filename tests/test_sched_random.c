@@ -54,7 +54,8 @@ static bool check_one(const dg_func *f, uint64_t seed, int steps, int *applied) 
 DG_TEST(sched_random_small_kernels) {
   const char *specs[] = {
       "batch_matmul:b=2,n=12,m=10,k=8,dtype=f32",
-      "C1D/0",
+      "conv1d_nlc:n=1,l=16,ci=4,co=8,kernel=3,stride=2,pad=1,dilation=1,groups=1,dtype=f32",
+      "softmax:m=6,n=10,dtype=f32",
   };
   int total = 0;
   for (size_t i = 0; i < DG_ARRAY_LEN(specs); i++) {

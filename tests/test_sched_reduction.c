@@ -252,6 +252,44 @@ DG_TEST(sched_reduction_decompose_invalid) {
   free(after);
   sched_free(s);
   ir_func_free(f);
+
+  /* a predicate conjunct over a dropped loop and a kept one: dropping it
+   * would run the init outside the block's domain, keeping it is not
+   * possible without the dropped loop */
+  f = parse("kernel main(A: f32[6, 16], C: f32[6]):\n"
+            "  block root:\n"
+            "    for i, k in grid(6, 16):\n"
+            "      block C(vi: S(6) = i, vk: R(16) = k):\n"
+            "        reads A[vi, vk]\n"
+            "        writes C[vi]\n"
+            "        where i < 5 && i + k < 18\n"
+            "        init:\n"
+            "          C[vi] = 0.0\n"
+            "        C[vi] = C[vi] + A[vi, vk]\n");
+  CHECK(f);
+  s = sched_new(f, 1);
+  int b = sched_get_block(s, "C", NULL, &st);
+  int l[2];
+  CHECK_EQ(sched_get_loops(s, b, l, 2, &st), 2);
+  CHECK(sched_decompose_reduction(s, b, l[1], &st) < 0);
+  CHECK_ERR(st, "DecomposeReduction: the predicate of block C ties loops the init block drops to "
+                "loops it keeps (i + k < 18); decompose_reduction cannot split it");
+  CHECK(verified(s));
+  sched_free(s);
+  ir_func_free(f);
+
+  /* an init that reads the reduction variable cannot stand alone */
+  char *text = row_kernel("A[vi, vk]", "C[vi] + A[vi, vk]");
+  f = parse(text);
+  free(text);
+  CHECK(f);
+  s = sched_new(f, 1);
+  b = sched_get_block(s, "C", NULL, &st);
+  CHECK_EQ(sched_get_loops(s, b, l, 2, &st), 2);
+  CHECK(sched_decompose_reduction(s, b, l[0], &st) < 0);
+  CHECK_ERR(st, "DecomposeReduction: the init of block C uses reduction variable vk");
+  sched_free(s);
+  ir_func_free(f);
 }
 
 /* Softmax's two reductions and NRM: every reduction block decomposed at its
@@ -757,6 +795,37 @@ DG_TEST(sched_reduction_trace_json) {
   CHECK(!sched_replay(s, t, false, false, &st));
   CHECK_ERR(st, "instruction 2: RFactor: loop i binds a spatial variable of block C");
   sched_trace_free(t);
+  sched_free(s);
+  ir_func_free(f);
+}
+
+/* An imperfect split of a spatial loop predicates the block; after rfactor
+ * both the rf block and the write-back block keep that predicate (found by
+ * fuzz-schedules: the write-back once ran past the buffer's end). */
+DG_TEST(sched_reduction_rfactor_keeps_spatial_predicate) {
+  dg_status st;
+  dg_func *f = wl_build("reduce_sum:m=45,n=12,dtype=f32", &st);
+  CHECK(f);
+  sched *s = sched_new(f, 1);
+  int b = sched_get_block(s, "A_red", NULL, &st);
+  CHECK(b >= 0);
+  int l[2];
+  CHECK_EQ(sched_get_loops(s, b, l, 2, &st), 2);
+  sched_val fs[2] = {I(4), NONE}; /* 45 -> [4, 12]: 48 > 45, predicated */
+  int li[2];
+  CHECK_EQ(sched_split(s, l[0], fs, 2, true, false, li, &st), 2);
+  sched_val fk[2] = {NONE, I(3)};
+  int lk[2];
+  CHECK_EQ(sched_split(s, l[1], fk, 2, true, false, lk, &st), 2);
+  CHECK(sched_rfactor(s, lk[1], 0, &st) >= 0);
+  CHECK(verified(s));
+  CHECK(same_numbers(f, sched_func(s)));
+  CHECK(replays(f, s));
+  char *txt = ir_print(sched_func(s));
+  int n_where = 0;
+  for (const char *p = txt; (p = strstr(p, "where ")); p++) n_where++;
+  CHECK_MSG(n_where == 2, "expected the predicate on both blocks:\n%s", txt);
+  free(txt);
   sched_free(s);
   ir_func_free(f);
 }

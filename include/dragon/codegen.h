@@ -5,10 +5,11 @@
  * the storage-scope prefixes, the thread index names, the math function
  * names per dtype, the f16 storage type and its conversions, vector types
  * and the helper preamble. The emitter walks the IR once and asks the table;
- * it never prints a target string of its own. Only the C table is filled in
- * here; a CUDA table is another instance of the same struct.
+ * it never prints a target string of its own. Two tables exist: C (runs on
+ * the CPU) and CUDA (device programs lowered by lower/, see
+ * codegen_emit_program below).
  *
- * The emitted kernel is one function `void NAME(void **args)`, args[i] the
+ * The emitted kernel (codegen_emit) is one function `void NAME(void **args)`, args[i] the
  * i-th parameter's dense row-major data. Values of dtype f16 are carried as
  * float holding an exact half and rounded to f16 after every operation, as a
  * GPU computing in half would; f16 buffers are stored as IEEE binary16 bits.
@@ -64,12 +65,31 @@ typedef struct dg_lang {
   /* Heap allocations bigger than this many bytes (0: never on the heap). */
   int64_t max_stack_bytes;
   const char *malloc_fn, *free_fn;
+  /* ---- device programs (codegen_emit_program) ---- */
+  /* true: threads are emulated (blocks and threads are loops, the body is
+   * split into phases at barriers); false: the hardware indices above. */
+  bool emulate_threads;
+  const char *launch_bounds_fmt; /* printf format of the thread count, or NULL */
+  const char *align16;           /* qualifier that aligns an array to 16 bytes */
+  const char *unroll_pragma;     /* line before an implicitly unrolled loop, or NULL */
+  const char *dyn_shared_decl;   /* declares dg_dyn_smem (bytes), or NULL */
+  /* Warp shuffles, printf formats of (mask, value, offset, width) and
+   * (mask, value, lane, width); NULL where threads are emulated. */
+  const char *shfl_down_fmt, *shfl_fmt;
+  /* Vector types: by lanes for float and int32 arithmetic, by bytes for
+   * raw copies (any dtype); NULL entries: not vectorized. */
+  const char *vec_float[9];
+  const char *vec_int[9];
+  const char *vec_bits[17];
+  const char *lane_field[8]; /* member names of the lanes: x y z w */
 } dg_lang;
 
 /* The C target: runs on the CPU, every thread-bound loop a plain loop. */
 extern const dg_lang codegen_lang_c;
+/* CUDA C for sm_90 (lang_cuda.c): device programs only. */
+extern const dg_lang codegen_lang_cuda;
 
-/* A table by name ("c"); NULL if unknown. */
+/* A table by name ("c", "cuda"); NULL if unknown. */
 const dg_lang *codegen_lang_find(const char *name);
 
 typedef struct {
@@ -95,5 +115,28 @@ char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,
 
 /* Whether some block of f stores to parameter i (what makes it an output). */
 bool codegen_param_written(const dg_func *f, int i);
+
+/* ---- device programs (emit_device.c) ---------------------------------------- */
+
+struct lw_program_s;
+/* A lowered program (lower.h) as source text. CUDA: the preamble and one
+ * `extern "C" __global__` function per launch, named as the launch
+ * (lw_kernel.name), its parameters typed pointers in lw_kernel.params order,
+ * __launch_bounds__ of its thread count. C: the preamble, one static
+ * function per launch that emulates it (serial loops over the grid, the
+ * body split at barriers into phases, each phase a loop over the threads;
+ * per-thread local arrays indexed by the thread number; warp shuffles done
+ * over the lanes in the same order of operations), and the host entry
+ * `void CODEGEN_PROGRAM_FN(void **args)`, args[i] the program's parameter
+ * i, which allocates the intermediate buffers and runs every launch in
+ * order. Fails (NULL, st set) on what a target cannot express, e.g. a
+ * barrier under a condition on the thread index. Caller frees. */
+#define CODEGEN_PROGRAM_FN "dg_program"
+char *codegen_emit_program(const struct lw_program_s *p, const dg_lang *lang, dg_status *st);
+/* The C target's program and `reference` (may be NULL; the unscheduled
+ * kernel, same parameters) as CODEGEN_REFERENCE_FN in float64 reference
+ * mode, in one translation unit, as codegen_emit_source. Caller frees. */
+char *codegen_emit_program_source(const struct lw_program_s *p, const dg_func *reference,
+                                  dg_status *st);
 
 #endif

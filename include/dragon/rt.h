@@ -114,6 +114,12 @@ typedef struct {
 
 /* Compares every output's data with its ref. */
 void rt_check_outputs(const rt_tensors *ts, int64_t K, rt_check *out);
+/* The same, where an element out of tolerance still passes if its error is
+ * within a small factor of the error of `base` (the unscheduled kernel run
+ * in its own dtypes on the same inputs: base->t[i].data) at that element:
+ * a schedule is not blamed for the kernel's own ill-conditioning. */
+void rt_check_outputs_baseline(const rt_tensors *ts, const rt_tensors *base, int64_t K,
+                               rt_check *out);
 
 /* ---- interpreter (interp.c) ---------------------------------------------- */
 

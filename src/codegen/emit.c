@@ -18,24 +18,14 @@
  * reports, and it does not lower thread bindings or insert barriers (that is
  * lower/'s job).
  */
-#include "dragon/codegen.h"
+#include "codegen/emit_impl.h"
 
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-  dg_str out;
-  const dg_lang *L;
-  bool ref;
-  dg_status *st;
-  bool failed;
-  const dg_block *block; /* innermost block, for messages */
-  DG_VEC(const dg_buffer *) live; /* buffers declared in scope */
-  DG_VEC(const char *) buf_names;  /* every buffer's name (vars must differ) */
-  int indent;
-} emitter;
+typedef cg_emitter emitter;
 
 static void fail(emitter *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void fail(emitter *e, const char *fmt, ...) {
@@ -45,8 +35,9 @@ static void fail(emitter *e, const char *fmt, ...) {
   va_start(ap, fmt);
   dg_vfail(e->st, DG_ERR_INVALID, fmt, ap);
   va_end(ap);
-  dg_status_prefix(e->st, "codegen %s: block %s", e->L->name,
-                   e->block ? e->block->name : "(none)");
+  if (!e->block && e->where) dg_status_prefix(e->st, "codegen %s: %s", e->L->name, e->where);
+  else dg_status_prefix(e->st, "codegen %s: block %s", e->L->name,
+                        e->block ? e->block->name : "(none)");
 }
 
 /* ---- names --------------------------------------------------------------- */
@@ -95,6 +86,7 @@ static bool names_a_buffer(const emitter *e, const char *s) {
 }
 
 static void put_var(emitter *e, const dg_var *v) {
+  if (e->var_hook && e->var_hook(e, v)) return;
   if (name_usable(e, v->name) && !names_a_buffer(e, v->name)) dg_str_puts(&e->out, v->name);
   else dg_str_printf(&e->out, "dg_v%d", v->id);
 }
@@ -209,6 +201,7 @@ static void access(emitter *e, const dg_buffer *b, dg_expr *const *idx, int n) {
   bool wide = ir_buffer_numel(b) > INT32_MAX;
   put_buf(e, b);
   dg_str_putc(&e->out, '[');
+  if (e->offset_hook) e->offset_hook(e, b);
   int64_t stride = 1;
   int64_t strides[DG_MAX_DIMS];
   for (int d = n; d-- > 0;) {
@@ -384,6 +377,7 @@ static void expr(emitter *e, const dg_expr *x) {
       return;
     case DG_EXPR_VAR: put_var(e, x->var); return;
     case DG_EXPR_LOAD: {
+      if (e->load_hook && e->load_hook(e, x)) return;
       bool conv = is_f16_value(e, x->buf->dtype);
       if (conv) dg_str_printf(&e->out, "%s(", e->L->half_to_float);
       access(e, x->buf, x->args, x->nargs);
@@ -753,3 +747,27 @@ char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,
   free(r);
   return dg_str_take(&out);
 }
+
+/* ---- the interface of emit_impl.h ------------------------------------------ */
+
+void codegen_em_fail(cg_emitter *e, const char *fmt, ...) {
+  if (e->failed) return;
+  char msg[400];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  fail(e, "%s", msg);
+}
+void codegen_em_expr(cg_emitter *e, const dg_expr *x) { expr(e, x); }
+void codegen_em_access(cg_emitter *e, const dg_buffer *b, dg_expr *const *idx, int n) {
+  access(e, b, idx, n);
+}
+void codegen_em_var(cg_emitter *e, const dg_var *v) { put_var(e, v); }
+void codegen_em_buf(cg_emitter *e, const dg_buffer *b) { put_buf(e, b); }
+void codegen_em_int(cg_emitter *e, int64_t v, dg_dtype t) { put_int(e, v, t); }
+void codegen_em_indent(cg_emitter *e) { put_indent(e); }
+const char *codegen_em_storage_type(const cg_emitter *e, dg_dtype t) { return storage_type(e, t); }
+const char *codegen_em_value_type(const cg_emitter *e, dg_dtype t) { return value_type(e, t); }
+bool codegen_em_is_ident(const char *s) { return is_ident(s); }
+bool codegen_em_name_usable(const cg_emitter *e, const char *s) { return name_usable(e, s); }

@@ -1,5 +1,6 @@
-/* lang.c: the language tables. Only C is filled in; the emitter (emit.c)
- * reads nothing target-specific from anywhere else.
+/* lang.c: the C language table and the lookup of tables by name (the CUDA
+ * table is in lang_cuda.c); the emitters read nothing target-specific from
+ * anywhere else.
  *
  * The C preamble carries the helpers whose semantics must match the IR and
  * the interpreter (src/rt/interp.c) exactly: floordiv/floormod rounding
@@ -153,6 +154,8 @@ const dg_lang codegen_lang_c = {
     .max_stack_bytes = 64 * 1024,
     .malloc_fn = "malloc",
     .free_fn = "free",
+    .emulate_threads = true,
+    .align16 = "_Alignas(16) ",
 };
 
 /* Every math function needs an f32 and an f64 name in every table. */
@@ -163,7 +166,7 @@ static bool lang_complete(const dg_lang *l) {
 }
 
 const dg_lang *codegen_lang_find(const char *name) {
-  static const dg_lang *const tables[] = {&codegen_lang_c};
+  static const dg_lang *const tables[] = {&codegen_lang_c, &codegen_lang_cuda};
   for (size_t i = 0; i < DG_ARRAY_LEN(tables); i++)
     if (strcmp(tables[i]->name, name) == 0) {
       DG_ASSERT(lang_complete(tables[i]));

@@ -1225,7 +1225,7 @@ static dg_stmt *block_stmt(parser *p, int indent) {
   dg_block *b = ir_block_new(p->f, tok_str(p, nt));
   define(p, NS_BLOCK, nt, b);
   int mark = p->nscope;
-  plist iters = {0};
+  plist iters = {0}, ents = {0};
   if (accept(p, "(")) {
     if (!is_p(peek(p), ")")) {
       for (;;) {
@@ -1252,6 +1252,7 @@ static dg_stmt *block_stmt(parser *p, int indent) {
           FAIL(p, bt, "the binding of '%s' must be an i32 expression, found %s", it->var->name, dt(bind.e->dtype));
         it->binding = bind.e;
         plist_push(p, &iters, it);
+        plist_push(p, &ents, e);
         if (!accept(p, ",")) break;
       }
     }
@@ -1263,8 +1264,7 @@ static dg_stmt *block_stmt(parser *p, int indent) {
   b->iters = DG_ANEWN(p->f->arena, dg_iter, iters.n ? iters.n : 1);
   for (int i = 0; i < iters.n; i++) {
     b->iters[i] = *(dg_iter *)iters.v[i];
-    show(p, lookup(p, NS_VAR, &(tok){.k = T_IDENT, .s = b->iters[i].var->name,
-                                     .len = (int)strlen(b->iters[i].var->name)}));
+    show(p, ents.v[i]);
   }
   int bi = body_indent(p, indent);
   if (bi >= 0) {

@@ -25,10 +25,13 @@
  * C = min(C, x) with init the dtype's largest value, C = max(C, x) with init
  * its lowest; the load of C must be the left operand.
  *
- * Assumes TVM's preconditions except two it cannot state here: bindings are
- * not checked to be affine, and a block under an `if` or one that allocates
- * buffers is refused by RFactor. New variables are fresh copies (unique
- * names: vi becomes vi_1 where TVM would reuse vi). */
+ * Where this differs from TVM: bindings are not checked to be affine; the
+ * rf buffer is `<buf>_rf` (TVM: `<buf>.rf`); RFactor refuses a block under
+ * an `if` or one that allocates buffers; DecomposeReduction drops the
+ * predicate conjuncts over the loops the init leaves out, as TVM does, but
+ * refuses a conjunct that ties such a loop to a kept one (TVM drops it too
+ * and its init then runs outside the block's domain). New variables are
+ * fresh copies with unique names (vi becomes vi_1 where TVM reuses vi). */
 #include <string.h>
 
 #include "sched/region.h"
@@ -115,12 +118,74 @@ static void insert_before(dg_func *f, const sched_path *p, int k, dg_stmt *stage
   }
 }
 
-/* ---- DecomposeReduction ------------------------------------------------------------ */
+/* Vars of e in order of first appearance, appended to out (no repeats). */
+static void vars_in_order(const dg_expr *e, const dg_var **out, int max, int *n) {
+  if (!e) return;
+  if (e->kind == DG_EXPR_VAR) {
+    for (int i = 0; i < *n; i++)
+      if (out[i] == e->var) return;
+    if (*n < max) out[(*n)++] = e->var;
+    return;
+  }
+  vars_in_order(e->a, out, max, n);
+  vars_in_order(e->b, out, max, n);
+  vars_in_order(e->c, out, max, n);
+  for (int i = 0; i < e->nargs; i++) vars_in_order(e->args[i], out, max, n);
+}
 
 static bool uses_any_var(const dg_expr *e, dg_var *const *vars, int n) {
   for (int i = 0; i < n; i++)
     if (ir_expr_uses_var(e, vars[i])) return true;
   return false;
+}
+
+static bool stmt_uses_var(const dg_stmt *s, const dg_var *v) {
+  if (!s) return false;
+  switch (s->kind) {
+    case DG_STMT_FOR: return stmt_uses_var(s->body, v);
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++)
+        if (stmt_uses_var(s->stmts[i], v)) return true;
+      return false;
+    case DG_STMT_IF:
+      return ir_expr_uses_var(s->cond, v) || stmt_uses_var(s->then_s, v) ||
+             stmt_uses_var(s->else_s, v);
+    case DG_STMT_STORE:
+      for (int i = 0; i < s->nidx; i++)
+        if (ir_expr_uses_var(s->idx[i], v)) return true;
+      return ir_expr_uses_var(s->value, v);
+    case DG_STMT_BLOCK: {
+      const dg_block *b = s->block;
+      for (int i = 0; i < b->n_iters; i++)
+        if (ir_expr_uses_var(b->iters[i].binding, v)) return true;
+      return ir_expr_uses_var(b->predicate, v) || stmt_uses_var(b->init, v) ||
+             stmt_uses_var(b->body, v);
+    }
+  }
+  return false;
+}
+
+/* ---- DecomposeReduction ------------------------------------------------------------ */
+
+/* A conjunct of pred that uses one of `drop` and some other variable too,
+ * or NULL. Dropping it would lose a bound on the kept loops; TVM drops it
+ * anyway and its init block then runs outside the block's domain. */
+static const dg_expr *mixed_conjunct(const dg_expr *pred, dg_var *const *drop, int n) {
+  if (!pred) return NULL;
+  if (pred->kind == DG_EXPR_AND) {
+    const dg_expr *m = mixed_conjunct(pred->a, drop, n);
+    return m ? m : mixed_conjunct(pred->b, drop, n);
+  }
+  if (!uses_any_var(pred, drop, n)) return NULL;
+  const dg_var *vs[256];
+  int n_vs = 0;
+  vars_in_order(pred, vs, 256, &n_vs);
+  for (int i = 0; i < n_vs; i++) {
+    bool dropped = false;
+    for (int k = 0; k < n; k++) dropped |= vs[i] == drop[k];
+    if (!dropped) return pred;
+  }
+  return NULL;
 }
 
 /* The conjuncts of pred that use none of `drop` (NULL: none left, true). */
@@ -163,6 +228,32 @@ bool prim_decompose_reduction(prim_call *c, dg_status *st) {
                        "the init must go at or above every reduction loop",
                        l->loop_var->name, lc.loop[i]->loop_var->name, b->iters[r].var->name,
                        b->name);
+    if (stmt_uses_var(b->init, b->iters[r].var))
+      return dg_fail(st, DG_ERR_INVALID, "the init of block %s uses reduction variable %s",
+                     b->name, b->iters[r].var->name);
+  }
+  /* loops from the block up to `loop`: copied when a spatial binding uses
+   * them, dropped (with the predicate conjuncts over them) otherwise */
+  bool keep[256] = {false};
+  dg_var *dropped[256];
+  int n_drop = 0;
+  for (int i = lc.n - 1; i >= at; i--) {
+    for (int k = 0; k < b->n_iters && !keep[i]; k++)
+      keep[i] = b->iters[k].kind == DG_ITER_SPATIAL &&
+                ir_expr_uses_var(b->iters[k].binding, lc.loop[i]->loop_var);
+    if (!keep[i]) dropped[n_drop++] = lc.loop[i]->loop_var;
+  }
+  const dg_expr *mixed = mixed_conjunct(b->predicate, dropped, n_drop);
+  if (mixed) {
+    dg_str m;
+    dg_str_init(&m);
+    ir_print_expr(&m, mixed);
+    dg_fail(st, DG_ERR_INVALID,
+            "the predicate of block %s ties loops the init block drops to loops it keeps (%s); "
+            "decompose_reduction cannot split it",
+            b->name, m.s);
+    dg_str_free(&m);
+    return false;
   }
 
   /* the init block: the spatial iteration variables, copied */
@@ -187,22 +278,12 @@ bool prim_decompose_reduction(prim_call *c, dg_status *st) {
   }
   copy_anns(f, &ib->anns, &b->anns);
 
-  /* loops from the block up to `loop`: copied when a spatial binding uses
-   * them, dropped (with the predicate conjuncts over them) otherwise */
-  dg_var *dropped[256];
-  int n_drop = 0;
   dg_subst lmap[256];
   int n_l = 0;
   dg_stmt *nest = ir_block_stmt(f, ib);
   for (int i = lc.n - 1; i >= at; i--) {
     dg_stmt *old = lc.loop[i];
-    bool used = false;
-    for (int k = 0; k < ib->n_iters && !used; k++)
-      used = ir_expr_uses_var(ib->iters[k].binding, old->loop_var);
-    if (!used) {
-      dropped[n_drop++] = old->loop_var;
-      continue;
-    }
+    if (!keep[i]) continue;
     dg_var *v = fresh_var(f, &np, dg_arena_printf(f->arena, "%s_init", old->loop_var->name));
     nest = ir_for(f, v, old->extent, old->loop_kind, old->tag, nest);
     copy_anns(f, &nest->anns, &old->anns);
@@ -310,21 +391,6 @@ static bool is_load_of(const dg_expr *e, const dg_stmt *store) {
   for (int i = 0; i < e->nargs; i++)
     if (!ir_expr_equal(e->args[i], store->idx[i])) return false;
   return true;
-}
-
-/* Vars of e in order of first appearance, appended to out (no repeats). */
-static void vars_in_order(const dg_expr *e, const dg_var **out, int max, int *n) {
-  if (!e) return;
-  if (e->kind == DG_EXPR_VAR) {
-    for (int i = 0; i < *n; i++)
-      if (out[i] == e->var) return;
-    if (*n < max) out[(*n)++] = e->var;
-    return;
-  }
-  vars_in_order(e->a, out, max, n);
-  vars_in_order(e->b, out, max, n);
-  vars_in_order(e->c, out, max, n);
-  for (int i = 0; i < e->nargs; i++) vars_in_order(e->args[i], out, max, n);
 }
 
 static dg_expr **insert_axis(dg_func *f, dg_expr *const *idx, int n, int axis, dg_expr *x) {
@@ -441,6 +507,23 @@ static bool rf_check_reducer(dg_func *f, rf_plan *pl, dg_status *st) {
   return false;
 }
 
+/* The loops RFactor removes around the write-back block: the block's loops
+ * other than rf that bind a reduction variable. */
+static int rf_dropped_loops(const rf_plan *pl, dg_var **out, int max) {
+  int n = 0;
+  for (int i = 0; i < pl->lc.n && n < max; i++) {
+    dg_stmt *l = pl->lc.loop[i];
+    if (l == pl->rf) continue;
+    for (int k = 0; k < pl->b->n_iters; k++)
+      if (pl->b->iters[k].kind == DG_ITER_REDUCE &&
+          ir_expr_uses_var(pl->b->iters[k].binding, l->loop_var)) {
+        out[n++] = l->loop_var;
+        break;
+      }
+  }
+  return n;
+}
+
 static bool rf_check(prim_call *c, rf_plan *pl, dg_status *st) {
   sched *s = c->s;
   dg_func *f = s->f;
@@ -470,6 +553,25 @@ static bool rf_check(prim_call *c, rf_plan *pl, dg_status *st) {
     return dg_fail(st, DG_ERR_INVALID, "block %s allocates buffers; rfactor does not support that", b->name);
   if (!rf_check_loops(pl, st)) return false;
   if (!rf_check_reducer(f, pl, st)) return false;
+  /* the write-back block keeps the predicate's conjuncts over the loops it
+   * keeps; one that ties them to a dropped reduction loop has no meaning
+   * there (TVM would drop it, leaving rf entries that are never written) */
+  dg_var *drop[256];
+  int n_drop = rf_dropped_loops(pl, drop, 256);
+  const dg_expr *mixed = mixed_conjunct(b->predicate, drop, n_drop);
+  if (mixed) {
+    char *txt = NULL;
+    dg_str m;
+    dg_str_init(&m);
+    ir_print_expr(&m, mixed);
+    txt = dg_str_take(&m);
+    dg_fail(st, DG_ERR_INVALID,
+            "the predicate of block %s ties reduction loops other than %s to loops the "
+            "write-back keeps (%s); rfactor does not support that",
+            b->name, pl->rf->loop_var->name, txt);
+    free(txt);
+    return false;
+  }
   const dg_buffer *buf = pl->upd->buf;
   int nd = buf->ndim;
   if (a->i < -(nd + 1) || a->i > nd)
@@ -498,6 +600,8 @@ bool prim_rfactor(prim_call *c, dg_status *st) {
   dg_func *f = s->f;
   rf_plan pl;
   if (!rf_check(c, &pl, st)) return false;
+  dg_var *drop[256];
+  int n_drop = rf_dropped_loops(&pl, drop, 256);
   dg_block *b = pl.b;
   dg_stmt *rf = pl.rf;
   dg_buffer *buf = pl.upd->buf;
@@ -615,7 +719,7 @@ bool prim_rfactor(prim_call *c, dg_status *st) {
   b->n_writes = 0;
   add_point(f, b, rbuf, wridx, false);
   add_point(f, b, buf, widx, true);
-  b->predicate = NULL;
+  b->predicate = keep_conjuncts(f, b->predicate, drop, n_drop);
 
   /* drop the loops only reductions other than rf's use, innermost first (a
    * slot then holds what the loop held), then put the rf nest before the

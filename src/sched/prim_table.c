@@ -32,4 +32,6 @@ const prim_apply_fn sched_prim_table[SCHED_INST_COUNT] = {
     [SCHED_INST_REVERSE_COMPUTE_INLINE] = prim_reverse_compute_inline,
     [SCHED_INST_DECOMPOSE_REDUCTION] = prim_decompose_reduction,
     [SCHED_INST_RFACTOR] = prim_rfactor,
+    [SCHED_INST_BLOCKIZE] = prim_blockize,
+    [SCHED_INST_TENSORIZE] = prim_tensorize,
 };

@@ -133,6 +133,8 @@ bool prim_compute_inline(prim_call *c, dg_status *st);
 bool prim_reverse_compute_inline(prim_call *c, dg_status *st);
 bool prim_decompose_reduction(prim_call *c, dg_status *st);
 bool prim_rfactor(prim_call *c, dg_status *st);
+bool prim_blockize(prim_call *c, dg_status *st);
+bool prim_tensorize(prim_call *c, dg_status *st);
 /* ComputeInline (reverse: ReverseComputeInline) of a live block, for
  * ComputeAt's inline mark and SampleComputeLocation (prim_inline.c);
  * check_only answers whether it is legal and changes nothing. */

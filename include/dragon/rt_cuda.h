@@ -1,0 +1,300 @@
+/* rt_cuda.h: the CUDA runtime and the crash-isolated workers.
+ *
+ * Libraries (cuda_api.c): libcuda and libnvrtc are opened with dlopen, never
+ * linked, so dragon starts and runs its CPU paths where CUDA is absent.
+ * NVRTC (nvrtc.c): CUDA C source to CUBIN (sm_XX) or PTX (compute_XX), one
+ * source or many on a thread pool, several kernels per compilation.
+ * Runs (cuda_run.c): a program (launches over device buffers) loaded,
+ * launched, checked against the CPU's float64 reference and timed with
+ * events, L2 flushed before each timed run. Workers (worker.c): processes
+ * that run jobs sent over a socket, so that a fault, a sticky CUDA error or
+ * a hang costs one job, never the run; generic, the CPU runner uses them too.
+ *
+ * Fork safety: CUDA must not be initialised in a process that forks workers
+ * which use CUDA. rt_cuda_available probes the GPU in a child process for
+ * that reason; rt_cuda_ctx_new initialises CUDA in the calling process and
+ * belongs in workers (or in programs that never fork).
+ */
+#ifndef DRAGON_RT_CUDA_H
+#define DRAGON_RT_CUDA_H
+
+#include "dragon/rt.h"
+
+/* ---- libraries (cuda_api.c) ---------------------------------------------- */
+
+/* Opens libnvrtc (DRAGON_CUDA_LIB_DIR, the loader's path, /usr/local/cuda
+ * and its siblings). False, with a message naming what was tried, if absent. */
+bool rt_nvrtc_available(dg_status *st);
+/* Opens libcuda.so.1 and checks, in a child process, that the driver
+ * initialises and sees at least one GPU. The answer is cached. */
+bool rt_cuda_available(dg_status *st);
+
+typedef struct {
+  char name[128];
+  int cc_major, cc_minor;
+  int sm_count;
+  int64_t l2_bytes;
+  int64_t mem_bytes;
+  int smem_optin; /* the most dynamic shared memory a block may opt into */
+  int driver_version; /* 13000 for 13.0 */
+} rt_cuda_device;
+
+/* The device seen by the probe of rt_cuda_available (device 0). */
+bool rt_cuda_device_info(rt_cuda_device *out, dg_status *st);
+
+/* ---- NVRTC (nvrtc.c) ------------------------------------------------------ */
+
+/* A compiled module: a CUBIN image for an sm_XX target, NUL-terminated PTX
+ * for a compute_XX target. The log is NVRTC's (warnings on success, the
+ * errors on failure), never NULL after a compile call. */
+typedef struct {
+  char *image;
+  size_t size;    /* bytes of image (PTX: including the NUL) */
+  bool is_ptx;
+  char arch[16];  /* "sm_90" */
+  char *log;
+  double seconds; /* wall time of the compilation */
+} rt_cubin;
+
+void rt_cubin_free(rt_cubin *b);
+
+/* Compiles src (kernels declared extern "C" __global__) for arch ("sm_90",
+ * "sm_90a", "compute_90"); name is the file name in messages. On failure
+ * st says "nvrtc: NAME.cu: ..." with the first lines of the log, and
+ * out->log holds the whole log (free it with rt_cubin_free either way). */
+bool rt_nvrtc_compile(const char *src, const char *name, const char *arch, rt_cubin *out,
+                      dg_status *st);
+
+typedef struct {
+  const char *src, *name, *arch;
+} rt_nvrtc_job;
+
+/* Compiles n jobs on `threads` threads (<= 0: one per online CPU). out[i]
+ * and sts[i] are job i's result. Returns how many compiled. */
+int rt_nvrtc_compile_batch(const rt_nvrtc_job *jobs, int n, int threads, rt_cubin *out,
+                           dg_status *sts);
+
+/* Many kernels, `per_call` of them per NVRTC compilation: each compilation
+ * is the preamble followed by its kernels' sources (each defining its own
+ * uniquely named extern "C" kernels). A compilation that fails is retried
+ * one kernel at a time, so that a broken kernel costs only itself. */
+typedef struct {
+  rt_cubin *bins;  /* (n_bins) the modules */
+  int n_bins;
+  int *bin_of;     /* (n) kernel i's module, or -1 if it failed */
+  dg_status *st;   /* (n) kernel i's status */
+  int n, n_ok;
+} rt_nvrtc_grouped;
+
+void rt_nvrtc_compile_grouped(const char *preamble, const char *const *kernels, int n,
+                              int per_call, int threads, const char *arch,
+                              rt_nvrtc_grouped *out);
+void rt_nvrtc_grouped_free(rt_nvrtc_grouped *g);
+
+int rt_cpu_count(void); /* online CPUs, at least 1 */
+
+/* ---- programs, runs and timing (cuda_run.c) -------------------------------- */
+
+/* Why a candidate failed; one list gives the enum and the names. */
+#define RT_FAIL_LIST(X)                                                       \
+  X(NONE, "ok")                                                               \
+  X(COMPILE, "compile error")                                                 \
+  X(SETUP, "setup error")          /* no GPU, out of memory, bad program */   \
+  X(LOAD, "load error")            /* module or kernel not loadable */        \
+  X(LAUNCH, "launch error")        /* the launch was refused */               \
+  X(ILLEGAL_ADDRESS, "illegal address")                                       \
+  X(DEVICE, "device error")        /* another error while the kernel ran */   \
+  X(TIMEOUT, "timeout")                                                       \
+  X(WRONG, "wrong numbers")                                                   \
+  X(CRASH, "worker crashed")
+typedef enum {
+#define X(id, name) RT_FAIL_##id,
+  RT_FAIL_LIST(X)
+#undef X
+  RT_FAIL_COUNT
+} rt_fail;
+const char *rt_fail_name(rt_fail f);
+
+/* A device buffer of a program: a kernel parameter (param >= 0: index into
+ * the kernel's parameters, the order of rt_tensors) or an intermediate
+ * (param = -1), which the program allocates and nobody reads back. */
+typedef struct {
+  const char *name;
+  dg_dtype dtype;
+  int64_t numel;
+  int param;
+  bool is_output;
+} rt_cuda_buf;
+
+typedef enum {
+  RT_CUDA_ARG_BUF, /* a buffer's device pointer: buf */
+  RT_CUDA_ARG_I32, /* i */
+  RT_CUDA_ARG_I64, /* i */
+  RT_CUDA_ARG_F32, /* f */
+} rt_cuda_arg_kind;
+
+typedef struct {
+  rt_cuda_arg_kind kind;
+  int buf;
+  int64_t i;
+  double f;
+} rt_cuda_arg;
+
+/* One kernel launch: grid and block dims, dynamic shared memory (above 48
+ * KiB the kernel's limit is raised first), and its arguments in order. */
+typedef struct {
+  const char *kernel;
+  int grid[3], block[3];
+  int shared_bytes;
+  const rt_cuda_arg *args;
+  int n_args;
+} rt_cuda_launch;
+
+/* A program: launches run in order on one stream over a set of buffers.
+ * What the lowering of one scheduled kernel produces. */
+typedef struct {
+  const rt_cuda_buf *bufs;
+  int n_bufs;
+  const rt_cuda_launch *launches;
+  int n_launches;
+} rt_cuda_program;
+
+typedef struct {
+  int warmup;       /* untimed runs after the checked one */
+  int repeats;      /* timed runs (0: the checked run only) */
+  bool flush_l2;    /* write a buffer larger than L2 before each timed run */
+  double timeout_s; /* per run of the program; 0: 10 s */
+} rt_cuda_timing;
+
+/* Seconds; quartiles interpolated between order statistics. */
+typedef struct {
+  int n;
+  double median, min, max, q1, q3;
+} rt_time_stats;
+
+void rt_time_stats_of(const double *samples, int n, rt_time_stats *out);
+
+typedef struct {
+  rt_fail fail;
+  char reason[320];  /* "" when ok */
+  rt_time_stats t;   /* when repeats > 0 and ok */
+  bool checked;      /* the outputs were compared with a reference */
+  rt_check check;
+  bool ctx_broken;   /* a sticky error: the process must be replaced */
+} rt_cuda_result;
+
+typedef struct rt_cuda_ctx rt_cuda_ctx;
+
+/* Initialises CUDA in this process (see fork safety above), the device's
+ * primary context, a stream and events. */
+bool rt_cuda_ctx_new(int device, rt_cuda_ctx **out, dg_status *st);
+void rt_cuda_ctx_free(rt_cuda_ctx *c);
+const rt_cuda_device *rt_cuda_ctx_device(const rt_cuda_ctx *c);
+bool rt_cuda_ctx_broken(const rt_cuda_ctx *c);
+
+/* Runs prog from bin: allocates the buffers, copies host[i] (NULL allowed:
+ * then the buffer holds poison) into each non-output buffer, poisons the
+ * outputs and intermediates (NaN bytes for floats, 0xA5 for integers), runs
+ * the program once, copies every output with a host[i] back, then runs
+ * warmup + repeats times, timing each repeat with events around the launches
+ * only. The result says ok or why not; never a crash on a bad program. */
+void rt_cuda_run(rt_cuda_ctx *c, const rt_cubin *bin, const rt_cuda_program *prog,
+                 void **host, const rt_cuda_timing *tm, rt_cuda_result *res);
+
+/* out[i] (ts->n of them) describes parameter i: the buffers of a program
+ * before its intermediates. */
+void rt_cuda_bufs_for_params(const rt_tensors *ts, rt_cuda_buf *out);
+
+/* The program of a lowered kernel (lower.h): its parameters, then its
+ * global allocations; one launch per lowered kernel, its arguments the
+ * kernel's buffers in lw_kernel.params order (as codegen's CUDA target
+ * declares them), its dynamic shared memory as lowered. Everything in a. */
+struct lw_program_s;
+bool rt_cuda_program_from_lowered(const struct lw_program_s *lp, dg_arena *a,
+                                  rt_cuda_program *out, dg_status *st);
+
+/* host[i] = ts->args[prog->bufs[i].param] for parameters, NULL otherwise. */
+void rt_cuda_host_from_tensors(const rt_cuda_program *prog, const rt_tensors *ts,
+                               void **host);
+
+/* A data set file: the kernel's inputs and the reference's outputs, written
+ * once by the parent (after computing the reference) and mapped by workers.
+ * K is the reduction length for the tolerance (rt_check_reduce_len). */
+bool rt_cuda_data_write(const rt_tensors *ts, int64_t K, const char *path, dg_status *st);
+
+/* ---- GPU jobs through workers (cuda_run.c) ---------------------------------- */
+
+/* A job: the module, the program, the timing, and either a data set file
+ * (then the outputs are checked against its reference) or, with data_path
+ * NULL, inputs drawn from seed in the worker and no check. */
+typedef struct {
+  const rt_cubin *bin;
+  const rt_cuda_program *prog;
+  const char *data_path;
+  uint64_t seed;
+  rt_cuda_timing timing;
+} rt_cuda_job;
+
+void rt_cuda_job_encode(const rt_cuda_job *job, dg_str *out);
+
+struct rt_worker_pool;
+struct rt_worker_result;
+/* A pool whose workers run rt_cuda_job messages on device 0. */
+bool rt_cuda_pool_new(int n_workers, int max_active, double timeout_s,
+                      struct rt_worker_pool **out, dg_status *st);
+/* The result of a job run by such a pool; a crash or a timeout of the
+ * worker becomes RT_FAIL_CRASH or RT_FAIL_TIMEOUT with its reason. */
+void rt_cuda_result_from_worker(const struct rt_worker_result *wr, rt_cuda_result *out);
+
+/* ---- crash-isolated workers (worker.c) ------------------------------------- */
+
+/* Runs in the worker process: handles one job, appends its reply. Returns
+ * false to retire the worker after the reply (a broken CUDA context). */
+typedef bool (*rt_worker_fn)(void *ctx, const void *job, size_t len, dg_str *reply);
+
+typedef struct {
+  int n_workers;    /* processes, >= 1 */
+  int max_active;   /* jobs running at once; 0: n_workers (1 for GPU timing) */
+  double timeout_s; /* default per job, from dispatch; past it the worker is killed */
+  rt_worker_fn fn;  /* with ctx: must exist when the pool forks (it is inherited) */
+  void *ctx;
+} rt_worker_opts;
+
+typedef enum {
+  RT_WORKER_REPLIED,   /* the handler replied */
+  RT_WORKER_CRASHED,   /* the worker died: a signal, an exit, a lost socket */
+  RT_WORKER_TIMED_OUT, /* killed past its deadline */
+} rt_worker_outcome;
+
+typedef struct rt_worker_result {
+  uint64_t id;
+  rt_worker_outcome outcome;
+  char reason[160]; /* "killed by SIGSEGV", "timed out after 0.30 s", "" */
+  char *reply;      /* REPLIED: the reply (NUL-terminated for convenience) */
+  size_t reply_len;
+  double seconds;   /* dispatch to completion */
+} rt_worker_result;
+
+typedef struct rt_worker_pool rt_worker_pool;
+
+/* Starts the workers. */
+bool rt_worker_pool_new(const rt_worker_opts *o, rt_worker_pool **out, dg_status *st);
+/* Kills the workers and frees everything. NULL is allowed. */
+void rt_worker_pool_free(rt_worker_pool *p);
+/* Queues a copy of the job. timeout_s <= 0: the pool's default. */
+void rt_worker_pool_submit(rt_worker_pool *p, uint64_t id, const void *job, size_t len,
+                           double timeout_s);
+/* Dispatches queued jobs to idle workers and waits for the next one to
+ * finish, in completion order. False with st ok when nothing is queued or
+ * running; false with st set if workers cannot be started. */
+bool rt_worker_pool_next(rt_worker_pool *p, rt_worker_result *r, dg_status *st);
+int rt_worker_pool_pending(const rt_worker_pool *p); /* queued + running */
+int rt_worker_pool_restarts(const rt_worker_pool *p); /* workers replaced so far */
+void rt_worker_result_free(rt_worker_result *r);
+
+/* One job in a fresh child process that sees this process's state as it is
+ * now (for example a kernel compiled a moment ago by rt_cpu_compile). */
+bool rt_worker_call(rt_worker_fn fn, void *ctx, const void *job, size_t len,
+                    double timeout_s, rt_worker_result *r, dg_status *st);
+
+#endif

@@ -1,0 +1,98 @@
+/* tsel.h: TSEL, the typed schedule edit language (spec: TSEL.md; the
+ * project's own choices: docs/tsel.md).
+ *
+ * A TSEL document is one schedule of one kernel as an optimization graph:
+ * edits t1..tn (each one or a few trace instructions, with typed operands
+ * that name earlier edits' outputs), `why` lines linked to edits and
+ * `expect` lines about the whole schedule. lift turns a trace into a graph,
+ * lower turns a graph back into the exact trace; the printer gives one
+ * canonical spelling, the parser reads it back with `line:col: message`
+ * errors, the checker types every operand (and, given the kernel, checks
+ * extents, buffer indices, thread limits and scopes before anything runs),
+ * and explain writes why/expect lines from compiler-derived numbers.
+ *
+ * Guarantees (tests/test_tsel.c): lower(lift(T)) == T for every trace;
+ * lift(lower(G)) == G for every canonical G; every instruction kind has a
+ * form (`raw`), so nothing is lost on import.
+ */
+#ifndef DRAGON_TSEL_H
+#define DRAGON_TSEL_H
+
+#include "dragon/sched.h"
+
+typedef struct tsel_graph tsel_graph;
+
+/* ---- text ------------------------------------------------------------------ */
+
+/* Parses a document. Errors are "FILE:line:col: message" (filename NULL:
+ * "line:col: message"). Parsing checks the lexical form only; tsel_check
+ * does the rest. */
+tsel_graph *tsel_parse(const char *text, const char *filename, dg_status *st);
+/* The canonical text (caller frees). print(parse(x)) == x for every x that
+ * parses. */
+char *tsel_print(const tsel_graph *g);
+void tsel_graph_free(tsel_graph *g);
+/* The SPEC of the header line `tsel 1 kernel SPEC`. */
+const char *tsel_graph_kernel(const tsel_graph *g);
+int tsel_graph_edit_count(const tsel_graph *g);
+/* Removes every why and expect line (comments and edits stay). */
+void tsel_graph_strip_explanations(tsel_graph *g);
+
+/* ---- measured records ---------------------------------------------------- */
+
+/* What a tuning record says about one schedule: its latency and that of the
+ * unscheduled kernel, in seconds (either may be missing). */
+typedef struct {
+  bool has_latency;
+  double latency_s;
+  bool has_base;
+  double base_latency_s;
+} tsel_record;
+
+/* Reads a record: a JSON object with "run_secs" (a number or a list, whose
+ * median is taken) or "latency_s", and "unscheduled_secs" (number or list)
+ * or "unscheduled_latency_s". Other keys are ignored. */
+bool tsel_record_parse(const char *json, tsel_record *out, dg_status *st);
+
+/* ---- lift and lower ---------------------------------------------------------- */
+
+/* Trace -> canonical graph whose header names kernel_spec. With a kernel,
+ * why/expect lines are added (tsel_explain; rec may be NULL). Fails only
+ * for traces whose handles are not serial in order of definition or are
+ * used before they are defined (sched_trace_from_json never gives those). */
+tsel_graph *tsel_lift(const sched_trace *t, const char *kernel_spec, const dg_func *kernel,
+                      const tsel_record *rec, dg_status *st);
+/* Graph -> trace. Runs the kernel-free checks first (tsel_check with no
+ * kernel); errors are located. */
+sched_trace *tsel_lower(const tsel_graph *g, dg_status *st);
+
+/* ---- checking -------------------------------------------------------------- */
+
+typedef enum {
+  TSEL_TARGET_CUDA, /* every scope, thread bindings */
+  TSEL_TARGET_CPU,  /* global and local scopes only */
+} tsel_target;
+
+/* Types every operand of every edit, def-before-use in replay order, stale
+ * handles, arity, literal types, why/expect links. With a kernel also: tile
+ * products equal loop extents, buffer indices exist, thread extents within
+ * limits, scopes valid for the target. Returns false with the first error
+ * as "FILE:line:col: tN OP: message". */
+bool tsel_check(const tsel_graph *g, const dg_func *kernel, tsel_target target, dg_status *st);
+
+/* ---- explanations ---------------------------------------------------------- */
+
+/* Replaces g's why/expect lines with ones generated from facts computed on
+ * the kernel (tile factors and products, threads per block, shared-memory
+ * bytes of staged tiles, vector widths, unroll steps) and, with a record,
+ * the measured latency and speedup. Deterministic for a graph, kernel and
+ * record. Fails only if g does not check against the kernel. */
+bool tsel_explain(tsel_graph *g, const dg_func *kernel, const tsel_record *rec, dg_status *st);
+
+/* ---- TVM's Python form ------------------------------------------------------- */
+
+/* The trace as TVM's Trace.as_python prints it (`l2, l3 = sch.split(...)`),
+ * one statement a line; for size comparisons. Caller frees. */
+char *tsel_trace_to_python(const sched_trace *t);
+
+#endif

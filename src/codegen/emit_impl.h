@@ -1,0 +1,47 @@
+/* emit_impl.h: the expression emitter shared by emit.c (one kernel as a
+ * loop nest) and emit_device.c (lowered device programs).
+ *
+ * The emitter state is one struct; emit_device.c sets the hooks to print
+ * thread indices, vector lanes and per-thread offsets its own way. All
+ * names are internal to codegen/.
+ */
+#ifndef DRAGON_CODEGEN_EMIT_IMPL_H
+#define DRAGON_CODEGEN_EMIT_IMPL_H
+
+#include "dragon/codegen.h"
+
+typedef struct cg_emitter cg_emitter;
+struct cg_emitter {
+  dg_str out;
+  const dg_lang *L;
+  bool ref;
+  dg_status *st;
+  bool failed;
+  const dg_block *block; /* innermost block, for messages */
+  const char *where;     /* message context used when block is NULL */
+  DG_VEC(const dg_buffer *) live; /* buffers declared in scope */
+  DG_VEC(const char *) buf_names;  /* every buffer's name (vars must differ) */
+  int indent;
+  /* Hooks (NULL: none). var_hook and load_hook print the node themselves
+   * and return true, or return false to let the emitter print it;
+   * offset_hook may print "base + " inside the brackets of an access. */
+  bool (*var_hook)(cg_emitter *e, const dg_var *v);
+  bool (*load_hook)(cg_emitter *e, const dg_expr *x);
+  void (*offset_hook)(cg_emitter *e, const dg_buffer *b);
+  void *user;
+};
+
+void codegen_em_fail(cg_emitter *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void codegen_em_expr(cg_emitter *e, const dg_expr *x);
+/* buf[idx...] flattened row-major (with the offset hook's prefix). */
+void codegen_em_access(cg_emitter *e, const dg_buffer *b, dg_expr *const *idx, int n);
+void codegen_em_var(cg_emitter *e, const dg_var *v);
+void codegen_em_buf(cg_emitter *e, const dg_buffer *b);
+void codegen_em_int(cg_emitter *e, int64_t v, dg_dtype t);
+void codegen_em_indent(cg_emitter *e);
+const char *codegen_em_storage_type(const cg_emitter *e, dg_dtype t);
+const char *codegen_em_value_type(const cg_emitter *e, dg_dtype t);
+bool codegen_em_is_ident(const char *s);
+bool codegen_em_name_usable(const cg_emitter *e, const char *s);
+
+#endif

@@ -1,0 +1,277 @@
+/* compact.c: shared and local buffers shrunk to the region they use (TVM's
+ * PlanAndUpdateBufferAllocationLocation + CompactBufferAllocation).
+ *
+ * A cache buffer is declared with the shape of the tensor it caches, but a
+ * launch uses only a tile of it. The tile is found where TVM finds it: at
+ * the innermost loop enclosing every access (the lowest common ancestor).
+ * Loops above it are fixed (their variables stay in the tile's offset);
+ * loops below it are relaxed over their ranges; so are the thread indices
+ * and virtual threads for a shared buffer, which all threads of a block
+ * share. A local buffer is per thread: its thread indices stay fixed, and
+ * each enclosing virtual thread gets a leading dimension of its own (as
+ * InjectVirtualThread gives every virtual thread its own copy).
+ *
+ * Per access and dimension: min = the index with relaxed variables at 0,
+ * and the index minus min is bounded by interval analysis; accesses whose
+ * mins differ by a constant are merged. Where that does not hold the
+ * dimension keeps its full extent, which is always correct. Every access is
+ * then re-indexed relative to the tile.
+ *
+ * Like TVM it assumes the schedule does not carry a tile's values from one
+ * iteration of a fixed loop to the next.
+ */
+#include <string.h>
+
+#include "lower/lower_impl.h"
+
+#define MAX_DEPTH 64
+#define MAX_VT 3
+
+typedef struct {
+  dg_expr **idx;
+  int n;
+  const lw_stmt *loops[MAX_DEPTH];
+  int depth;
+} access;
+
+typedef struct {
+  const dg_buffer *buf;
+  DG_VEC(access) acc;
+  const lw_stmt *stack[MAX_DEPTH];
+  int depth;
+  bool too_deep;
+} collector;
+
+static void collect_expr(collector *c, const dg_expr *e) {
+  if (!e) return;
+  if (e->kind == DG_EXPR_LOAD || e->kind == DG_EXPR_CALL) {
+    for (int i = 0; i < e->nargs; i++) collect_expr(c, e->args[i]);
+    if (e->kind == DG_EXPR_LOAD && e->buf == c->buf) {
+      access a = {.idx = e->args, .n = e->nargs, .depth = c->depth};
+      memcpy(a.loops, c->stack, sizeof(a.loops[0]) * (size_t)c->depth);
+      DG_VEC_PUSH(&c->acc, a);
+    }
+    return;
+  }
+  collect_expr(c, e->a);
+  collect_expr(c, e->b);
+  collect_expr(c, e->c);
+}
+
+static void collect(collector *c, const lw_stmt *s) {
+  if (!s) return;
+  switch (s->kind) {
+    case LW_SEQ:
+      for (int i = 0; i < s->n; i++) collect(c, s->stmts[i]);
+      return;
+    case LW_FOR:
+      if (c->depth == MAX_DEPTH) {
+        c->too_deep = true;
+        return;
+      }
+      c->stack[c->depth++] = s;
+      collect(c, s->body);
+      c->depth--;
+      return;
+    case LW_IF:
+      collect_expr(c, s->cond);
+      collect(c, s->then_s);
+      collect(c, s->else_s);
+      return;
+    case LW_STORE:
+      for (int i = 0; i < s->nidx; i++) collect_expr(c, s->idx[i]);
+      collect_expr(c, s->value);
+      if (s->buf == c->buf) {
+        access a = {.idx = s->idx, .n = s->nidx, .depth = c->depth};
+        memcpy(a.loops, c->stack, sizeof(a.loops[0]) * (size_t)c->depth);
+        DG_VEC_PUSH(&c->acc, a);
+      }
+      return;
+    case LW_BARRIER:
+    case LW_ALLREDUCE: return;
+  }
+}
+
+/* The new index of a dimension: old - min (simplified), with the virtual
+ * thread variables in front for local buffers under vthreads. */
+typedef struct {
+  dg_expr *min[DG_MAX_DIMS];
+  dg_var *vt[MAX_VT];
+  int nvt;
+  const dg_ranges *r;
+} reindex_ctx;
+
+static dg_expr **reindex(dg_func *f, dg_expr *const *idx, int n, void *vctx) {
+  reindex_ctx *x = vctx;
+  dg_expr **out = DG_ANEWN(f->arena, dg_expr *, n + x->nvt);
+  for (int i = 0; i < x->nvt; i++) out[i] = ir_var(f, x->vt[i]);
+  for (int d = 0; d < n; d++)
+    out[x->nvt + d] = ir_simplify(f, ir_sub(f, idx[d], x->min[d]), x->r);
+  return out;
+}
+
+static lw_stmt *rewrite(dg_func *f, const lw_stmt *s, const dg_buffer *from, dg_buffer *to,
+                        reindex_ctx *x) {
+  if (!s) return NULL;
+  lw_stmt *c = lw_copy(f, s);
+  switch (s->kind) {
+    case LW_SEQ:
+      c->stmts = DG_ANEWN(f->arena, lw_stmt *, s->n > 0 ? s->n : 1);
+      for (int i = 0; i < s->n; i++) c->stmts[i] = rewrite(f, s->stmts[i], from, to, x);
+      break;
+    case LW_FOR: c->body = rewrite(f, s->body, from, to, x); break;
+    case LW_IF:
+      c->cond = lw_expr_rebuf(f, s->cond, from, to, reindex, x);
+      c->then_s = rewrite(f, s->then_s, from, to, x);
+      c->else_s = rewrite(f, s->else_s, from, to, x);
+      break;
+    case LW_STORE: {
+      dg_expr **idx = DG_ANEWN(f->arena, dg_expr *, s->nidx > 0 ? s->nidx : 1);
+      for (int i = 0; i < s->nidx; i++) idx[i] = lw_expr_rebuf(f, s->idx[i], from, to, reindex, x);
+      c->value = lw_expr_rebuf(f, s->value, from, to, reindex, x);
+      if (s->buf == from) {
+        c->buf = to;
+        c->idx = reindex(f, idx, s->nidx, x);
+        c->nidx = to->ndim;
+      } else {
+        c->idx = idx;
+      }
+      break;
+    }
+    case LW_BARRIER:
+    case LW_ALLREDUCE: break;
+  }
+  return c;
+}
+
+static bool is_shared(const dg_buffer *b) {
+  return b->scope == DG_SCOPE_SHARED || b->scope == DG_SCOPE_SHARED_DYN;
+}
+
+/* The tile of one buffer; false only on internal limits (then the buffer
+ * is left as it is). */
+static dg_buffer *compact_one(lw_program *p, lw_kernel *k, dg_buffer *b, lw_stmt **body) {
+  dg_func *f = p->f;
+  collector c = {.buf = b};
+  collect(&c, *body);
+  dg_buffer *out = b;
+  if (c.too_deep || c.acc.len == 0) goto done;
+  /* the lowest common ancestor: the common prefix of the loop stacks */
+  int lca = c.acc.data[0].depth;
+  for (size_t i = 1; i < c.acc.len; i++) {
+    int j = 0;
+    while (j < lca && j < c.acc.data[i].depth && c.acc.data[i].loops[j] == c.acc.data[0].loops[j]) j++;
+    lca = j;
+  }
+  bool shared = is_shared(b);
+  reindex_ctx x = {0};
+  dg_ranges fixed = {0};
+  for (int t = 0; t < DG_TAG_COUNT; t++) {
+    dg_var *tv = k->tag_var[t];
+    if (!tv) continue;
+    bool blk = dg_thread_tag_is_block((dg_thread_tag)t);
+    int d = t == DG_TAG_BLOCK_X || t == DG_TAG_THREAD_X ? 0 : t == DG_TAG_BLOCK_Y || t == DG_TAG_THREAD_Y ? 1 : 2;
+    if (blk || !shared) ir_ranges_push(&fixed, tv, 0, (blk ? k->grid : k->block)[d] - 1);
+  }
+  for (int j = 0; j < lca; j++) {
+    const lw_stmt *l = c.acc.data[0].loops[j];
+    if (l->loop_kind == LW_LOOP_VTHREAD) {
+      if (shared) continue;
+      if (x.nvt == MAX_VT || b->ndim + x.nvt + 1 > DG_MAX_DIMS) goto done;
+      x.vt[x.nvt++] = l->var;
+    }
+    if (fixed.n < (int)DG_ARRAY_LEN(fixed.var)) ir_ranges_push(&fixed, l->var, 0, l->extent - 1);
+  }
+  int64_t new_shape[DG_MAX_DIMS];
+  for (int d = 0; d < b->ndim; d++) {
+    dg_expr *m0 = NULL;
+    int64_t lo = 0, hi = -1;
+    bool ok = true;
+    for (size_t i = 0; i < c.acc.len && ok; i++) {
+      const access *a = &c.acc.data[i];
+      dg_ranges r = fixed;
+      dg_subst zmap[MAX_DEPTH + DG_TAG_COUNT];
+      int nz = 0;
+      for (int j = 0; j < a->depth; j++) {
+        const lw_stmt *l = a->loops[j];
+        bool relaxed = j >= lca || (shared && l->loop_kind == LW_LOOP_VTHREAD);
+        if (!relaxed) continue;
+        zmap[nz++] = (dg_subst){l->var, ir_int_t(f, 0, l->var->dtype)};
+        if (r.n < (int)DG_ARRAY_LEN(r.var)) ir_ranges_push(&r, l->var, 0, l->extent - 1);
+      }
+      if (shared)
+        for (int t = DG_TAG_THREAD_X; t <= DG_TAG_THREAD_Z; t++) {
+          dg_var *tv = k->tag_var[t];
+          if (!tv) continue;
+          zmap[nz++] = (dg_subst){tv, ir_int_t(f, 0, tv->dtype)};
+          if (r.n < (int)DG_ARRAY_LEN(r.var)) ir_ranges_push(&r, tv, 0, k->block[t - DG_TAG_THREAD_X] - 1);
+        }
+      dg_expr *e = a->idx[d];
+      dg_expr *m = ir_simplify(f, ir_subst_expr(f, e, zmap, nz), &r);
+      dg_interval iv = ir_expr_bounds(ir_simplify(f, ir_sub(f, e, m), &r), &r);
+      if (iv.lo < 0 || iv.hi >= b->shape[d]) {
+        ok = false;
+        break;
+      }
+      if (!m0) {
+        m0 = m;
+        lo = iv.lo;
+        hi = iv.hi;
+        continue;
+      }
+      int64_t delta;
+      if (!ir_is_const_int(ir_simplify(f, ir_sub(f, m, m0), &r), &delta)) {
+        ok = false;
+        break;
+      }
+      if (delta + iv.lo < lo) lo = delta + iv.lo;
+      if (delta + iv.hi > hi) hi = delta + iv.hi;
+    }
+    if (!ok || hi - lo + 1 >= b->shape[d]) {
+      x.min[d] = ir_int_t(f, 0, c.acc.data[0].idx[d]->dtype);
+      new_shape[d] = b->shape[d];
+    } else {
+      x.min[d] = ir_simplify(f, ir_add(f, m0, ir_int_t(f, lo, m0->dtype)), &fixed);
+      new_shape[d] = hi - lo + 1;
+    }
+  }
+  int64_t shape[DG_MAX_DIMS];
+  int nd = 0;
+  for (int i = 0; i < x.nvt; i++)
+    for (int j = 0; j < lca; j++)
+      if (c.acc.data[0].loops[j]->var == x.vt[i]) shape[nd++] = c.acc.data[0].loops[j]->extent;
+  for (int d = 0; d < b->ndim; d++) shape[nd++] = new_shape[d];
+  out = ir_buffer_new(f, b->name, b->dtype, nd, shape, b->scope);
+  x.r = &fixed;
+  *body = rewrite(f, *body, b, out, &x);
+done:
+  DG_VEC_FREE(&c.acc);
+  return out;
+}
+
+/* The buffers of an allreduce are already one element (or one slot per
+ * warp) and are named by the allreduce itself, which has no indices. */
+static bool allreduce_buf(const lw_stmt *s, const dg_buffer *b) {
+  if (!s) return false;
+  switch (s->kind) {
+    case LW_SEQ:
+      for (int i = 0; i < s->n; i++)
+        if (allreduce_buf(s->stmts[i], b)) return true;
+      return false;
+    case LW_FOR: return allreduce_buf(s->body, b);
+    case LW_IF: return allreduce_buf(s->then_s, b) || allreduce_buf(s->else_s, b);
+    case LW_ALLREDUCE: return s->src == b || s->dst == b || s->scratch == b;
+    default: return false;
+  }
+}
+
+bool lower_compact_buffers(lw_program *p, lw_kernel *k, dg_status *st) {
+  (void)st;
+  for (int i = 0; i < k->n_shared; i++)
+    if (!allreduce_buf(k->body, k->shared[i]))
+      k->shared[i] = compact_one(p, k, k->shared[i], &k->body);
+  for (int i = 0; i < k->n_local; i++)
+    if (!allreduce_buf(k->body, k->local[i]))
+      k->local[i] = compact_one(p, k, k->local[i], &k->body);
+  return true;
+}

@@ -1,0 +1,404 @@
+/* convert.c: one root statement of a scheduled kernel -> the body of one
+ * device launch.
+ *
+ * Blocks disappear: their iteration variables are replaced by their
+ * bindings (substituted and simplified, rather than kept as scalar lets, so
+ * that the later passes see every index as an expression of loop and thread
+ * variables), the predicate becomes an `if`, and the init statement runs
+ * under `if (every reduce binding == 0)` as TVM's LowerInitBlock does.
+ * Loops bound to blockIdx/threadIdx become the launch's dims: every loop
+ * bound to one tag must have the same extent, and its variable is replaced
+ * by the tag's index variable (so nested loops bound to one tag, as
+ * MetaSchedule's cooperative fetch makes them, name the same thread).
+ * vthread and vectorized loops stay loops for their own passes. Buffers
+ * allocated by blocks inside the launch become its shared or per-thread
+ * local allocations.
+ *
+ * It assumes a kernel the verifier accepts. It does not compact buffers or
+ * insert barriers (compact.c, sync.c); cross-thread reductions are handed to
+ * allreduce.c.
+ */
+#include <inttypes.h>
+#include <string.h>
+
+#include "lower/lower_impl.h"
+
+static bool convfail(lw_conv *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool convfail(lw_conv *c, const char *fmt, ...) {
+  if (c->failed) return false;
+  c->failed = true;
+  va_list ap;
+  va_start(ap, fmt);
+  dg_vfail(c->st, DG_ERR_INVALID, fmt, ap);
+  va_end(ap);
+  if (c->block) dg_status_prefix(c->st, "lower: kernel %s: block %s", c->k->name, c->block->name);
+  else dg_status_prefix(c->st, "lower: kernel %s", c->k->name);
+  return false;
+}
+
+/* ---- allocations ------------------------------------------------------------ */
+
+static void add_buf(dg_buffer ***arr, int *n, dg_buffer *b) {
+  for (int i = 0; i < *n; i++)
+    if ((*arr)[i] == b) return;
+  dg_buffer **na = dg_malloc(sizeof(*na) * (size_t)(*n + 1));
+  if (*n) memcpy(na, *arr, sizeof(*na) * (size_t)*n);
+  free(*arr);
+  na[(*n)++] = b;
+  *arr = na;
+}
+
+static bool register_alloc(lw_conv *c, dg_buffer *b) {
+  switch (b->scope) {
+    case DG_SCOPE_SHARED:
+    case DG_SCOPE_SHARED_DYN: add_buf(&c->k->shared, &c->k->n_shared, b); return true;
+    case DG_SCOPE_LOCAL: add_buf(&c->k->local, &c->k->n_local, b); return true;
+    case DG_SCOPE_GLOBAL:
+      return convfail(c, "buffer %s of scope global is allocated inside the launch "
+                         "(allocate it in the root block)", b->name);
+    default:
+      return convfail(c, "buffer %s in scope %s needs tensorized blocks, which this "
+                         "lowering does not turn into fragments", b->name,
+                      dg_scope_name(b->scope));
+  }
+}
+
+dg_buffer *lower_new_local(lw_program *p, lw_kernel *k, const char *base, dg_dtype t) {
+  int64_t one = 1;
+  dg_buffer *b = ir_buffer_new(p->f, lw_fresh_name(p, base), t, 1, &one, DG_SCOPE_LOCAL);
+  add_buf(&k->local, &k->n_local, b);
+  return b;
+}
+
+dg_buffer *lower_new_shared(lw_program *p, lw_kernel *k, const char *base, dg_dtype t,
+                            int64_t n) {
+  dg_buffer *b = ir_buffer_new(p->f, lw_fresh_name(p, base), t, 1, &n, DG_SCOPE_SHARED);
+  add_buf(&k->shared, &k->n_shared, b);
+  return b;
+}
+
+/* ---- tags ------------------------------------------------------------------- */
+
+static int tag_dim(dg_thread_tag t) {
+  switch (t) {
+    case DG_TAG_BLOCK_X: case DG_TAG_THREAD_X: case DG_TAG_VTHREAD_X: return 0;
+    case DG_TAG_BLOCK_Y: case DG_TAG_THREAD_Y: case DG_TAG_VTHREAD_Y: return 1;
+    default: return 2;
+  }
+}
+
+dg_var *lower_conv_bind(lw_conv *c, dg_thread_tag tag, int64_t extent, const char *loop,
+                        dg_status *st) {
+  lw_kernel *k = c->k;
+  int64_t *dims = dg_thread_tag_is_block(tag) ? k->grid : k->block;
+  int d = tag_dim(tag);
+  if (k->tag_var[tag]) {
+    if (dims[d] != extent) {
+      dg_fail(st, DG_ERR_INVALID,
+              "lower: kernel %s: loop %s is bound to %s with extent %" PRId64
+              ", but another loop bound to it has extent %" PRId64,
+              k->name, loop, dg_thread_tag_name(tag), extent, dims[d]);
+      return NULL;
+    }
+    return k->tag_var[tag];
+  }
+  dims[d] = extent;
+  k->tag_var[tag] = ir_var_new(c->p->f, dg_thread_tag_name(tag), DG_I32);
+  return k->tag_var[tag];
+}
+
+/* Records every blockIdx/threadIdx loop of the launch before converting,
+ * so that the tag variables' ranges hold everywhere. blockIdx loops must
+ * not sit under other loops (the launch starts at the grid). */
+static bool prescan(lw_conv *c, const dg_stmt *s, bool under_other) {
+  if (!s) return true;
+  switch (s->kind) {
+    case DG_STMT_FOR: {
+      bool bound = s->loop_kind == DG_LOOP_THREAD &&
+                   (dg_thread_tag_is_block(s->tag) || dg_thread_tag_is_thread(s->tag));
+      if (bound) {
+        if (dg_thread_tag_is_block(s->tag) && under_other)
+          return convfail(c, "loop %s is bound to %s under a loop that is not bound to blockIdx",
+                          s->loop_var->name, dg_thread_tag_name(s->tag));
+        if (!lower_conv_bind(c, s->tag, s->extent, s->loop_var->name, c->st)) {
+          c->failed = true;
+          return false;
+        }
+      }
+      bool other = under_other || !(bound && dg_thread_tag_is_block(s->tag));
+      return prescan(c, s->body, other);
+    }
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++)
+        if (!prescan(c, s->stmts[i], under_other)) return false;
+      return true;
+    case DG_STMT_BLOCK:
+      return prescan(c, s->block->init, true) && prescan(c, s->block->body, true);
+    case DG_STMT_IF:
+      return prescan(c, s->then_s, true) && prescan(c, s->else_s, true);
+    case DG_STMT_STORE: return true;
+  }
+  return true;
+}
+
+/* ---- expressions -------------------------------------------------------------- */
+
+dg_expr *lower_conv_expr(lw_conv *c, dg_expr *e) {
+  if (!e) return NULL;
+  dg_expr *x = ir_subst_expr(c->p->f, e, c->map, c->n_map);
+  return ir_simplify(c->p->f, x, &c->ranges);
+}
+
+static bool push_map(lw_conv *c, const dg_var *from, dg_expr *to) {
+  if (c->n_map >= (int)DG_ARRAY_LEN(c->map))
+    return convfail(c, "too many nested loops and iteration variables (limit %d)",
+                    (int)DG_ARRAY_LEN(c->map));
+  c->map[c->n_map++] = (dg_subst){from, to};
+  return true;
+}
+
+static bool push_range(lw_conv *c, const dg_var *v, int64_t extent) {
+  if (c->ranges.n >= (int)DG_ARRAY_LEN(c->ranges.var))
+    return convfail(c, "loop nest too deep (more than %d loops)", (int)DG_ARRAY_LEN(c->ranges.var));
+  ir_ranges_push(&c->ranges, v, 0, extent - 1);
+  return true;
+}
+
+/* ---- statements ----------------------------------------------------------------- */
+
+static bool uses_thread_tag(const lw_conv *c, const dg_expr *e) {
+  for (int t = DG_TAG_THREAD_X; t <= DG_TAG_THREAD_Z; t++)
+    if (c->k->tag_var[t] && ir_expr_uses_var(e, c->k->tag_var[t])) return true;
+  return false;
+}
+
+static lw_stmt *conv_block(lw_conv *c, const dg_stmt *s) {
+  dg_block *b = s->block;
+  dg_func *f = c->p->f;
+  const dg_block *outer = c->block;
+  c->block = b;
+  int map0 = c->n_map;
+  lw_stmt *out = NULL;
+  const dg_ann *lo = ir_anns_get(&b->anns, "meta_schedule.thread_extent_low_inclusive");
+  const dg_ann *hi = ir_anns_get(&b->anns, "meta_schedule.thread_extent_high_inclusive");
+  if ((lo && lo->kind == DG_ANN_INT) || (hi && hi->kind == DG_ANN_INT)) {
+    int64_t threads = 1;
+    for (int t = DG_TAG_THREAD_X; t <= DG_TAG_THREAD_Z; t++)
+      if (c->tags_in_scope & (1u << t)) threads *= c->k->block[tag_dim((dg_thread_tag)t)];
+    lw_kernel *k = c->k;
+    k->checks = dg_realloc(k->checks, sizeof(*k->checks) * (size_t)(k->n_checks + 1));
+    k->checks[k->n_checks++] = (lw_thread_check){
+        .block = b->name,
+        .low = lo && lo->kind == DG_ANN_INT ? lo->i : -1,
+        .high = hi && hi->kind == DG_ANN_INT ? hi->i : -1,
+        .threads = threads,
+    };
+  }
+  for (int i = 0; i < b->n_allocs; i++)
+    if (!register_alloc(c, b->allocs[i])) goto done;
+  /* Bindings first (they refer only to enclosing loops), then the map. */
+  dg_expr **bind = DG_ANEWN(f->arena, dg_expr *, b->n_iters > 0 ? b->n_iters : 1);
+  for (int i = 0; i < b->n_iters; i++) bind[i] = lower_conv_expr(c, b->iters[i].binding);
+  for (int i = 0; i < b->n_iters; i++) {
+    if (b->iters[i].kind == DG_ITER_REDUCE && uses_thread_tag(c, bind[i])) {
+      convfail(c, "its reduction variable %s is bound to a thread index, but the loops "
+                  "around it do not form a cross-thread reduction (perfectly nested "
+                  "reduction loops over a `+ * min max` update)", b->iters[i].var->name);
+      goto done;
+    }
+    if (!push_map(c, b->iters[i].var, bind[i])) goto done;
+  }
+  lw_stmt *parts[2] = {NULL, NULL};
+  if (b->init) {
+    dg_expr *cond = NULL;
+    for (int i = 0; i < b->n_iters; i++) {
+      if (b->iters[i].kind != DG_ITER_REDUCE) continue;
+      dg_expr *eq = ir_bin(f, DG_EXPR_EQ, bind[i], ir_int_t(f, 0, bind[i]->dtype));
+      cond = cond ? ir_bin(f, DG_EXPR_AND, cond, eq) : eq;
+    }
+    lw_stmt *init = lower_conv_stmt(c, b->init);
+    if (c->failed) goto done;
+    if (cond) {
+      cond = ir_simplify(f, cond, &c->ranges);
+      int64_t v;
+      if (ir_is_const_int(cond, &v) && cond->dtype == DG_BOOL) init = v ? init : NULL;
+      else init = lw_if(f, cond, init, NULL);
+    }
+    parts[0] = init;
+  }
+  parts[1] = lower_conv_stmt(c, b->body);
+  if (c->failed) goto done;
+  out = lw_seq(f, parts, 2);
+  if (b->predicate) {
+    dg_expr *p = lower_conv_expr(c, b->predicate);
+    int64_t v;
+    if (!(ir_is_const_int(p, &v) && v)) out = lw_if(f, p, out, NULL);
+  }
+done:
+  c->n_map = map0;
+  c->block = outer;
+  return c->failed ? NULL : out;
+}
+
+static lw_stmt *conv_for(lw_conv *c, const dg_stmt *s) {
+  dg_func *f = c->p->f;
+  bool matched = false;
+  lw_stmt *red = lower_cross_thread_reduction(c, s, &matched, c->st);
+  if (matched) {
+    if (!red) c->failed = true;
+    return red;
+  }
+  if (s->loop_kind == DG_LOOP_THREAD &&
+      (dg_thread_tag_is_block(s->tag) || dg_thread_tag_is_thread(s->tag))) {
+    dg_var *tv = c->k->tag_var[s->tag];
+    DG_ASSERT(tv); /* prescan saw every bound loop */
+    unsigned saved = c->tags_in_scope;
+    c->tags_in_scope |= 1u << s->tag;
+    if (!push_map(c, s->loop_var, ir_var(f, tv))) return NULL;
+    lw_stmt *body = lower_conv_stmt(c, s->body);
+    c->n_map--;
+    c->tags_in_scope = saved;
+    return body;
+  }
+  lw_loop_kind kind = LW_LOOP_SERIAL;
+  if (s->loop_kind == DG_LOOP_UNROLLED) kind = LW_LOOP_UNROLLED;
+  else if (s->loop_kind == DG_LOOP_VECTORIZED) kind = LW_LOOP_VECTORIZED;
+  else if (s->loop_kind == DG_LOOP_THREAD) kind = LW_LOOP_VTHREAD;
+  if (kind == LW_LOOP_VTHREAD && s->extent > c->k->max_vthread) c->k->max_vthread = s->extent;
+  if (!push_range(c, s->loop_var, s->extent)) return NULL;
+  lw_stmt *body = lower_conv_stmt(c, s->body);
+  ir_ranges_pop(&c->ranges, 1);
+  if (c->failed) return NULL;
+  lw_stmt *l = lw_for(f, s->loop_var, s->extent, kind, body);
+  l->tag = kind == LW_LOOP_VTHREAD ? s->tag : DG_TAG_NONE;
+  const dg_ann *ms = ir_anns_get(&s->anns, "pragma_auto_unroll_max_step");
+  const dg_ann *ex = ir_anns_get(&s->anns, "pragma_unroll_explicit");
+  if (ms && ms->kind == DG_ANN_INT) l->unroll_max_step = ms->i;
+  if (ex && ex->kind == DG_ANN_INT) l->unroll_explicit = ex->i != 0;
+  return l;
+}
+
+lw_stmt *lower_conv_stmt(lw_conv *c, const dg_stmt *s) {
+  if (!s || c->failed) return NULL;
+  dg_func *f = c->p->f;
+  switch (s->kind) {
+    case DG_STMT_FOR: return conv_for(c, s);
+    case DG_STMT_SEQ: {
+      lw_stmt **xs = DG_ANEWN(f->arena, lw_stmt *, s->n > 0 ? s->n : 1);
+      for (int i = 0; i < s->n; i++) {
+        xs[i] = lower_conv_stmt(c, s->stmts[i]);
+        if (c->failed) return NULL;
+      }
+      return lw_seq(f, xs, s->n);
+    }
+    case DG_STMT_BLOCK: return conv_block(c, s);
+    case DG_STMT_STORE: {
+      dg_expr **idx = DG_ANEWN(f->arena, dg_expr *, s->nidx > 0 ? s->nidx : 1);
+      for (int i = 0; i < s->nidx; i++) idx[i] = lower_conv_expr(c, s->idx[i]);
+      return lw_store(f, s->buf, idx, s->nidx, lower_conv_expr(c, s->value));
+    }
+    case DG_STMT_IF: {
+      lw_stmt *t = lower_conv_stmt(c, s->then_s);
+      lw_stmt *e = lower_conv_stmt(c, s->else_s);
+      if (c->failed) return NULL;
+      return lw_if(f, lower_conv_expr(c, s->cond), t, e);
+    }
+  }
+  return NULL;
+}
+
+/* The largest vectorized access: lanes times the widest element stored or
+ * loaded under the loop. */
+static int64_t widest_bytes(const dg_expr *e) {
+  if (!e) return 0;
+  int64_t w = 0;
+  if (e->kind == DG_EXPR_LOAD) w = dg_dtype_bytes(e->buf->dtype);
+  if (e->kind == DG_EXPR_LOAD || e->kind == DG_EXPR_CALL)
+    for (int i = 0; i < e->nargs; i++) {
+      int64_t x = widest_bytes(e->args[i]);
+      if (x > w) w = x;
+    }
+  int64_t a = widest_bytes(e->a), b = widest_bytes(e->b), cc = widest_bytes(e->c);
+  if (a > w) w = a;
+  if (b > w) w = b;
+  if (cc > w) w = cc;
+  return w;
+}
+
+static int64_t stmt_widest(const lw_stmt *s) {
+  if (!s) return 0;
+  int64_t w = 0;
+  switch (s->kind) {
+    case LW_SEQ:
+      for (int i = 0; i < s->n; i++) {
+        int64_t x = stmt_widest(s->stmts[i]);
+        if (x > w) w = x;
+      }
+      return w;
+    case LW_FOR: return stmt_widest(s->body);
+    case LW_IF: {
+      int64_t a = stmt_widest(s->then_s), b = stmt_widest(s->else_s);
+      return a > b ? a : b;
+    }
+    case LW_STORE: {
+      w = dg_dtype_bytes(s->buf->dtype);
+      int64_t x = widest_bytes(s->value);
+      return x > w ? x : w;
+    }
+    default: return 0;
+  }
+}
+
+static void vector_facts(lw_kernel *k, const lw_stmt *s) {
+  if (!s) return;
+  switch (s->kind) {
+    case LW_SEQ:
+      for (int i = 0; i < s->n; i++) vector_facts(k, s->stmts[i]);
+      return;
+    case LW_FOR:
+      if (s->loop_kind == LW_LOOP_VECTORIZED) {
+        int64_t bytes = s->extent * stmt_widest(s->body);
+        if (bytes > k->max_vector_bytes) {
+          k->max_vector_bytes = bytes;
+          k->vector_loop = s->var->name;
+        }
+      }
+      vector_facts(k, s->body);
+      return;
+    case LW_IF:
+      vector_facts(k, s->then_s);
+      vector_facts(k, s->else_s);
+      return;
+    default: return;
+  }
+}
+
+bool lower_convert_kernel(lw_program *p, lw_kernel *k, const dg_stmt *root_stmt,
+                          dg_status *st) {
+  lw_conv *c = dg_calloc(1, sizeof(*c));
+  c->p = p;
+  c->k = k;
+  c->st = st;
+  for (int d = 0; d < 3; d++) k->grid[d] = k->block[d] = 1;
+  k->max_vthread = 1;
+  bool ok = prescan(c, root_stmt, false);
+  bool any_bound = false;
+  for (int t = 0; t < DG_TAG_COUNT; t++)
+    if (k->tag_var[t]) {
+      any_bound = true;
+      ir_ranges_push(&c->ranges, k->tag_var[t], 0,
+                     (dg_thread_tag_is_block((dg_thread_tag)t) ? k->grid : k->block)
+                         [tag_dim((dg_thread_tag)t)] - 1);
+    }
+  if (ok && !any_bound)
+    ok = convfail(c, "no loop is bound to blockIdx or threadIdx (bind the loops of every "
+                     "block, as MetaSchedule's RewriteUnboundBlock does)");
+  if (ok) {
+    k->body = lower_conv_stmt(c, root_stmt);
+    ok = !c->failed && k->body;
+    if (!ok && !c->failed) ok = convfail(c, "nothing to run");
+  }
+  if (ok) vector_facts(k, k->body);
+  free(c);
+  return ok;
+}

@@ -1,0 +1,91 @@
+/* lower_impl.h: what the lowering passes share: constructors of lowered
+ * statements, substitution and walking over them, and the passes' entry
+ * points (one file each).
+ *
+ * Statements are built in the program function's arena and never mutated
+ * once shared: a pass that changes a subtree builds new nodes.
+ */
+#ifndef DRAGON_LOWER_IMPL_H
+#define DRAGON_LOWER_IMPL_H
+
+#include "dragon/lower.h"
+
+/* ---- construction (stmt.c) ----------------------------------------------- */
+
+lw_stmt *lw_seq(dg_func *f, lw_stmt **stmts, int n); /* flattens nested SEQs */
+lw_stmt *lw_for(dg_func *f, dg_var *v, int64_t extent, lw_loop_kind k, lw_stmt *body);
+lw_stmt *lw_if(dg_func *f, dg_expr *cond, lw_stmt *then_s, lw_stmt *else_s);
+lw_stmt *lw_store(dg_func *f, dg_buffer *b, dg_expr **idx, int n, dg_expr *value);
+lw_stmt *lw_barrier(dg_func *f);
+lw_stmt *lw_copy(dg_func *f, const lw_stmt *s); /* shallow */
+
+/* A new statement with every expression substituted (map as ir_subst_expr). */
+lw_stmt *lw_subst(dg_func *f, const lw_stmt *s, const dg_subst *map, int n);
+/* Whether variable v occurs anywhere in s. */
+bool lw_uses_var(const lw_stmt *s, const dg_var *v);
+/* Whether buffer b is read (loads, allreduce src) or written in s. */
+bool lw_reads_buf(const lw_stmt *s, const dg_buffer *b);
+bool lw_writes_buf(const lw_stmt *s, const dg_buffer *b);
+bool lw_expr_reads_buf(const dg_expr *e, const dg_buffer *b);
+/* An expression with every load of `from` redirected to `to` with indices
+ * mapped by fn (NULL: unchanged); returns e itself where nothing changed. */
+typedef dg_expr **(*lw_index_fn)(dg_func *f, dg_expr *const *idx, int n, void *ctx);
+dg_expr *lw_expr_rebuf(dg_func *f, dg_expr *e, const dg_buffer *from, dg_buffer *to,
+                       lw_index_fn fn, void *ctx);
+/* The flat row-major offset of buf[idx]. */
+dg_expr *lw_flat_index(dg_func *f, const dg_buffer *b, dg_expr *const *idx, int n);
+/* A fresh variable or buffer name unique in the program (base, base_1, ...);
+ * lower_names_add registers a name in use; lower_names_free drops the set. */
+const char *lw_fresh_name(lw_program *p, const char *base);
+void lower_names_add(lw_program *p, const char *s);
+void lower_names_free(lw_program *p);
+
+/* ---- the passes ---------------------------------------------------------- */
+
+/* convert.c: the root statement `root_stmt` -> kernel k (body, dims, tag
+ * vars, local allocations of blocks inside it, facts for verify). */
+bool lower_convert_kernel(lw_program *p, lw_kernel *k, const dg_stmt *root_stmt,
+                          dg_status *st);
+/* allreduce.c: a FOR of dg IR that heads a cross-thread reduction: the
+ * lowered replacement, or NULL with *matched false if it is not one.
+ * Needs the conversion's substitution of enclosing loop variables. */
+typedef struct lw_conv lw_conv;
+lw_stmt *lower_cross_thread_reduction(lw_conv *c, const dg_stmt *loop, bool *matched,
+                                      dg_status *st);
+/* compact.c */
+bool lower_compact_buffers(lw_program *p, lw_kernel *k, dg_status *st);
+/* vthread.c */
+bool lower_expand_vthreads(lw_program *p, lw_kernel *k, dg_status *st);
+/* vectorize.c */
+bool lower_vectorize(lw_program *p, lw_kernel *k, dg_status *st);
+/* unroll.c */
+bool lower_unroll(lw_program *p, lw_kernel *k, dg_status *st);
+/* sync.c */
+bool lower_insert_barriers(lw_program *p, lw_kernel *k, dg_status *st);
+
+/* The conversion state (convert.c), shared with allreduce.c. */
+struct lw_conv {
+  lw_program *p;
+  lw_kernel *k;
+  dg_subst map[256]; /* loop var -> tag var or itself */
+  int n_map;
+  dg_ranges ranges;  /* ranges of the loops and tags in scope */
+  const dg_block *block; /* innermost block, for messages */
+  unsigned tags_in_scope; /* bit per dg_thread_tag of the enclosing bound loops */
+  bool failed;
+  dg_status *st;
+};
+/* Records a thread-bound loop's tag and extent; false with st set if the
+ * tag is already bound with another extent. Returns the tag's var. */
+dg_var *lower_conv_bind(lw_conv *c, dg_thread_tag tag, int64_t extent, const char *loop,
+                        dg_status *st);
+/* Converts a dg statement (the conversion proper, convert.c). */
+lw_stmt *lower_conv_stmt(lw_conv *c, const dg_stmt *s);
+/* Substitutes the conversion's map into e and simplifies under its ranges. */
+dg_expr *lower_conv_expr(lw_conv *c, dg_expr *e);
+/* A new per-thread local buffer of one element, registered with the kernel. */
+dg_buffer *lower_new_local(lw_program *p, lw_kernel *k, const char *base, dg_dtype t);
+dg_buffer *lower_new_shared(lw_program *p, lw_kernel *k, const char *base, dg_dtype t,
+                            int64_t n);
+
+#endif

@@ -1,0 +1,183 @@
+/* program.c: lower_program, the driver: a scheduled kernel split into
+ * device launches (TVM's SplitHostDevice: every statement of the root block
+ * is one launch), the root's global allocations turned into device
+ * allocations of the program, and the passes run on every launch in TVM's
+ * order, then the GPU's limits checked.
+ *
+ * It works on a private copy of the kernel; the input is not changed. A
+ * shared or local buffer of the root used by two launches is an error
+ * (shared memory does not outlive a launch).
+ */
+#include <string.h>
+
+#include "lower/lower_impl.h"
+
+static bool stmt_uses_buf(const dg_stmt *s, const dg_buffer *b);
+
+static bool expr_uses_buf(const dg_expr *e, const dg_buffer *b) {
+  if (!e) return false;
+  if (e->kind == DG_EXPR_LOAD && e->buf == b) return true;
+  if (e->kind == DG_EXPR_LOAD || e->kind == DG_EXPR_CALL) {
+    for (int i = 0; i < e->nargs; i++)
+      if (expr_uses_buf(e->args[i], b)) return true;
+    return false;
+  }
+  return expr_uses_buf(e->a, b) || expr_uses_buf(e->b, b) || expr_uses_buf(e->c, b);
+}
+
+static bool stmt_uses_buf(const dg_stmt *s, const dg_buffer *b) {
+  if (!s) return false;
+  switch (s->kind) {
+    case DG_STMT_FOR: return stmt_uses_buf(s->body, b);
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++)
+        if (stmt_uses_buf(s->stmts[i], b)) return true;
+      return false;
+    case DG_STMT_BLOCK:
+      return expr_uses_buf(s->block->predicate, b) || stmt_uses_buf(s->block->init, b) ||
+             stmt_uses_buf(s->block->body, b);
+    case DG_STMT_STORE:
+      if (s->buf == b || expr_uses_buf(s->value, b)) return true;
+      for (int i = 0; i < s->nidx; i++)
+        if (expr_uses_buf(s->idx[i], b)) return true;
+      return false;
+    case DG_STMT_IF:
+      return expr_uses_buf(s->cond, b) || stmt_uses_buf(s->then_s, b) ||
+             stmt_uses_buf(s->else_s, b);
+  }
+  return false;
+}
+
+static bool lw_uses_buf(const lw_stmt *s, const dg_buffer *b) {
+  return lw_reads_buf(s, b) || lw_writes_buf(s, b);
+}
+
+/* Every variable and buffer name of the kernel, so that fresh ones differ. */
+static void collect_names_stmt(lw_program *p, const dg_stmt *s) {
+  if (!s) return;
+  switch (s->kind) {
+    case DG_STMT_FOR:
+      lower_names_add(p, s->loop_var->name);
+      collect_names_stmt(p, s->body);
+      return;
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++) collect_names_stmt(p, s->stmts[i]);
+      return;
+    case DG_STMT_BLOCK: {
+      const dg_block *b = s->block;
+      for (int i = 0; i < b->n_iters; i++) lower_names_add(p, b->iters[i].var->name);
+      for (int i = 0; i < b->n_allocs; i++) lower_names_add(p, b->allocs[i]->name);
+      collect_names_stmt(p, b->init);
+      collect_names_stmt(p, b->body);
+      return;
+    }
+    case DG_STMT_IF:
+      collect_names_stmt(p, s->then_s);
+      collect_names_stmt(p, s->else_s);
+      return;
+    case DG_STMT_STORE: return;
+  }
+}
+
+static void kernel_free(lw_kernel *k) {
+  free(k->params);
+  free(k->shared);
+  free(k->local);
+  free(k->checks);
+}
+
+void lower_program_free(lw_program *p) {
+  if (!p) return;
+  for (int i = 0; i < p->n_kernels; i++) kernel_free(&p->kernels[i]);
+  free(p->kernels);
+  free(p->allocs);
+  lower_names_free(p);
+  if (p->f) ir_func_free(p->f);
+  free(p);
+}
+
+typedef bool (*pass_fn)(lw_program *, lw_kernel *, dg_status *);
+
+lw_program *lower_program(const dg_func *in, const lower_opts *o, dg_status *st) {
+  lower_opts defaults = {0};
+  if (!o) o = &defaults;
+  dg_status_ok(st);
+  if (!ir_verify(in, st)) {
+    dg_status_prefix(st, "lower");
+    return NULL;
+  }
+  lw_program *p = dg_calloc(1, sizeof(*p));
+  p->f = ir_func_clone(in);
+  p->name = p->f->name;
+  p->params = p->f->params;
+  p->n_params = p->f->n_params;
+  dg_block *root = ir_func_root(p->f);
+  for (int i = 0; i < p->f->n_params; i++) lower_names_add(p, p->f->params[i]->name);
+  for (int i = 0; i < root->n_allocs; i++) lower_names_add(p, root->allocs[i]->name);
+  collect_names_stmt(p, root->body);
+  if (root->init || root->predicate || root->n_iters) {
+    dg_fail(st, DG_ERR_INVALID, "lower: the root block has iteration variables, a predicate "
+                                "or an init");
+    goto fail;
+  }
+  /* the launches: one per statement of the root block */
+  dg_stmt *const *tops = &root->body;
+  int n_tops = 1;
+  if (root->body && root->body->kind == DG_STMT_SEQ) {
+    tops = root->body->stmts;
+    n_tops = root->body->n;
+  }
+  p->kernels = dg_calloc((size_t)(n_tops > 0 ? n_tops : 1), sizeof(lw_kernel));
+  for (int i = 0; i < root->n_allocs; i++)
+    if (root->allocs[i]->scope == DG_SCOPE_GLOBAL) {
+      p->allocs = dg_realloc(p->allocs, sizeof(*p->allocs) * (size_t)(p->n_allocs + 1));
+      p->allocs[p->n_allocs++] = root->allocs[i];
+    }
+  for (int t = 0; t < n_tops; t++) {
+    lw_kernel *k = &p->kernels[p->n_kernels++];
+    k->name = dg_arena_printf(p->f->arena, "%s_kernel%d", p->name, t);
+    /* the root's shared and local buffers this launch uses */
+    for (int i = 0; i < root->n_allocs; i++) {
+      dg_buffer *b = root->allocs[i];
+      if (b->scope == DG_SCOPE_GLOBAL || !stmt_uses_buf(tops[t], b)) continue;
+      for (int u = 0; u < n_tops; u++)
+        if (u != t && stmt_uses_buf(tops[u], b)) {
+          dg_fail(st, DG_ERR_INVALID,
+                  "lower: buffer %s (scope %s) is used by launches %d and %d; it does not "
+                  "outlive one launch",
+                  b->name, dg_scope_name(b->scope), t < u ? t : u, t < u ? u : t);
+          goto fail;
+        }
+      if (b->scope == DG_SCOPE_SHARED || b->scope == DG_SCOPE_SHARED_DYN) {
+        k->shared = dg_realloc(k->shared, sizeof(*k->shared) * (size_t)(k->n_shared + 1));
+        k->shared[k->n_shared++] = b;
+      } else if (b->scope == DG_SCOPE_LOCAL) {
+        k->local = dg_realloc(k->local, sizeof(*k->local) * (size_t)(k->n_local + 1));
+        k->local[k->n_local++] = b;
+      } else {
+        dg_fail(st, DG_ERR_INVALID,
+                "lower: buffer %s in scope %s needs tensorized blocks, which this lowering "
+                "does not turn into fragments",
+                b->name, dg_scope_name(b->scope));
+        goto fail;
+      }
+    }
+    if (!lower_convert_kernel(p, k, tops[t], st)) goto fail;
+    static const pass_fn passes[] = {lower_compact_buffers, lower_expand_vthreads,
+                                     lower_vectorize, lower_unroll, lower_insert_barriers};
+    for (size_t i = 0; i < DG_ARRAY_LEN(passes); i++)
+      if (!passes[i](p, k, st)) goto fail;
+    /* parameters: the program's and its device allocations this launch uses */
+    int cap = p->n_params + p->n_allocs;
+    k->params = dg_malloc(sizeof(*k->params) * (size_t)(cap > 0 ? cap : 1));
+    for (int i = 0; i < p->n_params; i++)
+      if (lw_uses_buf(k->body, p->params[i])) k->params[k->n_params++] = p->params[i];
+    for (int i = 0; i < p->n_allocs; i++)
+      if (lw_uses_buf(k->body, p->allocs[i])) k->params[k->n_params++] = p->allocs[i];
+  }
+  if (!o->skip_verify && !lower_verify(p, o->limits, st)) goto fail;
+  return p;
+fail:
+  lower_program_free(p);
+  return NULL;
+}

@@ -1,0 +1,318 @@
+/* nvrtc.c: CUDA C source to CUBIN or PTX through NVRTC, one source at a
+ * time, many on a thread pool, or many kernels per compilation.
+ *
+ * Options: the target (--gpu-architecture=sm_90 gives a CUBIN the driver
+ * loads as is; compute_90 gives PTX it compiles at load), C++17, and -I for
+ * the toolkit's headers when they sit beside the library. No fast-math: the
+ * numeric check holds kernels to the reference's tolerances.
+ *
+ * Why group: NVRTC pays a fixed cost per compilation (front end start-up,
+ * the built-in headers) that dwarfs a small kernel, so 16 kernels in one
+ * compilation cost far less than 16 compilations (on the H200 machine: 51
+ * kernels/s one per compilation, 185/s sixteen per compilation, 16 threads).
+ * A group fails as a whole on one bad kernel, so a failed group is compiled
+ * again kernel by kernel to pin the failure on the kernel that has it.
+ *
+ * NVRTC programs are independent, so compilations run on plain threads.
+ */
+#include "rt/cuda_api.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+int rt_cpu_count(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n < 1 ? 1 : n > 1024 ? 1024 : (int)n;
+}
+
+void rt_cubin_free(rt_cubin *b) {
+  if (!b) return;
+  free(b->image);
+  free(b->log);
+  memset(b, 0, sizeof *b);
+}
+
+/* sm_NN, sm_NNa, compute_NN, compute_NNa with NN two or three digits. */
+static bool arch_ok(const char *arch, bool *is_ptx) {
+  const char *p;
+  if (strncmp(arch, "sm_", 3) == 0) {
+    p = arch + 3;
+    *is_ptx = false;
+  } else if (strncmp(arch, "compute_", 8) == 0) {
+    p = arch + 8;
+    *is_ptx = true;
+  } else {
+    return false;
+  }
+  int digits = 0;
+  while (p[digits] >= '0' && p[digits] <= '9') digits++;
+  if (digits < 2 || digits > 3) return false;
+  p += digits;
+  return *p == 0 || ((*p == 'a' || *p == 'f') && p[1] == 0);
+}
+
+/* The first lines of a log, for a status message; the whole log stays in
+ * the rt_cubin. */
+static void log_head(const char *log, char *out, size_t n, int max_lines) {
+  size_t len = 0;
+  int lines = 0;
+  const char *p = log;
+  while (*p && lines < max_lines && len + 1 < n) {
+    const char *e = strchr(p, '\n');
+    size_t l = e ? (size_t)(e - p) : strlen(p);
+    if (l > 0) {
+      size_t take = l < n - 1 - len ? l : n - 1 - len;
+      memcpy(out + len, p, take);
+      len += take;
+      if (len + 1 < n) out[len++] = '\n';
+      lines++;
+    }
+    if (!e) break;
+    p = e + 1;
+  }
+  while (len && out[len - 1] == '\n') len--;
+  out[len] = 0;
+}
+
+bool rt_nvrtc_compile(const char *src, const char *name, const char *arch, rt_cubin *out,
+                      dg_status *st) {
+  memset(out, 0, sizeof *out);
+  out->log = dg_strdup("");
+  dg_status_ok(st);
+  if (!name || !*name) name = "kernel";
+  if (!arch) arch = "sm_90";
+  bool is_ptx = false;
+  if (!arch_ok(arch, &is_ptx))
+    return dg_fail(st, DG_ERR_INVALID,
+                   "nvrtc: %s: unknown target '%s' (want sm_NN, sm_NNa or compute_NN)", name,
+                   arch);
+  const rt_nvrtc_api *nv = rt_nvrtc_api_load(st);
+  if (!nv) return false;
+  snprintf(out->arch, sizeof out->arch, "%s", arch);
+  out->is_ptx = is_ptx;
+
+  double t0 = dg_now();
+  char fname[200];
+  snprintf(fname, sizeof fname, "%s.cu", name);
+  nvrtc_prog prog = NULL;
+  int r = nv->CreateProgram(&prog, src, fname, 0, NULL, NULL);
+  if (r != 0)
+    return dg_fail(st, DG_ERR_RUNTIME, "nvrtc: %s: cannot create the program: %s", fname,
+                   nv->GetErrorString(r));
+  char arch_opt[64];
+  snprintf(arch_opt, sizeof arch_opt, "--gpu-architecture=%s", arch);
+  const char *opts[4];
+  int n_opts = 0;
+  opts[n_opts++] = arch_opt;
+  opts[n_opts++] = "-std=c++17";
+  if (nv->include_opt[0]) opts[n_opts++] = nv->include_opt;
+  int cr = nv->CompileProgram(prog, n_opts, opts);
+
+  size_t log_n = 0;
+  if (nv->GetProgramLogSize(prog, &log_n) == 0 && log_n > 1) {
+    free(out->log);
+    out->log = dg_calloc(log_n + 1, 1);
+    if (nv->GetProgramLog(prog, out->log) != 0) out->log[0] = 0;
+  }
+  bool ok = false;
+  if (cr != 0) {
+    char head[400];
+    log_head(out->log, head, sizeof head, 6);
+    dg_fail(st, DG_ERR_RUNTIME, "nvrtc: %s for %s failed (%s):\n%s", fname, arch,
+            nv->GetErrorString(cr), head[0] ? head : "(empty log)");
+  } else {
+    size_t n = 0;
+    int gr = is_ptx ? nv->GetPTXSize(prog, &n) : nv->GetCUBINSize(prog, &n);
+    if (gr == 0 && n > 0) {
+      out->image = dg_malloc(n + 1);
+      gr = is_ptx ? nv->GetPTX(prog, out->image) : nv->GetCUBIN(prog, out->image);
+      out->image[n] = 0;
+      out->size = n;
+    }
+    if (gr != 0 || n == 0) {
+      dg_fail(st, DG_ERR_RUNTIME, "nvrtc: %s: no %s from the compilation: %s", fname,
+              is_ptx ? "PTX" : "CUBIN", gr ? nv->GetErrorString(gr) : "empty");
+      free(out->image);
+      out->image = NULL;
+      out->size = 0;
+    } else {
+      ok = true;
+    }
+  }
+  nv->DestroyProgram(&prog);
+  out->seconds = dg_now() - t0;
+  return ok;
+}
+
+/* ---- many sources on threads ---------------------------------------------- */
+
+typedef struct {
+  int n;
+  atomic_int next;
+  void (*work)(void *ctx, int i);
+  void *ctx;
+} task_pool;
+
+static void *task_thread(void *arg) {
+  task_pool *tp = arg;
+  for (;;) {
+    int i = atomic_fetch_add(&tp->next, 1);
+    if (i >= tp->n) break;
+    tp->work(tp->ctx, i);
+  }
+  return NULL;
+}
+
+/* Runs work(ctx, i) for i in [0, n) on up to `threads` threads (the caller's
+ * thread is one of them). */
+static void run_tasks(int n, int threads, void (*work)(void *, int), void *ctx) {
+  if (threads <= 0) threads = rt_cpu_count();
+  if (threads > n) threads = n;
+  task_pool tp = {n, 0, work, ctx};
+  atomic_init(&tp.next, 0);
+  pthread_t *th = dg_calloc((size_t)(threads > 1 ? threads - 1 : 1), sizeof *th);
+  int started = 0;
+  for (int t = 0; t + 1 < threads; t++) {
+    if (pthread_create(&th[started], NULL, task_thread, &tp) != 0) break;
+    started++;
+  }
+  task_thread(&tp);
+  for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+  free(th);
+}
+
+typedef struct {
+  const rt_nvrtc_job *jobs;
+  rt_cubin *out;
+  dg_status *sts;
+} batch_ctx;
+
+static void batch_work(void *p, int i) {
+  batch_ctx *b = p;
+  rt_nvrtc_compile(b->jobs[i].src, b->jobs[i].name, b->jobs[i].arch, &b->out[i], &b->sts[i]);
+}
+
+int rt_nvrtc_compile_batch(const rt_nvrtc_job *jobs, int n, int threads, rt_cubin *out,
+                           dg_status *sts) {
+  if (n <= 0) return 0;
+  /* load once up front so that the threads do not queue on the loader */
+  dg_status st;
+  if (!rt_nvrtc_api_load(&st)) {
+    for (int i = 0; i < n; i++) {
+      memset(&out[i], 0, sizeof out[i]);
+      out[i].log = dg_strdup("");
+      sts[i] = st;
+    }
+    return 0;
+  }
+  batch_ctx b = {jobs, out, sts};
+  run_tasks(n, threads, batch_work, &b);
+  int ok = 0;
+  for (int i = 0; i < n; i++) ok += sts[i].code == DG_OK;
+  return ok;
+}
+
+/* ---- many kernels per compilation ----------------------------------------- */
+
+typedef struct {
+  const char *preamble;
+  const char *const *kernels;
+  int n, per_call;
+  const char *arch;
+  rt_nvrtc_grouped *g;
+  /* retries of failed groups: one module per kernel, made by the group's
+   * thread, merged into g->bins afterwards */
+  rt_cubin *single;    /* (n) */
+  bool *has_single;    /* (n) */
+} group_ctx;
+
+static char *group_source(const group_ctx *c, int lo, int hi) {
+  dg_str s;
+  dg_str_init(&s);
+  if (c->preamble) {
+    dg_str_puts(&s, c->preamble);
+    dg_str_putc(&s, '\n');
+  }
+  for (int i = lo; i < hi; i++) {
+    dg_str_printf(&s, "// kernel %d\n", i);
+    dg_str_puts(&s, c->kernels[i]);
+    dg_str_putc(&s, '\n');
+  }
+  return dg_str_take(&s);
+}
+
+static void group_work(void *p, int gi) {
+  group_ctx *c = p;
+  rt_nvrtc_grouped *g = c->g;
+  int lo = gi * c->per_call;
+  int hi = lo + c->per_call < c->n ? lo + c->per_call : c->n;
+  char *src = group_source(c, lo, hi);
+  char name[64];
+  snprintf(name, sizeof name, "group%d", gi);
+  dg_status st;
+  bool ok = rt_nvrtc_compile(src, name, c->arch, &g->bins[gi], &st);
+  free(src);
+  if (ok || hi - lo == 1) {
+    for (int i = lo; i < hi; i++) {
+      g->bin_of[i] = ok ? gi : -1;
+      g->st[i] = st;
+    }
+    return;
+  }
+  rt_cubin_free(&g->bins[gi]);
+  for (int i = lo; i < hi; i++) {
+    src = group_source(c, i, i + 1);
+    snprintf(name, sizeof name, "kernel%d", i);
+    c->has_single[i] = rt_nvrtc_compile(src, name, c->arch, &c->single[i], &g->st[i]);
+    if (!c->has_single[i]) rt_cubin_free(&c->single[i]);
+    free(src);
+  }
+}
+
+void rt_nvrtc_compile_grouped(const char *preamble, const char *const *kernels, int n,
+                              int per_call, int threads, const char *arch,
+                              rt_nvrtc_grouped *out) {
+  memset(out, 0, sizeof *out);
+  if (n <= 0) return;
+  if (per_call < 1) per_call = 1;
+  int n_groups = (n + per_call - 1) / per_call;
+  out->n = n;
+  out->bin_of = dg_calloc((size_t)n, sizeof(int));
+  out->st = dg_calloc((size_t)n, sizeof(dg_status));
+  out->bins = dg_calloc((size_t)n_groups, sizeof(rt_cubin));
+  out->n_bins = n_groups;
+  for (int i = 0; i < n; i++) out->bin_of[i] = -1;
+  dg_status st;
+  if (!rt_nvrtc_api_load(&st)) {
+    for (int i = 0; i < n; i++) out->st[i] = st;
+    return;
+  }
+  group_ctx c = {preamble, kernels, n, per_call, arch, out, NULL, NULL};
+  c.single = dg_calloc((size_t)n, sizeof(rt_cubin));
+  c.has_single = dg_calloc((size_t)n, sizeof(bool));
+  run_tasks(n_groups, threads, group_work, &c);
+  int extra = 0;
+  for (int i = 0; i < n; i++) extra += c.has_single[i];
+  if (extra) {
+    out->bins = dg_realloc(out->bins, sizeof(rt_cubin) * (size_t)(n_groups + extra));
+    for (int i = 0; i < n; i++) {
+      if (!c.has_single[i]) continue;
+      out->bins[out->n_bins] = c.single[i];
+      out->bin_of[i] = out->n_bins++;
+    }
+  }
+  for (int i = 0; i < n; i++) out->n_ok += out->bin_of[i] >= 0;
+  free(c.single);
+  free(c.has_single);
+}
+
+void rt_nvrtc_grouped_free(rt_nvrtc_grouped *g) {
+  if (!g) return;
+  for (int i = 0; i < g->n_bins; i++) rt_cubin_free(&g->bins[i]);
+  free(g->bins);
+  free(g->bin_of);
+  free(g->st);
+  memset(g, 0, sizeof *g);
+}

@@ -1,0 +1,112 @@
+/* ops.c: the table of TSEL edits (name, operand signature, keywords and
+ * their types, how many instructions a fold expands to) and the one-to-one
+ * short aliases of annotation keys. The table is the language version: a
+ * new edit or fold means a new version number in the header line. */
+#include <string.h>
+
+#include "tsel/tsel_impl.h"
+
+const tsel_opspec tsel_ops[TSEL_OP_COUNT] = {
+    [TSEL_OP_BLOCK] = {"block", "s", {{"func", 's', false}}, 1},
+    [TSEL_OP_LOOPS] = {"loops", "Bn", {{0}}, 1},
+    [TSEL_OP_CHILDREN] = {"children", "Xn", {{0}}, 1},
+    [TSEL_OP_PRODUCERS] = {"producers", "Bn", {{0}}, 1},
+    [TSEL_OP_CONSUMERS] = {"consumers", "Bn", {{0}}, 1},
+    [TSEL_OP_SPLIT] = {"split", "Lf", {{"unit", 'f', false}, {"nopred", 'f', false}}, 1},
+    [TSEL_OP_FUSE] = {"fuse", "L+", {{"unit", 'f', false}}, 1},
+    [TSEL_OP_REORDER] = {"reorder", "L+", {{0}}, 1},
+    [TSEL_OP_ADD_UNIT_LOOP] = {"add_unit_loop", "X", {{0}}, 1},
+    [TSEL_OP_PARALLEL] = {"parallel", "L", {{0}}, 1},
+    [TSEL_OP_VECTORIZE] = {"vectorize", "L", {{0}}, 1},
+    [TSEL_OP_UNROLL] = {"unroll", "L", {{0}}, 1},
+    [TSEL_OP_BIND] = {"bind", "La", {{0}}, 1},
+    [TSEL_OP_CACHE_READ] = {"cache_read", "Bipq", {{0}}, 1},
+    [TSEL_OP_CACHE_WRITE] = {"cache_write", "Bipq", {{0}}, 1},
+    [TSEL_OP_REINDEX] = {"reindex", "Biw", {{0}}, 1},
+    [TSEL_OP_COMPUTE_AT] = {"compute_at", "BL", {{"unit", 'f', false}, {"index", 'i', false}}, 1},
+    [TSEL_OP_REVERSE_COMPUTE_AT] = {"reverse_compute_at", "BL",
+                                    {{"unit", 'f', false}, {"index", 'i', false}}, 1},
+    [TSEL_OP_INLINE] = {"inline", "B", {{0}}, 1},
+    [TSEL_OP_REVERSE_INLINE] = {"reverse_inline", "B", {{0}}, 1},
+    [TSEL_OP_DECOMPOSE_REDUCTION] = {"decompose_reduction", "BL", {{0}}, 1},
+    [TSEL_OP_RFACTOR] = {"rfactor", "Li", {{0}}, 1},
+    [TSEL_OP_STORAGE_ALIGN] = {"storage_align", "Biiii", {{0}}, 1},
+    [TSEL_OP_SET_SCOPE] = {"set_scope", "Bip", {{0}}, 1},
+    [TSEL_OP_BLOCKIZE] = {"blockize", "L", {{"unit", 'f', false}}, 1},
+    [TSEL_OP_TENSORIZE] = {"tensorize", "Xs", {{"unit", 'f', false}}, 1},
+    [TSEL_OP_ANNOTATE] = {"annotate", "Xkv", {{0}}, 1},
+    [TSEL_OP_UNANNOTATE] = {"unannotate", "Xk", {{0}}, 1},
+    [TSEL_OP_SAMPLE_TILE] = {"sample_tile", "Lc", {{"max", 'i', true}}, 1},
+    [TSEL_OP_SAMPLE] = {"sample", "c", {{"", 'v', true}, {"probs", 'F', false}, {"index", 'i', false}}, 1},
+    [TSEL_OP_SAMPLE_LOC] = {"sample_loc", "B", {{"", 'v', true}}, 1},
+    [TSEL_OP_POSTPROC] = {"postproc", "d", {{0}}, 1},
+    [TSEL_OP_RAW] = {"raw", "sghn", {{"decision", 'g', false}, {"kinds", 'k', false}}, 1},
+    [TSEL_OP_TILE] = {"tile", "Lc", {{"max", 'i', true}}, 2},
+    [TSEL_OP_FUSE_BIND] = {"fuse_bind", "L+a", {{0}}, 0},
+    [TSEL_OP_CACHE_READ_AT] = {"cache_read_at", "BipL", {{0}}, 2},
+    [TSEL_OP_CACHE_WRITE_AT] = {"cache_write_at", "BipL", {{0}}, 2},
+    [TSEL_OP_COOP] = {"coop", "Bc", {{"", 'v', true}}, 2},
+    [TSEL_OP_UNROLL_STEPS] = {"unroll_steps", "Bc", {{"", 'v', true}}, 2},
+    [TSEL_OP_THREAD_SPLIT] = {"thread_split", "Lc", {{"", 'v', true}}, 3},
+};
+
+static const char *const op_names[] = {
+#define X(e, s) s,
+    TSEL_OP_LIST(X)
+#undef X
+};
+_Static_assert(DG_ARRAY_LEN(op_names) == TSEL_OP_COUNT, "edit table");
+
+bool tsel_op_from_name(const char *s, size_t n, int *op) {
+  for (int i = 0; i < TSEL_OP_COUNT; i++) {
+    DG_ASSERT(strcmp(op_names[i], tsel_ops[i].name) == 0);
+    if (strlen(op_names[i]) == n && memcmp(op_names[i], s, n) == 0) {
+      *op = i;
+      return true;
+    }
+  }
+  return false;
+}
+
+static const struct {
+  const char *alias, *key;
+} ann_aliases[] = {
+    {"tiling", "meta_schedule.tiling_structure"},
+    {"coop", "meta_schedule.cooperative_fetch"},
+    {"tx_lo", "meta_schedule.thread_extent_low_inclusive"},
+    {"tx_hi", "meta_schedule.thread_extent_high_inclusive"},
+    {"unroll_explicit", "meta_schedule.unroll_explicit"},
+    {"unroll_implicit", "meta_schedule.unroll_implicit"},
+    {"auto_unroll", "pragma_auto_unroll_max_step"},
+    {"unroll_pragma", "pragma_unroll_explicit"},
+    {"tensorize_as", "meta_schedule.auto_tensorize"},
+    {"tensorize_init", "meta_schedule.auto_tensorize_init"},
+};
+
+const char *tsel_ann_alias(const char *key) {
+  for (size_t i = 0; i < DG_ARRAY_LEN(ann_aliases); i++)
+    if (strcmp(ann_aliases[i].key, key) == 0) return ann_aliases[i].alias;
+  return NULL;
+}
+
+const char *tsel_ann_full(const char *alias) {
+  for (size_t i = 0; i < DG_ARRAY_LEN(ann_aliases); i++)
+    if (strcmp(ann_aliases[i].alias, alias) == 0) return ann_aliases[i].key;
+  return NULL;
+}
+
+const tsel_kw *tsel_edit_kw(const tsel_edit *e, const char *key) {
+  for (int i = 0; i < e->n_kws; i++)
+    if (strcmp(e->kws[i].key, key) == 0) return &e->kws[i];
+  return NULL;
+}
+
+int tsel_sample_index(const tsel_edit *e) {
+  const tsel_kw *ix = tsel_edit_kw(e, "index");
+  if (ix) return (int)ix->val.i;
+  const tsel_kw *v = tsel_edit_kw(e, "");
+  const tsel_val *c = &e->args[e->op == TSEL_OP_SAMPLE ? 0 : 1];
+  for (int i = 0; v && i < c->n; i++)
+    if (c->items[i].i == v->val.i) return i;
+  return -1;
+}

@@ -1,0 +1,743 @@
+/* test_rt_cuda.c: the CUDA runtime and the workers.
+ *
+ * cuda_*: what runs without a GPU: NVRTC compiling real kernels to CUBIN and
+ * PTX (skipped with a note where libnvrtc is absent), its error log, batch
+ * and grouped compilation, the worker pool with a fake job handler that
+ * crashes, hangs, exits or succeeds, a crashing CPU kernel run through a
+ * worker, the GPU job path up to the point where a GPU is needed.
+ * gpu_*: on a GPU (skipped with a note elsewhere; `make test-gpu` runs
+ * them): vector add, tiled matmul and a two-launch program with an
+ * intermediate buffer, each checked against the CPU's float64 reference; a
+ * faulting and a hanging kernel that cost one job each while the pool goes
+ * on; the empty kernel's launch latency.
+ */
+#include <signal.h>
+#include <unistd.h>
+
+#include "dragon/lower.h"
+#include "dragon/rt_cuda.h"
+#include "dragon/wl.h"
+#include "test.h"
+
+static bool have_nvrtc(void) {
+  dg_status st;
+  if (rt_nvrtc_available(&st)) return true;
+  printf("  note: NVRTC is not here, test skipped: %s\n", st.msg);
+  return false;
+}
+
+static const char *const vadd_src =
+    "extern \"C\" __global__ void vadd(const float *a, const float *b, float *c, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) c[i] = a[i] + b[i];\n"
+    "}\n";
+
+DG_TEST(cuda_nvrtc_cubin_and_ptx) {
+  if (!have_nvrtc()) return;
+  rt_cubin b;
+  dg_status st;
+  bool ok = rt_nvrtc_compile(vadd_src, "vadd", "sm_90", &b, &st);
+  CHECK_OK(st);
+  CHECK(ok);
+  CHECK(!b.is_ptx);
+  CHECK(b.size > 64);
+  CHECK(memcmp(b.image, "\177ELF", 4) == 0);
+  CHECK(memmem(b.image, b.size, "vadd", 4) != NULL);
+  CHECK_STREQ(b.arch, "sm_90");
+  CHECK(b.log != NULL);
+  rt_cubin_free(&b);
+
+  ok = rt_nvrtc_compile(vadd_src, "vadd", "compute_90", &b, &st);
+  CHECK_OK(st);
+  CHECK(ok && b.is_ptx);
+  CHECK(strstr(b.image, ".entry vadd") != NULL);
+  CHECK(strstr(b.image, ".target sm_90") != NULL);
+  CHECK_EQ(b.size, strlen(b.image) + 1); /* PTX counts its NUL */
+  rt_cubin_free(&b);
+}
+
+DG_TEST(cuda_nvrtc_f16_header) {
+  if (!have_nvrtc()) return;
+  static const char *const src =
+      "#include <cuda_fp16.h>\n"
+      "extern \"C\" __global__ void h(const __half *a, __half *b) {\n"
+      "  b[threadIdx.x] = __float2half(__half2float(a[threadIdx.x]) * 2.0f);\n"
+      "}\n";
+  rt_cubin b;
+  dg_status st;
+  bool ok = rt_nvrtc_compile(src, "half", "sm_90", &b, &st);
+  CHECK_OK(st);
+  CHECK(ok);
+  rt_cubin_free(&b);
+}
+
+DG_TEST(cuda_nvrtc_error_log) {
+  if (!have_nvrtc()) return;
+  static const char *const src =
+      "extern \"C\" __global__ void bad(float *p) {\n"
+      "  p[threadIdx.x] = undeclared_thing + 1;\n"
+      "}\n";
+  rt_cubin b;
+  dg_status st;
+  CHECK(!rt_nvrtc_compile(src, "broken", "sm_90", &b, &st));
+  CHECK_ERR(st, "nvrtc: broken.cu for sm_90 failed");
+  CHECK_ERR(st, "broken.cu(2)");
+  CHECK_ERR(st, "undeclared_thing");
+  CHECK(b.image == NULL);
+  CHECK(b.log && strstr(b.log, "undeclared_thing") && strstr(b.log, "error"));
+  rt_cubin_free(&b);
+
+  CHECK(!rt_nvrtc_compile(vadd_src, "vadd", "sm_nine", &b, &st));
+  CHECK_ERR(st, "unknown target 'sm_nine'");
+  rt_cubin_free(&b);
+}
+
+/* Kernel i: a uniquely named kernel; `broken` plants an error in one. */
+static char *numbered_kernel(int i, bool broken) {
+  dg_str s;
+  dg_str_init(&s);
+  dg_str_printf(&s,
+                "extern \"C\" __global__ void dg_k%d(float *p) {\n"
+                "  p[threadIdx.x] = SCALE * %d.0f%s;\n"
+                "}\n",
+                i, i, broken ? " + not_declared" : "");
+  return dg_str_take(&s);
+}
+
+DG_TEST(cuda_nvrtc_batch) {
+  if (!have_nvrtc()) return;
+  enum { N = 6 };
+  char *src[N];
+  rt_nvrtc_job jobs[N];
+  char names[N][16];
+  for (int i = 0; i < N; i++) {
+    dg_str s;
+    dg_str_init(&s);
+    dg_str_puts(&s, "#define SCALE 2.0f\n");
+    char *k = numbered_kernel(i, i == 3);
+    dg_str_puts(&s, k);
+    free(k);
+    src[i] = dg_str_take(&s);
+    snprintf(names[i], sizeof names[i], "b%d", i);
+    jobs[i] = (rt_nvrtc_job){src[i], names[i], "sm_90"};
+  }
+  rt_cubin out[N];
+  dg_status sts[N];
+  int ok = rt_nvrtc_compile_batch(jobs, N, 2, out, sts);
+  CHECK_EQ(ok, N - 1);
+  for (int i = 0; i < N; i++) {
+    if (i == 3) {
+      CHECK(sts[i].code != DG_OK && strstr(sts[i].msg, "b3.cu"));
+      CHECK(out[i].image == NULL);
+    } else {
+      CHECK(sts[i].code == DG_OK && out[i].image != NULL);
+      char want[16];
+      snprintf(want, sizeof want, "dg_k%d", i);
+      CHECK(memmem(out[i].image, out[i].size, want, strlen(want)) != NULL);
+    }
+    rt_cubin_free(&out[i]);
+    free(src[i]);
+  }
+}
+
+DG_TEST(cuda_nvrtc_grouped) {
+  if (!have_nvrtc()) return;
+  enum { N = 9, BAD = 5 };
+  char *k[N];
+  for (int i = 0; i < N; i++) k[i] = numbered_kernel(i, i == BAD);
+  rt_nvrtc_grouped g;
+  rt_nvrtc_compile_grouped("#define SCALE 3.0f\n", (const char *const *)k, N, 4, 2, "sm_90", &g);
+  CHECK_EQ(g.n, N);
+  CHECK_EQ(g.n_ok, N - 1);
+  CHECK_EQ(g.bin_of[BAD], -1);
+  CHECK(g.st[BAD].code != DG_OK && strstr(g.st[BAD].msg, "not_declared"));
+  /* groups 0 and 2 compiled whole; the group of the broken kernel was
+   * split, so its three good kernels sit in modules of their own */
+  CHECK_EQ(g.bin_of[0], g.bin_of[3]);
+  CHECK_EQ(g.bin_of[8], 2);
+  CHECK(g.bin_of[4] != g.bin_of[6] && g.bin_of[4] >= 3 && g.bin_of[6] >= 3);
+  for (int i = 0; i < N; i++) {
+    if (i == BAD) continue;
+    CHECK(g.st[i].code == DG_OK);
+    const rt_cubin *b = &g.bins[g.bin_of[i]];
+    char want[16];
+    snprintf(want, sizeof want, "dg_k%d", i);
+    CHECK(b->image && memmem(b->image, b->size, want, strlen(want)) != NULL);
+  }
+  rt_nvrtc_grouped_free(&g);
+  for (int i = 0; i < N; i++) free(k[i]);
+}
+
+/* ---- workers ----------------------------------------------------------------- */
+
+/* The fake job handler: "ok N" replies 2N, "segv" dies of SIGSEGV, "hang"
+ * sleeps forever, "exit" exits 3, "retire N" replies and retires. */
+static bool fake_fn(void *ctx, const void *job, size_t len, dg_str *reply) {
+  (void)ctx;
+  char buf[64];
+  snprintf(buf, sizeof buf, "%.*s", (int)(len < 63 ? len : 63), (const char *)job);
+  int n = 0;
+  if (sscanf(buf, "ok %d", &n) == 1) {
+    dg_str_printf(reply, "%d from %d", 2 * n, (int)getpid());
+    return true;
+  }
+  if (strcmp(buf, "segv") == 0) raise(SIGSEGV);
+  if (strcmp(buf, "hang") == 0)
+    for (;;) pause();
+  if (strcmp(buf, "exit") == 0) _exit(3);
+  if (sscanf(buf, "retire %d", &n) == 1) {
+    dg_str_printf(reply, "%d", n);
+    return false;
+  }
+  dg_str_puts(reply, "?");
+  return true;
+}
+
+DG_TEST(cuda_worker_pool_survives) {
+  rt_worker_opts o = {2, 0, 5.0, fake_fn, NULL};
+  rt_worker_pool *p;
+  dg_status st;
+  CHECK(rt_worker_pool_new(&o, &p, &st));
+  static const char *const jobs[] = {"ok 1", "segv", "ok 2", "hang", "ok 3", "exit",
+                                     "retire 7", "ok 4", "ok 5"};
+  enum { N = (int)DG_ARRAY_LEN(jobs) };
+  for (int i = 0; i < N; i++)
+    rt_worker_pool_submit(p, (uint64_t)i, jobs[i], strlen(jobs[i]), i == 3 ? 0.3 : 0);
+  CHECK_EQ(rt_worker_pool_pending(p), N);
+  rt_worker_result r[N];
+  bool seen[N] = {false};
+  int got = 0;
+  rt_worker_result one;
+  while (rt_worker_pool_next(p, &one, &st)) {
+    CHECK(one.id < N && !seen[one.id]);
+    seen[one.id] = true;
+    r[one.id] = one;
+    got++;
+  }
+  CHECK_OK(st);
+  CHECK_EQ(got, N);
+  CHECK_EQ(rt_worker_pool_pending(p), 0);
+  for (int i = 0; i < N; i++) {
+    int n = 0;
+    if (sscanf(jobs[i], "ok %d", &n) == 1) {
+      CHECK_MSG(r[i].outcome == RT_WORKER_REPLIED, "job %d: %s", i, r[i].reason);
+      CHECK(atoi(r[i].reply) == 2 * n);
+    }
+  }
+  CHECK_EQ(r[1].outcome, RT_WORKER_CRASHED);
+  CHECK(strstr(r[1].reason, "SIGSEGV") || strstr(r[1].reason, "exited")); /* ASan exits */
+  CHECK_EQ(r[3].outcome, RT_WORKER_TIMED_OUT);
+  CHECK(strstr(r[3].reason, "timed out after 0.30 s") != NULL);
+  CHECK_EQ(r[5].outcome, RT_WORKER_CRASHED);
+  CHECK_STREQ(r[5].reason, "exited with status 3");
+  CHECK_EQ(r[6].outcome, RT_WORKER_REPLIED);
+  CHECK_STREQ(r[6].reply, "7");
+  CHECK_EQ(rt_worker_pool_restarts(p), 4); /* segv, hang, exit, retire */
+
+  /* the pool keeps going after all that */
+  rt_worker_pool_submit(p, 100, "ok 21", 5, 0);
+  CHECK(rt_worker_pool_next(p, &one, &st));
+  CHECK(one.id == 100 && one.outcome == RT_WORKER_REPLIED && atoi(one.reply) == 42);
+  rt_worker_result_free(&one);
+  for (int i = 0; i < N; i++) rt_worker_result_free(&r[i]);
+  rt_worker_pool_free(p);
+}
+
+DG_TEST(cuda_worker_one_active) {
+  /* max_active 1: jobs run one at a time even with three workers, so two
+   * hangs cost two timeouts in turn and the rest still finish */
+  rt_worker_opts o = {3, 1, 0.2, fake_fn, NULL};
+  rt_worker_pool *p;
+  dg_status st;
+  CHECK(rt_worker_pool_new(&o, &p, &st));
+  static const char *const jobs[] = {"hang", "ok 1", "hang", "ok 2"};
+  for (int i = 0; i < 4; i++) rt_worker_pool_submit(p, (uint64_t)i, jobs[i], strlen(jobs[i]), 0);
+  rt_worker_result r;
+  int order[4], n = 0;
+  while (rt_worker_pool_next(p, &r, &st) && n < 4) {
+    order[n++] = (int)r.id;
+    CHECK_EQ(r.outcome, (r.id % 2 == 0) ? RT_WORKER_TIMED_OUT : RT_WORKER_REPLIED);
+    rt_worker_result_free(&r);
+  }
+  CHECK_EQ(n, 4);
+  for (int i = 0; i < 4; i++) CHECK_EQ(order[i], i); /* one at a time: in order */
+  rt_worker_pool_free(p);
+}
+
+/* A CPU kernel through a worker: args are in the context, the reply is the
+ * output's bytes. */
+typedef struct {
+  rt_cpu_kernel *k;
+  float *out;
+  int n;
+} cpu_job;
+
+static bool cpu_job_fn(void *ctx, const void *job, size_t len, dg_str *reply) {
+  (void)job;
+  (void)len;
+  cpu_job *c = ctx;
+  void *args[1] = {c->out};
+  rt_cpu_call(c->k, args);
+  dg_str_putn(reply, (const char *)c->out, sizeof(float) * (size_t)c->n);
+  return true;
+}
+
+DG_TEST(cuda_worker_cpu_kernel_crash) {
+  static const char *const src =
+      "void good(void **args) { float *o = args[0]; for (int i = 0; i < 4; i++) o[i] = i * 1.5f; }\n"
+      "void bad(void **args) { (void)args; volatile float *o = (float *)0; o[3] = 1.0f; }\n";
+  static const char *const names[2] = {"good", "bad"};
+  rt_cpu_kernel *k[2] = {NULL, NULL};
+  dg_status st;
+  dg_status_ok(&st);
+  CHECK(rt_cpu_compile_many(src, names, 2, k, &st));
+  CHECK_OK(st);
+  float out[4] = {0};
+  cpu_job bad = {k[1], out, 4}, good = {k[0], out, 4};
+  rt_worker_result r;
+  CHECK(rt_worker_call(cpu_job_fn, &bad, "", 0, 10, &r, &st));
+  CHECK_EQ(r.outcome, RT_WORKER_CRASHED);
+  rt_worker_result_free(&r);
+  CHECK(rt_worker_call(cpu_job_fn, &good, "", 0, 10, &r, &st));
+  CHECK_EQ(r.outcome, RT_WORKER_REPLIED);
+  CHECK_EQ(r.reply_len, sizeof out);
+  float got[4];
+  memcpy(got, r.reply, sizeof got);
+  CHECK(got[0] == 0.0f && got[3] == 4.5f);
+  CHECK(out[3] == 0.0f); /* the kernel ran in the child, not here */
+  rt_worker_result_free(&r);
+  rt_cpu_free(k[0]);
+  rt_cpu_free(k[1]);
+}
+
+DG_TEST(cuda_time_stats) {
+  double s[] = {5, 1, 4, 2, 3};
+  rt_time_stats t;
+  rt_time_stats_of(s, 5, &t);
+  CHECK_EQ(t.n, 5);
+  CHECK_NEAR(t.median, 3, 0);
+  CHECK_NEAR(t.min, 1, 0);
+  CHECK_NEAR(t.max, 5, 0);
+  CHECK_NEAR(t.q1, 2, 0);
+  CHECK_NEAR(t.q3, 4, 0);
+  double e[] = {4, 1, 2, 3};
+  rt_time_stats_of(e, 4, &t);
+  CHECK_NEAR(t.median, 2.5, 1e-12);
+  CHECK_NEAR(t.q1, 1.75, 1e-12);
+  CHECK_NEAR(t.q3, 3.25, 1e-12);
+  rt_time_stats_of(e, 0, &t);
+  CHECK_EQ(t.n, 0);
+  CHECK_STREQ(rt_fail_name(RT_FAIL_ILLEGAL_ADDRESS), "illegal address");
+  CHECK_STREQ(rt_fail_name(RT_FAIL_WRONG), "wrong numbers");
+}
+
+DG_TEST(cuda_result_from_worker) {
+  rt_worker_result w = {7, RT_WORKER_CRASHED, "killed by SIGSEGV", NULL, 0, 0.1};
+  rt_cuda_result r;
+  rt_cuda_result_from_worker(&w, &r);
+  CHECK_EQ(r.fail, RT_FAIL_CRASH);
+  CHECK_STREQ(r.reason, "worker killed by SIGSEGV");
+  w.outcome = RT_WORKER_TIMED_OUT;
+  snprintf(w.reason, sizeof w.reason, "timed out after 2.00 s");
+  rt_cuda_result_from_worker(&w, &r);
+  CHECK_EQ(r.fail, RT_FAIL_TIMEOUT);
+  w.outcome = RT_WORKER_REPLIED;
+  w.reply = "garbage";
+  w.reply_len = 7;
+  rt_cuda_result_from_worker(&w, &r);
+  CHECK_EQ(r.fail, RT_FAIL_CRASH);
+  CHECK(strstr(r.reason, "malformed reply") != NULL);
+}
+
+/* ---- kernels with a reference -------------------------------------------------- */
+
+static const char *const vadd_text =
+    "kernel vadd(A: f32[1000], B: f32[1000], C: f32[1000]):\n"
+    "  block root:\n"
+    "    for i in 1000:\n"
+    "      block C(v_i: S(1000) = i):\n"
+    "        reads A[v_i], B[v_i]\n"
+    "        writes C[v_i]\n"
+    "        C[v_i] = A[v_i] + B[v_i]\n";
+
+/* A kernel, its tensors with the float64 reference computed, and the data
+ * set file the workers read. */
+typedef struct {
+  dg_func *f;
+  rt_tensors ts;
+  rt_cuda_buf bufs[8];
+  char path[300];
+} ref_case;
+
+static bool ref_case_init(ref_case *c, dg_func *f, const char *file, uint64_t seed,
+                          dg_status *st) {
+  memset(c, 0, sizeof *c);
+  if (f) dg_status_ok(st);
+  c->f = f;
+  if (!f || !rt_tensors_init(&c->ts, f, st)) return false;
+  rt_data_fill(&c->ts, seed, rt_data_dist_for(f));
+  if (!rt_interp_run(f, c->ts.ref_args, true, st)) return false;
+  DG_ASSERT(c->ts.n <= 8);
+  rt_cuda_bufs_for_params(&c->ts, c->bufs);
+  snprintf(c->path, sizeof c->path, "%s/%s", dg_test_tmpdir(), file);
+  return rt_cuda_data_write(&c->ts, rt_check_reduce_len(f), c->path, st);
+}
+
+static void ref_case_free(ref_case *c) {
+  rt_tensors_free(&c->ts);
+  ir_func_free(c->f);
+}
+
+/* One job through the pool, its result decoded. */
+static bool pool_run(rt_worker_pool *p, const rt_cuda_job *job, rt_cuda_result *res,
+                     dg_status *st) {
+  dg_str msg;
+  dg_str_init(&msg);
+  rt_cuda_job_encode(job, &msg);
+  rt_worker_pool_submit(p, 1, msg.s, msg.len, 0);
+  dg_str_free(&msg);
+  rt_worker_result wr;
+  if (!rt_worker_pool_next(p, &wr, st)) return false;
+  rt_cuda_result_from_worker(&wr, res);
+  rt_worker_result_free(&wr);
+  return true;
+}
+
+DG_TEST(cuda_job_path_without_gpu) {
+  dg_status st;
+  if (rt_cuda_available(&st)) {
+    printf("  note: a GPU is here; the gpu_ tests cover this path\n");
+    return;
+  }
+  CHECK(st.msg[0] != 0 && strstr(st.msg, "cuda") != NULL);
+  ref_case c;
+  bool made = ref_case_init(&c, ir_parse(vadd_text, "vadd", &st), "vadd.dat", 1, &st);
+  CHECK_OK(st);
+  CHECK(made);
+  rt_cubin fake = {"not a module", 12, false, "sm_90", NULL, 0};
+  rt_cuda_arg args[4] = {{RT_CUDA_ARG_BUF, 0, 0, 0}, {RT_CUDA_ARG_BUF, 1, 0, 0},
+                         {RT_CUDA_ARG_BUF, 2, 0, 0}, {RT_CUDA_ARG_I32, 0, 1000, 0}};
+  rt_cuda_launch l = {"vadd", {4, 1, 1}, {256, 1, 1}, 0, args, 4};
+  rt_cuda_program prog = {c.bufs, 3, &l, 1};
+  rt_cuda_job job = {&fake, &prog, c.path, 1, {1, 3, true, 2.0}};
+  rt_worker_pool *p;
+  CHECK(rt_cuda_pool_new(1, 1, 20, &p, &st));
+
+  /* the job and the data set decode and match; only CUDA is missing */
+  rt_cuda_result r;
+  CHECK(pool_run(p, &job, &r, &st));
+  CHECK_EQ(r.fail, RT_FAIL_SETUP);
+  CHECK(strstr(r.reason, "cuda") != NULL && !strstr(r.reason, "malformed"));
+
+  /* a program that disagrees with the data set is named */
+  rt_cuda_buf wrong[3] = {c.bufs[0], c.bufs[1], c.bufs[2]};
+  wrong[1].numel = 999;
+  rt_cuda_program prog2 = {wrong, 3, &l, 1};
+  job.prog = &prog2;
+  CHECK(pool_run(p, &job, &r, &st));
+  CHECK_EQ(r.fail, RT_FAIL_SETUP);
+  CHECK(strstr(r.reason, "buffer B: f32[999] in the program, B f32[1000] in the data set") != NULL);
+
+  /* a missing data set, and one that is not a data set */
+  job.prog = &prog;
+  job.data_path = "/nonexistent/x.dat";
+  CHECK(pool_run(p, &job, &r, &st));
+  CHECK(r.fail == RT_FAIL_SETUP && strstr(r.reason, "/nonexistent/x.dat: no such data set"));
+  char junk[300];
+  snprintf(junk, sizeof junk, "%s/junk.dat", dg_test_tmpdir());
+  CHECK(dg_write_file_atomic(junk, "hello world, not data", 21, &st));
+  job.data_path = junk;
+  CHECK(pool_run(p, &job, &r, &st));
+  CHECK(r.fail == RT_FAIL_SETUP && strstr(r.reason, "not a dragon data set"));
+  /* the worker survived all of that */
+  CHECK_EQ(rt_worker_pool_restarts(p), 0);
+  rt_worker_pool_free(p);
+  ref_case_free(&c);
+}
+
+/* ---- on the GPU ---------------------------------------------------------------- */
+
+static bool have_gpu(void) {
+  dg_status st;
+  if (!rt_cuda_available(&st)) {
+    printf("  note: no GPU, test skipped: %s\n", st.msg);
+    return false;
+  }
+  return have_nvrtc();
+}
+
+static bool compile_or_fail(const char *src, const char *name, rt_cubin *b) {
+  dg_status st;
+  if (rt_nvrtc_compile(src, name, "sm_90", b, &st)) return true;
+  dg_test_fail(__FILE__, __LINE__, "%s", st.msg);
+  return false;
+}
+
+DG_TEST(gpu_vector_add) {
+  if (!have_gpu()) return;
+  dg_status st;
+  ref_case c;
+  bool made = ref_case_init(&c, ir_parse(vadd_text, "vadd", &st), "gvadd.dat", 7, &st);
+  CHECK_OK(st);
+  CHECK(made);
+  rt_cubin b;
+  if (!compile_or_fail(vadd_src, "vadd", &b)) return;
+  rt_cuda_arg args[4] = {{RT_CUDA_ARG_BUF, 0, 0, 0}, {RT_CUDA_ARG_BUF, 1, 0, 0},
+                         {RT_CUDA_ARG_BUF, 2, 0, 0}, {RT_CUDA_ARG_I32, 0, 1000, 0}};
+  rt_cuda_launch l = {"vadd", {4, 1, 1}, {256, 1, 1}, 0, args, 4};
+  rt_cuda_program prog = {c.bufs, 3, &l, 1};
+  rt_cuda_job job = {&b, &prog, c.path, 7, {2, 5, true, 5.0}};
+  rt_worker_pool *p;
+  CHECK(rt_cuda_pool_new(1, 1, 60, &p, &st));
+  rt_cuda_result r;
+  CHECK(pool_run(p, &job, &r, &st));
+  CHECK_MSG(r.fail == RT_FAIL_NONE, "%s: %s", rt_fail_name(r.fail), r.reason);
+  CHECK(r.checked && r.check.pass && r.check.n_checked == 1000);
+  CHECK_EQ(r.t.n, 5);
+  CHECK(r.t.min > 0 && r.t.min <= r.t.median && r.t.median <= r.t.max);
+
+  /* the check can fail: n = 999 leaves the last element poisoned */
+  args[3].i = 999;
+  CHECK(pool_run(p, &job, &r, &st));
+  CHECK_EQ(r.fail, RT_FAIL_WRONG);
+  CHECK(r.check.n_bad == 1 && strstr(r.check.first_bad, "C[999]: got nan"));
+  rt_worker_pool_free(p);
+  rt_cubin_free(&b);
+  ref_case_free(&c);
+}
+
+static const char *const matmul_src =
+    "#define T 16\n"
+    "extern \"C\" __global__ void mm(const float *A, const float *B, float *C, int M, int N, int K) {\n"
+    "  __shared__ float As[T][T], Bs[T][T];\n"
+    "  int r = blockIdx.y * T + threadIdx.y, c = blockIdx.x * T + threadIdx.x;\n"
+    "  float acc = 0.f;\n"
+    "  for (int k0 = 0; k0 < K; k0 += T) {\n"
+    "    As[threadIdx.y][threadIdx.x] = (r < M && k0 + threadIdx.x < K) ? A[r * K + k0 + threadIdx.x] : 0.f;\n"
+    "    Bs[threadIdx.y][threadIdx.x] = (c < N && k0 + threadIdx.y < K) ? B[(k0 + threadIdx.y) * N + c] : 0.f;\n"
+    "    __syncthreads();\n"
+    "    for (int k = 0; k < T; k++) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];\n"
+    "    __syncthreads();\n"
+    "  }\n"
+    "  if (r < M && c < N) C[r * N + c] = acc;\n"
+    "}\n";
+
+DG_TEST(gpu_matmul) {
+  if (!have_gpu()) return;
+  dg_status st;
+  ref_case c;
+  bool made = ref_case_init(&c, wl_build("gemm:m=100,n=72,k=40,dtype=f32", &st), "gmm.dat", 3, &st);
+  CHECK_OK(st);
+  CHECK(made);
+  rt_cubin b;
+  if (!compile_or_fail(matmul_src, "mm", &b)) return;
+  rt_cuda_arg args[6] = {{RT_CUDA_ARG_BUF, 0, 0, 0}, {RT_CUDA_ARG_BUF, 1, 0, 0},
+                         {RT_CUDA_ARG_BUF, 2, 0, 0}, {RT_CUDA_ARG_I32, 0, 100, 0},
+                         {RT_CUDA_ARG_I32, 0, 72, 0}, {RT_CUDA_ARG_I32, 0, 40, 0}};
+  rt_cuda_launch l = {"mm", {(72 + 15) / 16, (100 + 15) / 16, 1}, {16, 16, 1}, 0, args, 6};
+  rt_cuda_program prog = {c.bufs, 3, &l, 1};
+  rt_cuda_job job = {&b, &prog, c.path, 3, {2, 10, true, 5.0}};
+  rt_worker_pool *p;
+  CHECK(rt_cuda_pool_new(1, 1, 60, &p, &st));
+  rt_cuda_result r;
+  CHECK(pool_run(p, &job, &r, &st));
+  CHECK_MSG(r.fail == RT_FAIL_NONE, "%s: %s", rt_fail_name(r.fail), r.reason);
+  CHECK(r.checked && r.check.pass && r.check.n_checked == 100 * 72 && r.check.K == 40);
+  printf("  matmul 100x72x40: median %.2f us (IQR %.2f..%.2f), max rel error %.2g\n",
+         r.t.median * 1e6, r.t.q1 * 1e6, r.t.q3 * 1e6, r.check.max_rel);
+  rt_worker_pool_free(p);
+  rt_cubin_free(&b);
+  ref_case_free(&c);
+}
+
+static const char *const silu_mul_src =
+    "extern \"C\" __global__ void silu(const float *g, float *t, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) { float x = g[i]; t[i] = x / (1.0f + expf(-x)); }\n"
+    "}\n"
+    "extern \"C\" __global__ void mul(const float *t, const float *u, float *o, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) o[i] = t[i] * u[i];\n"
+    "}\n";
+
+DG_TEST(gpu_two_launches_with_intermediate) {
+  if (!have_gpu()) return;
+  dg_status st;
+  ref_case c;
+  bool made = ref_case_init(&c, wl_build("silu_mul:m=64,n=96,dtype=f32", &st), "silu.dat", 5, &st);
+  CHECK_OK(st);
+  CHECK(made);
+  rt_cubin b;
+  if (!compile_or_fail(silu_mul_src, "silu_mul", &b)) return;
+  int n = 64 * 96;
+  /* params gate, up, T_multiply; then the intermediate T_silu */
+  c.bufs[3] = (rt_cuda_buf){"T_silu", DG_F32, n, -1, false};
+  rt_cuda_arg a1[3] = {{RT_CUDA_ARG_BUF, 0, 0, 0}, {RT_CUDA_ARG_BUF, 3, 0, 0}, {RT_CUDA_ARG_I32, 0, n, 0}};
+  rt_cuda_arg a2[4] = {{RT_CUDA_ARG_BUF, 3, 0, 0}, {RT_CUDA_ARG_BUF, 1, 0, 0},
+                       {RT_CUDA_ARG_BUF, 2, 0, 0}, {RT_CUDA_ARG_I32, 0, n, 0}};
+  rt_cuda_launch l[2] = {{"silu", {(n + 127) / 128, 1, 1}, {128, 1, 1}, 0, a1, 3},
+                         {"mul", {(n + 127) / 128, 1, 1}, {128, 1, 1}, 0, a2, 4}};
+  rt_cuda_program prog = {c.bufs, 4, l, 2};
+  rt_cuda_job job = {&b, &prog, c.path, 5, {1, 5, true, 5.0}};
+  rt_worker_pool *p;
+  CHECK(rt_cuda_pool_new(1, 1, 60, &p, &st));
+  rt_cuda_result r;
+  CHECK(pool_run(p, &job, &r, &st));
+  CHECK_MSG(r.fail == RT_FAIL_NONE, "%s: %s", rt_fail_name(r.fail), r.reason);
+  CHECK(r.checked && r.check.pass && r.check.n_checked == n);
+
+  /* a kernel name the module lacks is a load error, not a crash */
+  l[1].kernel = "nope";
+  CHECK(pool_run(p, &job, &r, &st));
+  CHECK(r.fail == RT_FAIL_LOAD && strstr(r.reason, "'nope'"));
+  /* a block of 2048 threads is refused before the driver sees it */
+  l[1].kernel = "mul";
+  l[1].block[0] = 2048;
+  CHECK(pool_run(p, &job, &r, &st));
+  CHECK(r.fail == RT_FAIL_LAUNCH && strstr(r.reason, "block 2048x1x1"));
+  CHECK_EQ(rt_worker_pool_restarts(p), 0);
+  rt_worker_pool_free(p);
+  rt_cubin_free(&b);
+  ref_case_free(&c);
+}
+
+static const char *const planted_src =
+    "extern \"C\" __global__ void fault(float *p) {\n"
+    "  ((volatile float *)0x10)[threadIdx.x * 1024] = p[0];\n"
+    "}\n"
+    "extern \"C\" __global__ void hang(volatile unsigned *p) {\n"
+    "  while (p[0] != 12345u) { }\n"
+    "}\n"
+    "extern \"C\" __global__ void fill(float *p, int n) {\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) p[i] = 1.0f;\n"
+    "}\n";
+
+DG_TEST(gpu_fault_and_hang_cost_one_job) {
+  if (!have_gpu()) return;
+  dg_status st;
+  rt_cubin b;
+  if (!compile_or_fail(planted_src, "planted", &b)) return;
+  rt_cuda_buf bufs[2] = {{"p", DG_F32, 4096, 0, true}, {"flag", DG_I32, 16, 1, true}};
+  rt_cuda_arg fa[1] = {{RT_CUDA_ARG_BUF, 0, 0, 0}};
+  rt_cuda_arg ha[1] = {{RT_CUDA_ARG_BUF, 1, 0, 0}};
+  rt_cuda_arg ga[2] = {{RT_CUDA_ARG_BUF, 0, 0, 0}, {RT_CUDA_ARG_I32, 0, 4096, 0}};
+  rt_cuda_launch fault = {"fault", {8, 1, 1}, {128, 1, 1}, 0, fa, 1};
+  rt_cuda_launch hang = {"hang", {1, 1, 1}, {1, 1, 1}, 0, ha, 1};
+  rt_cuda_launch good = {"fill", {16, 1, 1}, {256, 1, 1}, 0, ga, 2};
+  rt_cuda_program pf = {bufs, 2, &fault, 1}, ph = {bufs, 2, &hang, 1}, pg = {bufs, 2, &good, 1};
+  const rt_cuda_program *order[] = {&pg, &pf, &pg, &ph, &pg, &pf, &pg};
+  enum { N = (int)DG_ARRAY_LEN(order) };
+  rt_worker_pool *p;
+  CHECK(rt_cuda_pool_new(2, 1, 30, &p, &st));
+  for (int i = 0; i < N; i++) {
+    rt_cuda_job job = {&b, order[i], NULL, (uint64_t)i, {1, 3, false, 1.0}};
+    dg_str msg;
+    dg_str_init(&msg);
+    rt_cuda_job_encode(&job, &msg);
+    rt_worker_pool_submit(p, (uint64_t)i, msg.s, msg.len, 0);
+    dg_str_free(&msg);
+  }
+  rt_cuda_result res[N];
+  rt_worker_result wr;
+  int got = 0;
+  while (rt_worker_pool_next(p, &wr, &st)) {
+    CHECK(wr.id < N);
+    rt_cuda_result_from_worker(&wr, &res[wr.id]);
+    printf("  job %d: %s %s\n", (int)wr.id, rt_fail_name(res[wr.id].fail), res[wr.id].reason);
+    rt_worker_result_free(&wr);
+    got++;
+  }
+  CHECK_OK(st);
+  CHECK_EQ(got, N);
+  for (int i = 0; i < N; i++) {
+    if (order[i] == &pg) CHECK_MSG(res[i].fail == RT_FAIL_NONE, "job %d: %s", i, res[i].reason);
+    if (order[i] == &pf) CHECK_MSG(res[i].fail == RT_FAIL_ILLEGAL_ADDRESS, "job %d: %s", i, res[i].reason);
+    if (order[i] == &ph) CHECK_MSG(res[i].fail == RT_FAIL_TIMEOUT, "job %d: %s", i, res[i].reason);
+  }
+  CHECK_EQ(rt_worker_pool_restarts(p), 3); /* each planted job retired its worker */
+  rt_worker_pool_free(p);
+  rt_cubin_free(&b);
+}
+
+/* In this process's child: the in-process API, with no pool. */
+static bool direct_fn(void *ctx, const void *job, size_t len, dg_str *reply) {
+  (void)job;
+  (void)len;
+  const rt_cubin *b = ctx;
+  rt_cuda_ctx *c;
+  dg_status st;
+  if (!rt_cuda_ctx_new(0, &c, &st)) {
+    dg_str_printf(reply, "ctx: %s", st.msg);
+    return true;
+  }
+  rt_cuda_launch l = {"empty", {1, 1, 1}, {32, 1, 1}, 0, NULL, 0};
+  rt_cuda_program prog = {NULL, 0, &l, 1};
+  rt_cuda_timing tm = {20, 200, false, 5.0};
+  rt_cuda_result r;
+  rt_cuda_run(c, b, &prog, NULL, &tm, &r);
+  dg_str_printf(reply, "%d %.9g %.9g %.9g %s", (int)r.fail, r.t.median, r.t.q1, r.t.q3, r.reason);
+  rt_cuda_ctx_free(c);
+  return true;
+}
+
+DG_TEST(gpu_empty_kernel_latency) {
+  if (!have_gpu()) return;
+  rt_cubin b;
+  if (!compile_or_fail("extern \"C\" __global__ void empty() {}\n", "empty", &b)) return;
+  rt_worker_result r;
+  dg_status st;
+  CHECK(rt_worker_call(direct_fn, &b, "", 0, 60, &r, &st));
+  CHECK_MSG(r.outcome == RT_WORKER_REPLIED, "%s", r.reason);
+  int fail = -1;
+  double med = 0, q1 = 0, q3 = 0;
+  CHECK_MSG(sscanf(r.reply, "%d %lf %lf %lf", &fail, &med, &q1, &q3) == 4, "%s", r.reply);
+  CHECK_MSG(fail == RT_FAIL_NONE, "%s", r.reply);
+  CHECK(med > 0 && q1 <= med && med <= q3);
+  printf("  empty kernel: median %.2f us between events (IQR %.2f..%.2f)\n", med * 1e6, q1 * 1e6,
+         q3 * 1e6);
+  rt_worker_result_free(&r);
+  rt_cubin_free(&b);
+}
+
+/* ---- a lowered kernel, end to end -------------------------------------------------- */
+
+static const char *const bound_vadd_text =
+    "kernel vadd(A: f32[1024], B: f32[1024], C: f32[1024]):\n"
+    "  block root:\n"
+    "    for bx in 8 bind(blockIdx.x):\n"
+    "      for tx in 128 bind(threadIdx.x):\n"
+    "        block C(v_i: S(1024) = bx * 128 + tx):\n"
+    "          reads A[v_i], B[v_i]\n"
+    "          writes C[v_i]\n"
+    "          C[v_i] = A[v_i] + B[v_i]\n";
+
+DG_TEST(cuda_program_from_lowered) {
+  dg_status st;
+  dg_func *f = ir_parse(bound_vadd_text, "bvadd", &st);
+  CHECK_OK(st);
+  lw_program *lp = lower_program(f, NULL, &st);
+  CHECK_MSG(lp != NULL, "%s", st.msg);
+  dg_arena *a = dg_arena_new();
+  rt_cuda_program prog;
+  CHECK_MSG(rt_cuda_program_from_lowered(lp, a, &prog, &st), "%s", st.msg);
+  CHECK_EQ(prog.n_bufs, 3);
+  CHECK_EQ(prog.n_launches, 1);
+  CHECK(!prog.bufs[0].is_output && !prog.bufs[1].is_output && prog.bufs[2].is_output);
+  CHECK_STREQ(prog.bufs[2].name, "C");
+  CHECK_EQ(prog.bufs[2].numel, 1024);
+  CHECK_EQ(prog.bufs[2].param, 2);
+  const rt_cuda_launch *l = &prog.launches[0];
+  CHECK_STREQ(l->kernel, lp->kernels[0].name);
+  CHECK(l->grid[0] == 8 && l->grid[1] == 1 && l->grid[2] == 1);
+  CHECK(l->block[0] == 128 && l->block[1] == 1 && l->block[2] == 1);
+  CHECK_EQ(l->shared_bytes, 0);
+  CHECK_EQ(l->n_args, lp->kernels[0].n_params);
+  for (int i = 0; i < l->n_args; i++) {
+    CHECK(l->args[i].kind == RT_CUDA_ARG_BUF);
+    CHECK_STREQ(prog.bufs[l->args[i].buf].name, lp->kernels[0].params[i]->name);
+  }
+  dg_arena_free(a);
+  lower_program_free(lp);
+  ir_func_free(f);
+}
