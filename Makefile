@@ -77,9 +77,8 @@ $(BUILD)/bench_%: $(BUILD)/bench/bench_%.o $(BUILD)/libdragon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 FUZZ_SECONDS ?= 30
-FUZZ_SRC := $(wildcard fuzz/fuzz_*.c)
 fuzz:
-	$(MAKE) -C . -f fuzz/fuzz.mk FUZZ_SECONDS=$(FUZZ_SECONDS)
+	$(MAKE) -C . -f fuzz/fuzz.mk FUZZ_SECONDS=$(FUZZ_SECONDS) LDLIBS="$(LDLIBS)"
 
 clean:
 	rm -rf build build-asan build-fuzz dragon

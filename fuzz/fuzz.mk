@@ -15,7 +15,7 @@ FUZZ_JOBS    ?= 1
 FUZZ_BUILD   := build-fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -std=c11 -g -O1 -D_GNU_SOURCE -DDG_ARENA_MALLOC -Iinclude -Isrc -MMD -MP $(FUZZ_SAN)
-# the libraries the top Makefile links with, unless it passes LDLIBS itself
+# the libraries the top Makefile links with (it passes LDLIBS)
 FUZZ_LDLIBS  := $(or $(LDLIBS),$(shell sed -n 's/^LDLIBS *+*= *//p' Makefile))
 
 FUZZ_LIB_SRC := $(filter-out src/cli/main.c,$(wildcard src/*/*.c))

@@ -155,7 +155,6 @@ DG_TEST(sched_tensorize_blockize_matmul) {
   txt = ir_print(sched_func(s));
   CHECK(strstr(txt, "block C_o_o(vi_o_o: S(3) = i_0, vj_o_o: S(1) = 0, vk_o_o: R(1) = 0):") != NULL);
   CHECK(strstr(txt, "block C_o(vj_o_i: S(10) = j, vk_o_i: R(2) = k_0):") != NULL);
-  printf("%s", txt);
   free(txt);
   CHECK(same_numbers(f, sched_func(s)));
   CHECK(replays(f, s));

@@ -63,5 +63,7 @@ int cmd_check(int argc, char **argv);
 int cmd_fuzz_schedules(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_emit(int argc, char **argv);
+int cmd_tsel(int argc, char **argv);
 
 #endif

@@ -14,6 +14,8 @@ static const struct {
     {"run", cmd_run, "run a kernel and check it against the float64 reference"},
     {"schedule", cmd_schedule, "replay a trace on a kernel and print the scheduled kernel"},
     {"check", cmd_check, "replay a trace, run the scheduled kernel on the CPU, compare with the reference"},
+    {"emit", cmd_emit, "replay a trace, lower to device kernels and print CUDA C or emulating C"},
+    {"tsel", cmd_tsel, "TSEL: lift traces, lower graphs, check them, compare sizes"},
     {"fuzz-schedules", cmd_fuzz_schedules, "apply random schedules to random workloads and check each"},
 };
 

@@ -248,6 +248,10 @@ static lw_stmt *conv_for(lw_conv *c, const dg_stmt *s) {
     if (!red) c->failed = true;
     return red;
   }
+  const dg_ann *ms = ir_anns_get(&s->anns, "pragma_auto_unroll_max_step");
+  const dg_ann *ex = ir_anns_get(&s->anns, "pragma_unroll_explicit");
+  int64_t max_step = ms && ms->kind == DG_ANN_INT ? ms->i : -1;
+  int expl = ex && ex->kind == DG_ANN_INT ? ex->i != 0 : -1;
   if (s->loop_kind == DG_LOOP_THREAD &&
       (dg_thread_tag_is_block(s->tag) || dg_thread_tag_is_thread(s->tag))) {
     dg_var *tv = c->k->tag_var[s->tag];
@@ -258,6 +262,17 @@ static lw_stmt *conv_for(lw_conv *c, const dg_stmt *s) {
     lw_stmt *body = lower_conv_stmt(c, s->body);
     c->n_map--;
     c->tags_in_scope = saved;
+    /* The loop goes, its unroll region stays: every loop under it. */
+    body = lw_with_unroll(f, body, max_step, expl);
+    return body;
+  }
+  /* A serial loop of one iteration is its body with the variable at 0. */
+  if (s->extent == 1 && (s->loop_kind == DG_LOOP_SERIAL || s->loop_kind == DG_LOOP_UNROLLED ||
+                         s->loop_kind == DG_LOOP_PARALLEL)) {
+    if (!push_map(c, s->loop_var, ir_int_t(f, 0, s->loop_var->dtype))) return NULL;
+    lw_stmt *body = lower_conv_stmt(c, s->body);
+    c->n_map--;
+    body = lw_with_unroll(f, body, max_step, expl);
     return body;
   }
   lw_loop_kind kind = LW_LOOP_SERIAL;
@@ -271,10 +286,8 @@ static lw_stmt *conv_for(lw_conv *c, const dg_stmt *s) {
   if (c->failed) return NULL;
   lw_stmt *l = lw_for(f, s->loop_var, s->extent, kind, body);
   l->tag = kind == LW_LOOP_VTHREAD ? s->tag : DG_TAG_NONE;
-  const dg_ann *ms = ir_anns_get(&s->anns, "pragma_auto_unroll_max_step");
-  const dg_ann *ex = ir_anns_get(&s->anns, "pragma_unroll_explicit");
-  if (ms && ms->kind == DG_ANN_INT) l->unroll_max_step = ms->i;
-  if (ex && ex->kind == DG_ANN_INT) l->unroll_explicit = ex->i != 0;
+  if (max_step >= 0) l->unroll_max_step = max_step;
+  if (expl >= 0) l->unroll_explicit = expl;
   return l;
 }
 

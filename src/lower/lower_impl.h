@@ -18,6 +18,10 @@ lw_stmt *lw_if(dg_func *f, dg_expr *cond, lw_stmt *then_s, lw_stmt *else_s);
 lw_stmt *lw_store(dg_func *f, dg_buffer *b, dg_expr **idx, int n, dg_expr *value);
 lw_stmt *lw_barrier(dg_func *f);
 lw_stmt *lw_copy(dg_func *f, const lw_stmt *s); /* shallow */
+/* s with an unroll region (pragma_auto_unroll_max_step, _explicit; -1:
+ * none) put on its outermost loops that have none of their own: what a
+ * removed loop's region becomes (copies the nodes on the way). */
+lw_stmt *lw_with_unroll(dg_func *f, const lw_stmt *s, int64_t max_step, int expl);
 
 /* A new statement with every expression substituted (map as ir_subst_expr). */
 lw_stmt *lw_subst(dg_func *f, const lw_stmt *s, const dg_subst *map, int n);

@@ -77,7 +77,37 @@ lw_stmt *lw_store(dg_func *f, dg_buffer *b, dg_expr **idx, int n, dg_expr *value
 
 lw_stmt *lw_barrier(dg_func *f) { return new_stmt(f, LW_BARRIER); }
 
+lw_stmt *lw_with_unroll(dg_func *f, const lw_stmt *s, int64_t max_step, int expl) {
+  if (!s || (max_step < 0 && expl < 0)) return (lw_stmt *)s;
+  lw_stmt *c;
+  switch (s->kind) {
+    case LW_SEQ:
+      c = lw_copy(f, s);
+      c->stmts = DG_ANEWN(f->arena, lw_stmt *, s->n > 0 ? s->n : 1);
+      for (int i = 0; i < s->n; i++) c->stmts[i] = lw_with_unroll(f, s->stmts[i], max_step, expl);
+      return c;
+    case LW_IF:
+      c = lw_copy(f, s);
+      c->then_s = lw_with_unroll(f, s->then_s, max_step, expl);
+      c->else_s = lw_with_unroll(f, s->else_s, max_step, expl);
+      return c;
+    case LW_FOR:
+      c = lw_copy(f, s);
+      if (c->unroll_max_step < 0) c->unroll_max_step = max_step;
+      if (c->unroll_explicit < 0) c->unroll_explicit = expl;
+      return c;
+    default: return (lw_stmt *)s;
+  }
+}
+
 /* ---- substitution and queries -------------------------------------------- */
+
+/* Substitution, simplified where it changed something (constants from
+ * unrolling and vthread copies fold away). */
+static dg_expr *subst_simpl(dg_func *f, dg_expr *e, const dg_subst *map, int n) {
+  dg_expr *x = ir_subst_expr(f, e, map, n);
+  return x == e ? e : ir_simplify(f, x, NULL);
+}
 
 lw_stmt *lw_subst(dg_func *f, const lw_stmt *s, const dg_subst *map, int n) {
   if (!s) return NULL;
@@ -89,14 +119,14 @@ lw_stmt *lw_subst(dg_func *f, const lw_stmt *s, const dg_subst *map, int n) {
       break;
     case LW_FOR: c->body = lw_subst(f, s->body, map, n); break;
     case LW_IF:
-      c->cond = ir_subst_expr(f, s->cond, map, n);
+      c->cond = subst_simpl(f, s->cond, map, n);
       c->then_s = lw_subst(f, s->then_s, map, n);
       c->else_s = lw_subst(f, s->else_s, map, n);
       break;
     case LW_STORE:
       c->idx = DG_ANEWN(f->arena, dg_expr *, s->nidx > 0 ? s->nidx : 1);
-      for (int i = 0; i < s->nidx; i++) c->idx[i] = ir_subst_expr(f, s->idx[i], map, n);
-      c->value = ir_subst_expr(f, s->value, map, n);
+      for (int i = 0; i < s->nidx; i++) c->idx[i] = subst_simpl(f, s->idx[i], map, n);
+      c->value = subst_simpl(f, s->value, map, n);
       break;
     case LW_BARRIER:
     case LW_ALLREDUCE: break;

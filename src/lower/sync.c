@@ -126,20 +126,18 @@ static bool clears(const lw_stmt *s) {
   return s->kind == LW_BARRIER || (s->kind == LW_ALLREDUCE && s->scratch);
 }
 
-/* Dry run: does s, entered with the pending accesses p, conflict before it
- * reaches a barrier of its own? *stopped is set once a barrier is reached. */
-static bool conflicts_first(const sctx *c, const lw_stmt *s, pend *p, bool *stopped) {
+/* Dry run: does s, entered with the pending accesses p, touch one of them
+ * before it reaches a barrier of its own? (Conflicts among its own
+ * accesses are the business of the scan inside it.) *stopped is set once
+ * a barrier is reached. */
+static bool conflicts_first(const sctx *c, const lw_stmt *s, const pend *p, bool *stopped) {
   if (!s || *stopped) return false;
   if (clears(s)) {
     *stopped = true;
     return false;
   }
   if (s->kind == LW_ALLREDUCE) return false;
-  if (is_unit(c, s)) {
-    if (unit_conflicts(s, p)) return true;
-    unit_add(s, p);
-    return false;
-  }
+  if (is_unit(c, s)) return unit_conflicts(s, p);
   switch (s->kind) {
     case LW_SEQ:
       for (int i = 0; i < s->n; i++)
@@ -147,14 +145,9 @@ static bool conflicts_first(const sctx *c, const lw_stmt *s, pend *p, bool *stop
       return false;
     case LW_FOR: return conflicts_first(c, s->body, p, stopped);
     case LW_IF: {
-      pend q = {0};
-      copy(&q, p);
       bool s1 = false, s2 = false;
-      bool r = conflicts_first(c, s->then_s, p, &s1) || conflicts_first(c, s->else_s, &q, &s2);
+      bool r = conflicts_first(c, s->then_s, p, &s1) || conflicts_first(c, s->else_s, p, &s2);
       if (s1 && s2) *stopped = true;
-      for (size_t i = 0; i < q.w.len; i++) add(p, q.w.data[i], true);
-      for (size_t i = 0; i < q.r.len; i++) add(p, q.r.data[i], false);
-      pend_free(&q);
       return r;
     }
     default: return false;
@@ -177,11 +170,8 @@ static void scan_seq_child(sctx *c, const lw_stmt *s, pend *p, lw_stmt **out, in
   if (is_unit(c, s)) {
     conflict = unit_conflicts(s, p);
   } else {
-    pend q = {0};
-    copy(&q, p);
     bool stopped = false;
-    conflict = conflicts_first(c, s, &q, &stopped);
-    pend_free(&q);
+    conflict = conflicts_first(c, s, p, &stopped);
   }
   if (conflict) {
     out[(*n)++] = lw_barrier(c->f);
@@ -207,16 +197,11 @@ static lw_stmt *scan(sctx *c, const lw_stmt *s, pend *p) {
     }
     case LW_FOR: {
       lw_stmt *body = scan(c, s->body, p);
-      if (s->extent > 1) {
-        pend q = {0};
-        copy(&q, p);
-        bool stopped = false;
-        if (conflicts_first(c, body, &q, &stopped)) {
-          lw_stmt *parts[2] = {body, lw_barrier(f)};
-          body = lw_seq(f, parts, 2);
-          clear(p);
-        }
-        pend_free(&q);
+      bool stopped = false;
+      if (s->extent > 1 && conflicts_first(c, body, p, &stopped)) {
+        lw_stmt *parts[2] = {body, lw_barrier(f)};
+        body = lw_seq(f, parts, 2);
+        clear(p);
       }
       lw_stmt *x = lw_copy(f, s);
       x->body = body;

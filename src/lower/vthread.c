@@ -61,7 +61,9 @@ static lw_stmt *expand(dg_func *f, const lw_stmt *s) {
     }
     case LW_FOR: {
       lw_stmt *body = expand(f, s->body);
-      if (s->loop_kind == LW_LOOP_VTHREAD) return inject(f, body, s->var, s->extent);
+      if (s->loop_kind == LW_LOOP_VTHREAD)
+        return lw_with_unroll(f, inject(f, body, s->var, s->extent), s->unroll_max_step,
+                              s->unroll_explicit);
       lw_stmt *c = lw_copy(f, s);
       c->body = body;
       return c;

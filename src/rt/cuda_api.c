@@ -311,13 +311,9 @@ static void probe_child(int fd) {
   _exit(w > 0 ? 0 : 1);
 }
 
+/* The library is opened in the child only: this process keeps no trace of
+ * the driver, not even its constructors. */
 static void probe_run(void) {
-  dg_status st;
-  if (!rt_cu_api_load(&st)) {
-    snprintf(probe_err, sizeof probe_err, "%s", st.msg);
-    probe_state = -1;
-    return;
-  }
   int fds[2];
   if (pipe(fds) != 0) {
     snprintf(probe_err, sizeof probe_err, "cuda: probe: cannot create a pipe");
