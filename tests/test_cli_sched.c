@@ -65,3 +65,30 @@ DG_TEST(cli_fuzz_schedules_small) {
   CHECK(rc == 2);
   free(out);
 }
+
+/* MetaSchedule's GMM/0 CUDA design space (MultiLevelTiling "SSSRRSRS" with
+ * the decisions of TVM's gmm_0 test: tiles [1,1,1,1,1] [1,32,1,2,2]
+ * [1,1,2,64,1] [1,32,4], cooperative fetch 1 and 0, unroll 4), written in
+ * TVM's trace JSON: it replays, checks numerically, and re-serializes to the
+ * same bytes. */
+DG_TEST(cli_gmm0_design_space) {
+  char *out = NULL;
+  int rc = dg_test_run_dragon("check GMM/0 --trace tests/data/traces/gmm0_space.json", NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  CHECK(strstr(out, "check     pass") != NULL);
+  free(out);
+  rc = dg_test_run_dragon("schedule GMM/0 --trace tests/data/traces/gmm0_space.json --json", NULL, &out);
+  CHECK(rc == 0);
+  char *orig = dg_read_file("tests/data/traces/gmm0_space.json", NULL, NULL);
+  CHECK(orig && strcmp(out, orig) == 0);
+  free(orig);
+  free(out);
+  rc = dg_test_run_dragon("schedule GMM/0 --trace tests/data/traces/gmm0_space.json", NULL, &out);
+  CHECK(rc == 0);
+  /* the shape of TVM's gmm_0 sketch */
+  CHECK(strstr(out, "for k_1, b_3, i_3, j_3, k_2, b_4, i_4, j_4 in grid(32, 1, 2, 64, 4, 1, 2, 1):"));
+  CHECK(strstr(out, "for ax0, ax1, ax2 in grid(1, 4, 64):"));
+  CHECK(strstr(out, "alloc Y_shared: f32[1, 128, 128] shared"));
+  CHECK(strstr(out, "attr meta_schedule.unroll_explicit = 1024"));
+  free(out);
+}

@@ -11,9 +11,10 @@
  * each enclosing virtual thread gets a leading dimension of its own (as
  * InjectVirtualThread gives every virtual thread its own copy).
  *
- * Per access and dimension: min = the index with relaxed variables at 0,
- * and the index minus min is bounded by interval analysis; accesses whose
- * mins differ by a constant are merged. Where that does not hold the
+ * Per access and dimension: the index with relaxed variables at 0 is the
+ * tile's anchor, and interval analysis bounds the index minus the anchor
+ * (sound for any index, tight for affine ones); accesses whose anchors
+ * differ by a constant are merged. Where that does not hold the
  * dimension keeps its full extent, which is always correct. Every access is
  * then re-indexed relative to the tile.
  *
@@ -209,7 +210,7 @@ static dg_buffer *compact_one(lw_program *p, lw_kernel *k, dg_buffer *b, lw_stmt
       dg_expr *e = a->idx[d];
       dg_expr *m = ir_simplify(f, ir_subst_expr(f, e, zmap, nz), &r);
       dg_interval iv = ir_expr_bounds(ir_simplify(f, ir_sub(f, e, m), &r), &r);
-      if (iv.lo < 0 || iv.hi >= b->shape[d]) {
+      if (iv.hi - iv.lo + 1 > b->shape[d]) {
         ok = false;
         break;
       }
