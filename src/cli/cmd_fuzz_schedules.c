@@ -24,8 +24,76 @@ static void pool_add(const char *spec, void *ctx) {
   p->specs[p->n++] = dg_strdup(spec);
 }
 
-/* Small workloads of one family: generated ones under the work limit, and
- * the family's example if it is small enough. */
+/* A smaller workload of the same family: halves the largest numeric value
+ * of the spec that still gives a valid workload, until the kernel is within
+ * the work limit. NULL if no such shrinking works. Caller frees. */
+static char *shrink_spec(const char *spec, int64_t max_iters) {
+  char *cur = dg_strdup(spec);
+  for (int round = 0; round < 200; round++) {
+    dg_status st;
+    dg_func *f = wl_build(cur, &st);
+    if (!f) break;
+    int64_t it = rt_kernel_iterations(f);
+    ir_func_free(f);
+    if (it <= max_iters) return cur;
+    /* candidates: numeric values > 1, largest first */
+    const char *colon = strchr(cur, ':');
+    if (!colon) break;
+    bool progressed = false;
+    for (int attempt = 0; attempt < 16 && !progressed; attempt++) {
+      /* the attempt-th largest numeric value */
+      int64_t vals[64];
+      const char *pos[64];
+      int n = 0;
+      for (const char *p = colon + 1; *p && n < 64;) {
+        const char *eq = strchr(p, '=');
+        if (!eq) break;
+        char *end;
+        long long v = strtoll(eq + 1, &end, 10);
+        if (end != eq + 1 && (*end == ',' || *end == 0) && v > 1) {
+          vals[n] = v;
+          pos[n++] = eq + 1;
+        }
+        const char *comma = strchr(eq, ',');
+        if (!comma) break;
+        p = comma + 1;
+      }
+      if (attempt >= n) break;
+      for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++)
+          if (vals[b] > vals[a]) {
+            int64_t tv = vals[a];
+            vals[a] = vals[b];
+            vals[b] = tv;
+            const char *tp = pos[a];
+            pos[a] = pos[b];
+            pos[b] = tp;
+          }
+      dg_str next;
+      dg_str_init(&next);
+      dg_str_putn(&next, cur, (size_t)(pos[attempt] - cur));
+      dg_str_printf(&next, "%lld", (long long)(vals[attempt] / 2));
+      const char *rest = pos[attempt];
+      while (*rest >= '0' && *rest <= '9') rest++;
+      dg_str_puts(&next, rest);
+      dg_func *g = wl_build(next.s, &st);
+      if (g) {
+        ir_func_free(g);
+        free(cur);
+        cur = dg_str_take(&next);
+        progressed = true;
+      } else {
+        dg_str_free(&next);
+      }
+    }
+    if (!progressed) break;
+  }
+  free(cur);
+  return NULL;
+}
+
+/* Small workloads of one family: generated ones under the work limit, the
+ * family's example if it is small enough, else a shrunk example. */
 static void family_pool(int fam, uint64_t seed, int64_t max_iters, spec_pool *out) {
   spec_pool all = {0};
   dg_status st;
@@ -38,6 +106,15 @@ static void family_pool(int fam, uint64_t seed, int64_t max_iters, spec_pool *ou
     free(all.specs[i]);
   }
   free(all.specs);
+  if (out->n == 0) {
+    char *small = shrink_spec(wl_family_example(fam), max_iters);
+    if (small) {
+      char *canon = wl_canonical(small, &st);
+      if (canon) pool_add(canon, out);
+      free(canon);
+      free(small);
+    }
+  }
 }
 
 typedef enum { FZ_OK, FZ_VERIFY, FZ_NUMBERS, FZ_REPLAY, FZ_RUN } fz_result;
