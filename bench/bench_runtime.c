@@ -229,7 +229,11 @@ int main(int argc, char **argv) {
     memset(rw, 0, sizeof *rw);
     rw->best = -1;
     int per_call = per_calls[pc];
+    /* a chunk keeps every thread busy, but at least four chunks are made
+     * so that compiling one overlaps the GPU work on another */
     int chunk = threads * per_call;
+    int quarter = (n_var / 4 + per_call - 1) / per_call * per_call;
+    if (chunk > quarter) chunk = quarter > per_call ? quarter : per_call;
     double t_all = dg_now();
     chunk_compile cur = {(const char *const *)kernels, 0, chunk < n_var ? chunk : n_var, per_call, threads};
     compile_chunk(&cur);

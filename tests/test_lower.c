@@ -77,8 +77,10 @@ static bool emulation_matches(const dg_func *ref, const lw_program *p) {
   return chk.pass;
 }
 
-/* A shared tile written by all threads, then read: one barrier between,
- * one at the end of the loop before the next iteration overwrites it. */
+/* A shared tile written by all threads (a loop bound to the same
+ * threadIdx.x inside, as cooperative fetch makes it), then read across
+ * threads: one barrier between, one at the end of the loop before the
+ * next iteration overwrites it. */
 static const char shared_kernel[] =
     "kernel tile(A: f32[64], B: f32[64]):\n"
     "  block root:\n"
@@ -86,11 +88,12 @@ static const char shared_kernel[] =
     "    for bx in 2 bind(blockIdx.x):\n"
     "      for tx in 8 bind(threadIdx.x):\n"
     "        for r in 3:\n"
-    "          for c in 4:\n"
-    "            block S(vs: S(64) = bx * 32 + tx * 4 + c):\n"
-    "              reads A[vs]\n"
-    "              writes S[vs]\n"
-    "              S[vs] = A[vs]\n"
+    "          for tx_1 in 8 bind(threadIdx.x):\n"
+    "            for c in 4:\n"
+    "              block S(vs: S(64) = bx * 32 + tx_1 * 4 + c):\n"
+    "                reads A[vs]\n"
+    "                writes S[vs]\n"
+    "                S[vs] = A[vs]\n"
     "          for t in 4:\n"
     "            block B(vb: S(64) = bx * 32 + tx * 4 + t):\n"
     "              reads S[bx * 32 + (tx * 4 + t + 1) % 32]\n"

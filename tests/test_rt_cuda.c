@@ -660,43 +660,24 @@ DG_TEST(gpu_fault_and_hang_cost_one_job) {
   rt_cubin_free(&b);
 }
 
-/* In this process's child: the in-process API, with no pool. */
-static bool direct_fn(void *ctx, const void *job, size_t len, dg_str *reply) {
-  (void)job;
-  (void)len;
-  const rt_cubin *b = ctx;
-  rt_cuda_ctx *c;
-  dg_status st;
-  if (!rt_cuda_ctx_new(0, &c, &st)) {
-    dg_str_printf(reply, "ctx: %s", st.msg);
-    return true;
-  }
-  rt_cuda_launch l = {"empty", {1, 1, 1}, {32, 1, 1}, 0, NULL, 0};
-  rt_cuda_program prog = {NULL, 0, &l, 1};
-  rt_cuda_timing tm = {20, 200, false, 5.0};
-  rt_cuda_result r;
-  rt_cuda_run(c, b, &prog, NULL, &tm, &r);
-  dg_str_printf(reply, "%d %.9g %.9g %.9g %s", (int)r.fail, r.t.median, r.t.q1, r.t.q3, r.reason);
-  rt_cuda_ctx_free(c);
-  return true;
-}
-
 DG_TEST(gpu_empty_kernel_latency) {
   if (!have_gpu()) return;
   rt_cubin b;
   if (!compile_or_fail("extern \"C\" __global__ void empty() {}\n", "empty", &b)) return;
-  rt_worker_result r;
+  rt_cuda_launch l = {"empty", {1, 1, 1}, {32, 1, 1}, 0, NULL, 0};
+  rt_cuda_program prog = {NULL, 0, &l, 1};
+  rt_cuda_job job = {&b, &prog, NULL, 0, {20, 200, false, 5.0}};
+  rt_worker_pool *p;
   dg_status st;
-  CHECK(rt_worker_call(direct_fn, &b, "", 0, 60, &r, &st));
-  CHECK_MSG(r.outcome == RT_WORKER_REPLIED, "%s", r.reason);
-  int fail = -1;
-  double med = 0, q1 = 0, q3 = 0;
-  CHECK_MSG(sscanf(r.reply, "%d %lf %lf %lf", &fail, &med, &q1, &q3) == 4, "%s", r.reply);
-  CHECK_MSG(fail == RT_FAIL_NONE, "%s", r.reply);
-  CHECK(med > 0 && q1 <= med && med <= q3);
-  printf("  empty kernel: median %.2f us between events (IQR %.2f..%.2f)\n", med * 1e6, q1 * 1e6,
-         q3 * 1e6);
-  rt_worker_result_free(&r);
+  CHECK(rt_cuda_pool_new(1, 1, 60, &p, &st));
+  rt_cuda_result r;
+  CHECK(pool_run(p, &job, &r, &st));
+  CHECK_MSG(r.fail == RT_FAIL_NONE, "%s: %s", rt_fail_name(r.fail), r.reason);
+  CHECK(!r.checked && r.t.n == 200);
+  CHECK(r.t.min > 0 && r.t.q1 <= r.t.median && r.t.median <= r.t.q3);
+  printf("  empty kernel: median %.2f us between events (IQR %.2f..%.2f)\n", r.t.median * 1e6,
+         r.t.q1 * 1e6, r.t.q3 * 1e6);
+  rt_worker_pool_free(p);
   rt_cubin_free(&b);
 }
 

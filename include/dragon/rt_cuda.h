@@ -10,10 +10,13 @@
  * that run jobs sent over a socket, so that a fault, a sticky CUDA error or
  * a hang costs one job, never the run; generic, the CPU runner uses them too.
  *
- * Fork safety: CUDA must not be initialised in a process that forks workers
- * which use CUDA. rt_cuda_available probes the GPU in a child process for
- * that reason; rt_cuda_ctx_new initialises CUDA in the calling process and
- * belongs in workers (or in programs that never fork).
+ * Fork safety: a process forked from one that has initialised CUDA, or has
+ * only compiled with NVRTC 13 (seen on the H200 machine: cuInit then fails
+ * with CUDA_ERROR_NOT_INITIALIZED), cannot use the driver. So everything
+ * that touches the driver on the parent's behalf (the GPU probe, the GPU
+ * workers) runs in a freshly exec'd image of the program, and this process
+ * never initialises CUDA itself. rt_cuda_ctx_new initialises CUDA in the
+ * calling process and belongs in workers or in programs that never fork.
  */
 #ifndef DRAGON_RT_CUDA_H
 #define DRAGON_RT_CUDA_H
@@ -25,7 +28,7 @@
 /* Opens libnvrtc (DRAGON_CUDA_LIB_DIR, the loader's path, /usr/local/cuda
  * and its siblings). False, with a message naming what was tried, if absent. */
 bool rt_nvrtc_available(dg_status *st);
-/* Opens libcuda.so.1 and checks, in a child process, that the driver
+/* Checks, in a fresh child process, that libcuda.so.1 opens, the driver
  * initialises and sees at least one GPU. The answer is cached. */
 bool rt_cuda_available(dg_status *st);
 
@@ -258,6 +261,11 @@ typedef struct {
   double timeout_s; /* default per job, from dispatch; past it the worker is killed */
   rt_worker_fn fn;  /* with ctx: must exist when the pool forks (it is inherited) */
   void *ctx;
+  /* Non-NULL: each worker execs a fresh image of this program and runs the
+   * handler registered under this name ("cuda") instead of fn; nothing of
+   * this process's state reaches it. CUDA needs this: a process forked
+   * after its parent used NVRTC cannot initialise the driver. */
+  const char *exec_handler;
 } rt_worker_opts;
 
 typedef enum {

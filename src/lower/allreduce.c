@@ -169,6 +169,10 @@ lw_stmt *lower_cross_thread_reduction(lw_conv *c, const dg_stmt *loop, bool *mat
     RFAIL("over %s while threadIdx.x%s has more than one thread (the threads of one "
           "reduction must be consecutive)", dg_thread_tag_name(tag),
           tag == DG_TAG_THREAD_Z ? "/y" : "");
+  if (k->block[0] * k->block[1] * k->block[2] > 32 &&
+      (k->block[0] * k->block[1] * k->block[2]) % 32 != 0)
+    RFAIL("in a block of %lld threads (warp shuffles need whole warps)",
+          (long long)(k->block[0] * k->block[1] * k->block[2]));
   if (ext > 32 && (k->block[0] * k->block[1] * k->block[2]) != ext)
     RFAIL("over %lld threads of a block of %lld (more than one warp: the reduction must "
           "span the whole block)", (long long)ext,

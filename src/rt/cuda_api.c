@@ -7,20 +7,15 @@
  * ever libcuda.so.1: the toolkit's stubs/libcuda.so answers every call with
  * an error and must not be mistaken for a driver.
  *
- * The GPU probe runs cuInit in a forked child and reports over a pipe, so
- * that this process never initialises CUDA: a process that has cannot fork
- * workers that use it. It does not pick among several GPUs: device 0.
+ * The GPU probe runs cuInit in an exec'd worker (worker.c) and reports back,
+ * so that this process never initialises CUDA (rt_cuda.h says why). It does not pick among several GPUs: device 0.
  */
 #include "rt/cuda_api.h"
 
 #include <dlfcn.h>
-#include <poll.h>
 #include <pthread.h>
-#include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 static const char *const lib_dirs[] = {
     "/usr/local/cuda/lib64",           "/usr/local/cuda/lib",
@@ -282,8 +277,12 @@ static int probe_state; /* 0 not run, 1 a GPU, -1 none */
 static rt_cuda_device probe_dev;
 static char probe_err[512];
 
-/* In the child: initialise, describe device 0, write the answer, exit. */
-static void probe_child(int fd) {
+/* In the probe worker: initialise, describe device 0, reply
+ * (int ok, rt_cuda_device, 512 bytes of message). */
+bool rt_cuda_probe_handle(void *ctx, const void *job, size_t len, dg_str *reply) {
+  (void)ctx;
+  (void)job;
+  (void)len;
   dg_status st;
   dg_status_ok(&st);
   rt_cuda_device d;
@@ -305,61 +304,40 @@ static void probe_child(int fd) {
   } else {
     snprintf(msg, sizeof msg, "%s", st.msg);
   }
-  ssize_t w = write(fd, &ok, sizeof ok);
-  w += write(fd, &d, sizeof d);
-  w += write(fd, msg, sizeof msg);
-  _exit(w > 0 ? 0 : 1);
+  dg_str_putn(reply, (const char *)&ok, sizeof ok);
+  dg_str_putn(reply, (const char *)&d, sizeof d);
+  dg_str_putn(reply, msg, sizeof msg);
+  return true;
 }
 
-/* The library is opened in the child only: this process keeps no trace of
- * the driver, not even its constructors. */
+/* The library is opened in the probe process only: this one keeps no trace
+ * of the driver, not even its constructors. cuInit can take seconds on a
+ * cold driver; a minute means it is stuck. */
 static void probe_run(void) {
-  int fds[2];
-  if (pipe(fds) != 0) {
-    snprintf(probe_err, sizeof probe_err, "cuda: probe: cannot create a pipe");
-    probe_state = -1;
-    return;
+  rt_worker_opts o = {1, 1, 60, NULL, NULL, "cuda-probe"};
+  rt_worker_pool *p;
+  dg_status st;
+  rt_worker_result r;
+  memset(&r, 0, sizeof r);
+  enum { REPLY = sizeof(int) + sizeof(rt_cuda_device) + 512 };
+  bool got = false;
+  if (rt_worker_pool_new(&o, &p, &st)) {
+    rt_worker_pool_submit(p, 0, "", 0, 0);
+    got = rt_worker_pool_next(p, &r, &st);
+    rt_worker_pool_free(p);
   }
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(fds[0]);
-    probe_child(fds[1]);
-  }
-  close(fds[1]);
-  if (pid < 0) {
-    close(fds[0]);
-    snprintf(probe_err, sizeof probe_err, "cuda: probe: cannot fork");
-    probe_state = -1;
-    return;
-  }
-  /* cuInit can take seconds on a cold driver; a minute means it is stuck. */
-  char buf[sizeof(int) + sizeof(rt_cuda_device) + 512];
-  size_t got = 0;
-  double deadline = dg_now() + 60;
-  while (got < sizeof buf) {
-    struct pollfd p = {fds[0], POLLIN, 0};
-    int ms = (int)((deadline - dg_now()) * 1000);
-    if (ms <= 0 || poll(&p, 1, ms) <= 0) break;
-    ssize_t r = read(fds[0], buf + got, sizeof buf - got);
-    if (r <= 0) break;
-    got += (size_t)r;
-  }
-  close(fds[0]);
-  kill(pid, SIGKILL);
-  waitpid(pid, NULL, 0);
   int ok = 0;
-  if (got == sizeof buf) memcpy(&ok, buf, sizeof ok);
-  if (got == sizeof buf && ok) {
-    memcpy(&probe_dev, buf + sizeof(int), sizeof probe_dev);
-    probe_state = 1;
+  if (got && r.outcome == RT_WORKER_REPLIED && r.reply_len == REPLY) {
+    memcpy(&ok, r.reply, sizeof ok);
+    if (ok) memcpy(&probe_dev, r.reply + sizeof(int), sizeof probe_dev);
+    else snprintf(probe_err, sizeof probe_err, "%.511s", r.reply + sizeof(int) + sizeof(rt_cuda_device));
+  } else if (got) {
+    snprintf(probe_err, sizeof probe_err, "cuda: the GPU probe process %s", r.reason);
   } else {
-    if (got == sizeof buf)
-      snprintf(probe_err, sizeof probe_err, "%.511s", buf + sizeof(int) + sizeof(rt_cuda_device));
-    else
-      snprintf(probe_err, sizeof probe_err, "cuda: the GPU probe process died or hung in cuInit");
-    probe_state = -1;
+    snprintf(probe_err, sizeof probe_err, "cuda: the GPU probe could not start: %.400s", st.msg);
   }
+  probe_state = ok ? 1 : -1;
+  rt_worker_result_free(&r);
 }
 
 static pthread_mutex_t probe_mu = PTHREAD_MUTEX_INITIALIZER;

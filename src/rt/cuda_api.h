@@ -110,6 +110,12 @@ void rt_cu_describe(const rt_cu_api *cu, int dev, rt_cuda_device *d);
 /* "CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)" */
 void rt_cu_error_text(const rt_cu_api *cu, cu_result r, char *out, size_t n);
 
+/* Worker handlers registered by name for exec'd workers (worker.c):
+ * "cuda" runs rt_cuda_job messages (cuda_run.c), "cuda-probe" initialises
+ * the driver and describes device 0 (cuda_api.c). */
+bool rt_cuda_job_handle(void *ctx, const void *job, size_t len, dg_str *reply);
+bool rt_cuda_probe_handle(void *ctx, const void *job, size_t len, dg_str *reply);
+
 /* The one check for driver calls: on failure sets st to "WHAT: error text"
  * and evaluates to false. */
 #define RT_CU_CHECK(cu, call, st, what)                                       \

@@ -1023,7 +1023,7 @@ static bool matches(const rt_cuda_program *prog, const rt_tensors *ts, dg_status
   return true;
 }
 
-static bool cuda_worker_fn(void *ctx, const void *job, size_t len, dg_str *reply) {
+bool rt_cuda_job_handle(void *ctx, const void *job, size_t len, dg_str *reply) {
   (void)ctx;
   rt_cuda_result res;
   memset(&res, 0, sizeof res);
@@ -1081,7 +1081,7 @@ reply:
 
 bool rt_cuda_pool_new(int n_workers, int max_active, double timeout_s, rt_worker_pool **out,
                       dg_status *st) {
-  rt_worker_opts o = {n_workers, max_active, timeout_s, cuda_worker_fn, NULL};
+  rt_worker_opts o = {n_workers, max_active, timeout_s, NULL, NULL, "cuda"};
   return rt_worker_pool_new(&o, out, st);
 }
 

@@ -13,17 +13,22 @@
  * carries both directions and sends can say MSG_NOSIGNAL: a dead worker
  * gives EPIPE, never a SIGPIPE in the parent.
  *
- * Assumes: workers are forked, not exec'd, so the handler and its context
- * must exist before the pool starts (a replacement is forked later and sees
- * the state of that moment). Fork from a process whose other threads hold
- * no locks the handler needs: start the pool before starting compile
- * threads. A worker stuck at start-up is caught by the job deadline like any
- * other hang. Workers exit with _exit (never the parent's atexit handlers)
- * and die with the parent (PR_SET_PDEATHSIG).
+ * Two kinds of worker. Forked: the handler and its context are inherited,
+ * so they must exist before the pool starts (a replacement is forked later
+ * and sees the state of that moment); fork from a process whose other
+ * threads hold no locks the handler needs. Exec'd: the child execs
+ * /proc/self/exe with DRAGON_WORKER=NAME:FD in its environment, and a
+ * constructor here, before main, runs the handler registered under NAME on
+ * socket FD; nothing of the parent survives, which is what CUDA needs (a
+ * child forked after its parent used NVRTC cannot initialise the driver).
+ * A worker stuck at start-up is caught by the job deadline like any other
+ * hang. Workers exit with _exit (never the parent's atexit handlers) and die
+ * with the parent (PR_SET_PDEATHSIG, kept across exec).
  */
-#include "dragon/rt_cuda.h"
+#include "rt/cuda_api.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -120,6 +125,35 @@ static void worker_main(const rt_worker_opts *o, int fd) {
   }
 }
 
+/* Handlers an exec'd worker can run, by name: a fresh image has no
+ * pointers from its parent. */
+static const struct {
+  const char *name;
+  rt_worker_fn fn;
+} named_handlers[] = {
+    {"cuda", rt_cuda_job_handle},
+    {"cuda-probe", rt_cuda_probe_handle},
+};
+
+/* Runs before main in every program linked with this file: a process
+ * started as an exec'd worker becomes one here and never reaches main. */
+__attribute__((constructor)) static void worker_exec_entry(void) {
+  const char *w = getenv("DRAGON_WORKER");
+  if (!w) return;
+  char name[64];
+  snprintf(name, sizeof name, "%s", w);
+  char *colon = strrchr(name, ':');
+  int fd = colon ? atoi(colon + 1) : -1;
+  if (colon) *colon = 0;
+  unsetenv("DRAGON_WORKER"); /* not for the worker's own children */
+  for (size_t i = 0; i < DG_ARRAY_LEN(named_handlers); i++) {
+    if (strcmp(named_handlers[i].name, name) != 0 || fd < 0) continue;
+    rt_worker_opts o = {1, 1, 0, named_handlers[i].fn, NULL, NULL};
+    worker_main(&o, fd);
+  }
+  _exit(126);
+}
+
 /* ---- the parent ------------------------------------------------------------ */
 
 static bool spawn(rt_worker_pool *p, int k, dg_status *st) {
@@ -144,6 +178,14 @@ static bool spawn(rt_worker_pool *p, int k, dg_status *st) {
     signal(SIGPIPE, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
+    if (p->o.exec_handler) {
+      char val[96];
+      snprintf(val, sizeof val, "%s:%d", p->o.exec_handler, sv[1]);
+      char *const argv[] = {(char *)"dragon-worker", NULL};
+      if (fcntl(sv[1], F_SETFD, 0) == 0 && setenv("DRAGON_WORKER", val, 1) == 0)
+        execv("/proc/self/exe", argv);
+      _exit(127);
+    }
     worker_main(&p->o, sv[1]);
   }
   close(sv[1]);
@@ -197,7 +239,7 @@ static void reap(worker_slot *w, bool kill_it, char *why, size_t n) {
 }
 
 bool rt_worker_pool_new(const rt_worker_opts *o, rt_worker_pool **out, dg_status *st) {
-  DG_ASSERT(o->fn && o->n_workers >= 1);
+  DG_ASSERT((o->fn || o->exec_handler) && o->n_workers >= 1);
   rt_worker_pool *p = dg_calloc(1, sizeof *p);
   p->o = *o;
   if (p->o.max_active <= 0 || p->o.max_active > o->n_workers) p->o.max_active = o->n_workers;

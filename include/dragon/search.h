@@ -1,0 +1,326 @@
+/* search.h: MetaSchedule-class schedule search.
+ *
+ * Design spaces (schedule rules applied over a kernel's blocks) and the
+ * postprocessors that make a sampled schedule legal; the tuning database
+ * (JSON lines, append-only); per-store features and the XGBoost cost
+ * model; mutators of trace decisions and the evolutionary search; the
+ * tuning loop, which drives candidate generation, measurement (a callback:
+ * compiled C on the CPU, the GPU runtime) and postprocessing (a callback)
+ * and records every result in the database.
+ *
+ * A schedule is data: everything here manipulates traces (sched.h) and the
+ * kernels they produce; measured times are seconds.
+ */
+#ifndef DRAGON_SEARCH_H
+#define DRAGON_SEARCH_H
+
+#include "dragon/ir.h"
+#include "dragon/sched.h"
+
+/* ---- database ---- */
+
+/* A directory with two JSON-lines files (docs/search.md):
+ *   workloads.jsonl  {"workload": hash, "spec": ..., "kernel": kernel text}
+ *   records.jsonl    {"workload": hash, "trace": trace JSON, "run_secs":
+ *                     [...] or null, "error": reason or null, "target": ...,
+ *                     "date": ISO 8601 UTC, "kernel_hash": decimal}
+ * The workload hash is ir_func_hash of the unscheduled kernel, in decimal.
+ * Each line is appended by one write() with O_APPEND and fsync'd, so a kill
+ * loses at most the line being written; on open a torn last line is cut off
+ * with a warning and any other unreadable line is skipped with a warning
+ * naming file:line. Records are unique by (workload, trace JSON). */
+
+#define SEARCH_FAILED_SECS 1e10 /* TVM's run time of a failed candidate */
+
+typedef struct {
+  const char *workload;   /* decimal hash */
+  const char *trace;      /* compact trace JSON, postprocessing included */
+  const double *run_secs; /* (n_secs) seconds; n_secs 0 when it failed */
+  int n_secs;
+  const char *error;      /* why it failed, or NULL */
+  const char *target;     /* "cpu", "cuda" */
+  const char *date;       /* ISO 8601 UTC; NULL in search_db_add_record: now */
+  uint64_t kernel_hash;   /* ir_func_hash of the scheduled kernel, 0: unknown */
+} search_record;
+
+typedef struct search_db search_db;
+
+/* Opens (creating the directory and files if needed) and loads a database.
+ * Warnings about skipped lines go to stderr and are counted. */
+bool search_db_open(const char *dir, search_db **out, dg_status *st);
+void search_db_close(search_db *db);
+int search_db_warning_count(const search_db *db);
+
+/* The workload's hash as decimal into hash (21 bytes); appends the
+ * workload line the first time. */
+bool search_db_add_workload(search_db *db, const char *spec, const dg_func *f,
+                            char hash[21], dg_status *st);
+int search_db_workload_count(const search_db *db);
+const char *search_db_workload_hash(const search_db *db, int i);
+/* NULL if the workload is unknown. */
+const char *search_db_workload_spec(const search_db *db, const char *hash);
+const char *search_db_workload_kernel(const search_db *db, const char *hash);
+
+/* Appends a record unless one with the same (workload, trace) exists;
+ * *added (may be NULL) says which. The trace is stored canonically. */
+bool search_db_add_record(search_db *db, const search_record *r, bool *added,
+                          dg_status *st);
+int search_db_record_count(const search_db *db);
+const search_record *search_db_record_at(const search_db *db, int i);
+/* Records of one workload (all, failures included). */
+int search_db_workload_trials(const search_db *db, const char *workload);
+/* Mean run time, SEARCH_FAILED_SECS for a failure. */
+double search_record_secs(const search_record *r);
+/* A record counts (TVM's IsValid) if it ran and its trace has at least one
+ * instruction before EnterPostproc. */
+bool search_record_valid(const search_record *r);
+/* The k best valid records of a workload, best first; returns how many. */
+int search_db_top_k(const search_db *db, const char *workload, int k,
+                    const search_record **out);
+/* TVM's JSONDatabase files database_workload.json and
+ * database_tuning_record.json in out_dir (created), with base64 of the
+ * kernel text where TVM has base64 of SaveJSON(IRModule). */
+bool search_db_export_tvm(const search_db *db, const char *out_dir,
+                          dg_status *st);
+
+/* ---- features and cost model ---- */
+
+/* PerStoreFeature (docs/search.md): one row of SEARCH_FEATURE_LEN values
+ * per buffer written by a non-constant store, in order of first store:
+ * group 1 (57) arithmetic counts, loop kinds, GPU extents; group 2 (5 x 18)
+ * buffer accesses; group 3 (10) arithmetic-intensity curve; group 4 (4)
+ * allocation; group 5 (3) outer scope. */
+#define SEARCH_FEATURE_LEN 164
+#define SEARCH_FEAT_G2 57   /* first value of group 2 */
+#define SEARCH_FEAT_G3 147  /* group 3 */
+#define SEARCH_FEAT_G4 157  /* group 4 */
+#define SEARCH_FEAT_G5 161  /* group 5 */
+
+typedef struct {
+  double *rows; /* (n, SEARCH_FEATURE_LEN) */
+  int n;
+} search_features;
+
+/* Features of a scheduled kernel; is_gpu sets the GPU group. Deterministic. */
+bool search_features_extract(const dg_func *f, bool is_gpu, search_features *out,
+                             dg_status *st);
+void search_features_free(search_features *x);
+/* "float_add_sub", "B0.bytes", "arith_intensity_3", ... */
+const char *search_feature_name(int i, char *buf, size_t n);
+/* slog(x) = log2(|x| + 1), the scale of almost every feature. */
+double search_slog(double x);
+
+/* XGBModel: pack-sum XGBoost regression of normalised throughput. */
+typedef struct {
+  int max_depth;             /* 10 */
+  double gamma;              /* 0.001 */
+  double min_child_weight;   /* 0 */
+  double eta;                /* 0.2 */
+  int seed;                  /* 43 */
+  int nthread;               /* 0: XGBoost's default */
+  int num_warmup_samples;    /* 100: random scores below */
+  int num_boost_round;       /* 10000 */
+  int early_stopping_rounds; /* 50, on the training pack-sum RMSE */
+  bool adaptive_training;    /* retrain only when data grew by >= 20% */
+} search_xgb_opts;
+
+void search_xgb_opts_default(search_xgb_opts *o);
+
+typedef struct search_cost_model search_cost_model;
+
+search_cost_model *search_cost_model_new(const search_xgb_opts *o, uint64_t seed);
+void search_cost_model_free(search_cost_model *m);
+/* Adds measured candidates of one workload group (costs in seconds,
+ * >= SEARCH_FAILED_SECS for failures; candidates without rows are dropped)
+ * and retrains as XGBModel does. */
+bool search_cost_model_update(search_cost_model *m, const char *group,
+                              const search_features *feats, const double *costs, int n,
+                              dg_status *st);
+/* Predicted scores, higher is faster; uniform random in [0, 1) until the
+ * model is trained. */
+bool search_cost_model_predict(search_cost_model *m, const search_features *feats, int n,
+                               double *scores, dg_status *st);
+bool search_cost_model_trained(const search_cost_model *m);
+int search_cost_model_samples(const search_cost_model *m);
+/* Saves to / loads from a directory: model.json (XGBoost) and data.bin
+ * (the training data, magic + version), so that training continues from
+ * the data of earlier workloads (warm start). */
+bool search_cost_model_save(const search_cost_model *m, const char *dir, dg_status *st);
+bool search_cost_model_load(search_cost_model *m, const char *dir, dg_status *st);
+
+/* Ranking quality on held-out candidates: per group (group_of[i]), top-1
+ * recall = 1 if the predicted best is the measured best; top-5 recall =
+ * |predicted top 5 ∩ measured top 5| / min(5, group size); averaged over
+ * groups with a valid measurement. */
+typedef struct {
+  double top1, top5;
+  int n_groups;
+} search_recall;
+bool search_cost_model_recall(search_cost_model *m, const search_features *feats,
+                              const double *costs, const int *group_of, int n,
+                              search_recall *out, dg_status *st);
+
+/* ---- mutators and evolutionary search ---- */
+
+#define SEARCH_MUTATOR_LIST(X)                              \
+  X(TILE_SIZE, "MutateTileSize", 0.9)                        \
+  X(UNROLL, "MutateUnroll", 0.08)                            \
+  X(THREAD_BINDING, "MutateThreadBinding", 0.02)
+
+typedef enum {
+#define X(e, name, p) SEARCH_MUT_##e,
+  SEARCH_MUTATOR_LIST(X)
+#undef X
+  SEARCH_MUT_COUNT
+} search_mutator;
+
+const char *search_mutator_name(search_mutator m);
+/* MetaSchedule's CUDA probability of each mutator. */
+double search_mutator_cuda_prob(search_mutator m);
+/* A new trace (postprocessing removed, one decision changed) or NULL when
+ * the mutator finds nothing to change. Works on the trace alone. */
+sched_trace *search_mutate(search_mutator m, const sched_trace *t, dg_rng *r);
+
+/* Runs on a schedule whose design-space part was just replayed: enters the
+ * postprocessing part (sched_enter_postproc) and applies the
+ * postprocessors; false rejects the candidate. */
+typedef bool (*search_postproc_fn)(sched *s, void *ctx, dg_status *st);
+
+typedef struct {
+  int population_size;        /* 512 */
+  double init_measured_ratio; /* 0.2 */
+  int init_min_unmeasured;    /* 50 */
+  int max_fail_count;         /* 5 */
+  int genetic_num_iters;      /* 4 */
+  double genetic_mutate_prob; /* 0.85 */
+  int genetic_max_fail_count; /* 10 */
+  double eps_greedy;          /* 0.05 */
+  int num_trials_per_iter;    /* 64 */
+  int num_empty_iters_before_early_stop; /* 5 */
+} search_evolve_opts;
+
+void search_evolve_opts_default(search_evolve_opts *o);
+
+typedef struct {
+  const dg_func *f;            /* the workload */
+  sched_trace *const *spaces;  /* design spaces (decisions are re-drawn) */
+  int n_spaces;
+  search_postproc_fn postproc; /* NULL: just EnterPostproc */
+  void *postproc_ctx;
+  search_cost_model *model;    /* NULL: random scores */
+  const char *group;           /* the workload's group in the model */
+  bool is_gpu;                 /* features */
+  double mutator_probs[SEARCH_MUT_COUNT];
+  uint64_t seed;
+} search_task;
+
+/* A candidate: its full trace, its postprocessed kernel and that kernel's
+ * structural hash (what dedup compares). */
+typedef struct {
+  sched_trace *trace;
+  dg_func *func;
+  uint64_t hash;
+  double score;  /* the cost model's prediction */
+  bool random;   /* an eps-greedy random pick */
+} search_cand;
+
+void search_cands_free(search_cand *c, int n);
+
+typedef struct {
+  double t_sample;  /* initial population: replay + postprocessing */
+  double t_evolve;  /* mutation, replay, postprocessing */
+  double t_model;   /* features, prediction, training */
+  int64_t n_replayed, n_rejected; /* candidates built / refused */
+  int64_t n_picked_best, n_picked_random; /* eps-greedy */
+  int64_t n_dup_skipped;           /* already measured */
+  int empty_rounds;
+} search_evolve_stats;
+
+typedef struct search_evolve search_evolve;
+
+search_evolve *search_evolve_new(const search_task *task, const search_evolve_opts *o);
+void search_evolve_free(search_evolve *ev);
+/* A measured schedule (from the database): its kernel hash joins the
+ * measured set and its trace the pool PickBestFromDatabase draws from. */
+bool search_evolve_add_measured(search_evolve *ev, const sched_trace *trace, double secs,
+                                uint64_t kernel_hash, dg_status *st);
+/* One round (GenerateMeasureCandidates): up to max new candidates into
+ * *out (caller frees with search_cands_free). Returns the count; 0 when
+ * nothing new was found (an empty round), -1 with st set when no design
+ * space yields a schedule at all. */
+int search_evolve_generate(search_evolve *ev, int max, search_cand **out, dg_status *st);
+/* Measured seconds of the last round's candidates (>= SEARCH_FAILED_SECS:
+ * failed): they join the measured pool and train the cost model. */
+bool search_evolve_notify(search_evolve *ev, const search_cand *c, const double *secs, int n,
+                          dg_status *st);
+/* True once num_empty_iters_before_early_stop rounds came back empty. */
+bool search_evolve_stopped(const search_evolve *ev);
+const search_evolve_stats *search_evolve_get_stats(const search_evolve *ev);
+
+/* The tuning loop (tune.c). */
+typedef struct {
+  double secs[8]; /* repeats, seconds */
+  int n_secs;     /* 0: failed */
+  char error[256];
+} search_measure_result;
+
+/* Measures n candidates of workload f (out[i] for cand[i]). */
+typedef void (*search_measure_fn)(void *ctx, const dg_func *f, const search_cand *cand, int n,
+                                  search_measure_result *out);
+/* Design spaces of f: *out gets n traces (the caller frees each and the
+ * array). */
+typedef bool (*search_space_fn)(void *ctx, const dg_func *f, sched_trace ***out, int *n,
+                                dg_status *st);
+
+typedef struct {
+  const char *spec;            /* the workload, as recorded in the database */
+  const dg_func *f;
+  int64_t max_trials;          /* in total for the workload, earlier runs included */
+  search_space_fn space;
+  void *space_ctx;
+  search_postproc_fn postproc;
+  void *postproc_ctx;
+  search_measure_fn measure;
+  void *measure_ctx;
+  search_cost_model *model;    /* NULL: random scores */
+  const char *target;          /* recorded: "cpu", "cuda" */
+  bool is_gpu;
+  search_evolve_opts evolve;
+  double mutator_probs[SEARCH_MUT_COUNT];
+  uint64_t seed;
+  FILE *progress;              /* per-round lines; NULL: quiet */
+} search_tune_opts;
+
+void search_tune_opts_default(search_tune_opts *o);
+
+typedef struct {
+  int64_t trials;      /* records of the workload now */
+  int64_t new_trials;  /* measured by this call */
+  int rounds;
+  double best_secs;    /* SEARCH_FAILED_SECS if none ran */
+  double t_sample, t_model, t_measure, t_total;
+} search_tune_result;
+
+bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *out,
+                 dg_status *st);
+
+/* Measurement by compiled C on the CPU (the C emulation of GPU-bound
+ * kernels): compile with rt_cpu_compile, check against the float64
+ * reference, time `repeats` runs; each candidate runs in a child process
+ * with a timeout so a crash or a hang costs one candidate. */
+typedef struct {
+  int repeats;      /* 3 */
+  double timeout_s; /* 10 */
+  uint64_t seed;    /* data */
+} search_cpu_measure;
+void search_measure_cpu(void *ctx, const dg_func *f, const search_cand *cand, int n,
+                        search_measure_result *out);
+
+/* A design space read from a trace JSON file (the hand-written ones). */
+typedef struct {
+  const char *path;
+} search_space_file;
+bool search_space_from_file(void *ctx, const dg_func *f, sched_trace ***out, int *n,
+                            dg_status *st);
+
+#endif

@@ -1,0 +1,195 @@
+/* train.h: supervised fine-tuning of the schedule-writing model: examples
+ * to token shards, the data loader, the training configuration and the SFT
+ * loop with its pluggable back end.
+ *
+ * An example is a (prompt, target) pair. Its tokens are laid out as
+ *   <|kernel|> prompt [<|prior|> prior graph] <|graph|> target <|end|>
+ * and every token carries a segment id (prompt, edit, expect, why); the
+ * loss weight of a token is its segment's weight from the training config
+ * (TSEL.md's defaults: edit 1.0, expect 0.5, why 0.2, prompt 0). Batches
+ * are padded, one example per row, so no token attends across examples and
+ * padding carries weight 0. docs/training.md has the formats and the loop.
+ */
+#ifndef DRAGON_TRAIN_H
+#define DRAGON_TRAIN_H
+
+#include "dragon/base.h"
+#include "dragon/nn.h"
+#include "dragon/tokenizer.h"
+
+/* ---- segments ------------------------------------------------------------ */
+
+/* X(ENUM, name, default weight). The <|end|> token counts as an edit (the
+ * model must learn to stop); padding is not a segment (weight 0 always). */
+#define TRAIN_SEG_LIST(X)                                                     \
+  X(PROMPT, "prompt", 0.0f)                                                   \
+  X(EDIT, "edit", 1.0f)                                                       \
+  X(EXPECT, "expect", 0.5f)                                                   \
+  X(WHY, "why", 0.2f)
+
+typedef enum {
+#define X(e, n, w) TRAIN_SEG_##e,
+  TRAIN_SEG_LIST(X)
+#undef X
+  TRAIN_SEG_COUNT
+} train_seg;
+
+const char *train_seg_name(train_seg s);
+/* The segment by name ("why"), or -1. */
+int train_seg_from_name(const char *name);
+
+/* The segment of one target line (without its '\n'): `t<N> ` edits, `why `
+ * and `expect ` lines; the header, `#` comments and anything else count as
+ * edits. */
+train_seg train_line_segment(const char *line, size_t len);
+/* The segment of every byte of a target text: each byte of a line,
+ * including the '\n' that ends it, gets the line's segment. */
+void train_text_segments(const char *text, size_t n, uint8_t *seg);
+
+/* ---- token shards -------------------------------------------------------- */
+
+#define TRAIN_SHARD_MAGIC 20260510
+#define TRAIN_SHARD_VERSION 1
+
+/* Examples as tokens: example i is tokens[offsets[i] .. offsets[i+1]) with
+ * one segment id per token. */
+typedef struct {
+  int64_t n_examples;
+  int64_t n_tokens;
+  int32_t vocab_size; /* every token id is below this */
+  int64_t *offsets;   /* (n_examples + 1), offsets[0] = 0 */
+  int32_t *tokens;    /* (n_tokens) */
+  uint8_t *segs;      /* (n_tokens) train_seg */
+} train_shard;
+
+void train_shard_free(train_shard *s);
+/* Appends one example (n >= 2 tokens) to a shard being built. */
+void train_shard_append(train_shard *s, const int32_t *tokens, const uint8_t *segs, int64_t n);
+/* Binary file: a 256-int32 header (magic, version, counts, vocab size,
+ * data checksum, header checksum), int64 offsets, uint32 tokens, uint8
+ * segment ids; written through a temporary file and rename. */
+bool train_shard_save(const train_shard *s, const char *path, dg_status *st);
+/* Loads and checks everything (header, sizes, offsets, ids, checksum);
+ * errors name the file. On failure *s is untouched. */
+bool train_shard_load(train_shard *s, const char *path, dg_status *st);
+/* True when the file starts with the shard magic (to tell shards from
+ * examples files). */
+bool train_shard_sniff(const char *path);
+
+/* ---- examples ------------------------------------------------------------ */
+
+/* Tokenizes one example into the shard. kind_refine adds the prior graph
+ * (prior must be non-NULL then). */
+bool train_example_tokenize(tok_tokenizer *tok, const char *prompt, const char *prior,
+                            const char *target, train_shard *out, dg_status *st);
+/* Reads a JSON-lines examples file ({task, kind: construct|refine, workload,
+ * prompt, prior (refine), target, weights_by_segment, source_records}) and
+ * tokenizes every example. Errors name file:line. */
+bool train_examples_load(const char *path, tok_tokenizer *tok, train_shard *out, dg_status *st);
+/* The prompts, priors and targets of an examples file as one corpus (for
+ * training a tokenizer on the data). Caller frees. */
+char *train_examples_corpus(const char *path, size_t *len, dg_status *st);
+
+/* ---- batches ------------------------------------------------------------- */
+
+/* A padded batch: row b holds one example's inputs tokens[0..n-1) and
+ * targets tokens[1..n), then <|pad|> with weight 0 up to T. */
+typedef struct {
+  int B, T;         /* rows used, longest row (T <= capacity) */
+  int cap_B, cap_T; /* allocated */
+  int32_t *inputs;  /* (cap_B, cap_T) as (B, T) */
+  int32_t *targets;
+  float *weights;
+  int64_t n_real;   /* non-padding positions */
+} train_batch;
+
+void train_batch_init(train_batch *b, int cap_B, int cap_T);
+void train_batch_free(train_batch *b);
+/* Fills the batch with examples idx[0..n) of the shard (each at most
+ * cap_T + 1 tokens), weights from seg_weights. */
+void train_batch_fill(train_batch *b, const train_shard *s, const int64_t *idx, int n,
+                      const float *seg_weights, int32_t pad_id);
+
+/* ---- configuration ------------------------------------------------------- */
+
+typedef struct {
+  nn_config model;  /* vocab_size is replaced by the tokenizer's */
+  float lr, lr_min;
+  int64_t warmup_steps, steps;
+  int batch;        /* examples per step */
+  int seq_len;      /* longest row; longer examples are left out */
+  float grad_clip, weight_decay;
+  float seg_weights[TRAIN_SEG_COUNT];
+  int64_t eval_every, ckpt_every, log_every;
+  double val_fraction;
+  uint64_t seed;
+  double peak_flops; /* for MFU; 0: not reported */
+} train_config;
+
+/* The built-in "tiny" config: the tiny model (max_seq_len 512), CPU-sized
+ * hyperparameters. */
+void train_config_default(train_config *c);
+/* Parses `key = value` lines: the training keys (docs/training.md), and
+ * every other line is the model config (nn_config_parse; without model keys
+ * the model is the built-in tiny). `where` names the source in messages. */
+bool train_config_parse(const char *text, const char *where, train_config *c, dg_status *st);
+/* "tiny" or a file. */
+bool train_config_load(const char *name_or_path, train_config *c, dg_status *st);
+/* Writes text that train_config_parse reads back exactly. */
+void train_config_print(const train_config *c, dg_str *out);
+
+/* ---- back end ------------------------------------------------------------ */
+
+/* What the SFT loop needs from a model implementation; the C reference is
+ * one, the CUDA model plugs in the same way. */
+typedef struct {
+  const char *name;
+  void *ctx;
+  /* Weighted loss over a batch, sum(w * nll) / sum(w). */
+  float (*forward)(void *ctx, const int32_t *in, const int32_t *tg, const float *w, int B, int T);
+  /* Sum of w * nll of the last forward (for validation means). */
+  double (*weighted_sum)(void *ctx, const float *w, int B, int T);
+  void (*backward)(void *ctx); /* zeroes the gradients, then backward */
+  float (*update)(void *ctx, int64_t step); /* returns the gradient norm */
+  bool (*save)(void *ctx, const char *model_path, const char *state_path, int64_t step,
+               dg_status *st);
+} train_backend;
+
+/* The C reference as a back end over a training model. */
+train_backend train_backend_cpu(nn_model *m);
+
+/* ---- the SFT run --------------------------------------------------------- */
+
+typedef struct {
+  const char *data;      /* examples .jsonl or shard; unused on resume */
+  const char *config;    /* "tiny" or a file; unused on resume */
+  const char *tokenizer; /* NULL: trained on the data (tok_vocab tokens) */
+  int tok_vocab;
+  const char *out_dir;
+  bool resume;
+  int64_t steps;         /* > 0: overrides the config's steps */
+  int64_t stop_after;    /* > 0: end this session after so many steps (as if interrupted) */
+  bool quiet;            /* no progress line */
+} train_sft_args;
+
+typedef struct {
+  int64_t first_step, last_step; /* steps run in this session: [first, last) */
+  float *losses;                 /* (last_step - first_step) training losses */
+  float val_loss;                /* last validation loss; -1 if none */
+  int64_t n_train, n_val, n_dropped;
+} train_result;
+
+void train_result_free(train_result *r);
+
+/* A whole run: checks every input before writing anything; a new run
+ * refuses an out dir that already holds one. The out dir gets config.txt,
+ * tokenizer.bin, data.shard, model_<step>.bin, state_<step>.bin, `latest`
+ * (the step of the newest complete checkpoint) and log.jsonl. */
+bool train_sft_run(const train_sft_args *args, train_result *res, dg_status *st);
+
+/* The newest complete checkpoint of a run directory: paths of its model
+ * and state files (caller frees). */
+bool train_run_latest(const char *dir, char **model_path, char **state_path, int64_t *step,
+                      dg_status *st);
+
+#endif
