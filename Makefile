@@ -13,7 +13,7 @@ OPT     ?= -O2
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
            -Wno-missing-field-initializers
 CFLAGS  += -std=c11 -g $(OPT) -D_GNU_SOURCE -Iinclude -Isrc -MMD -MP $(WARN)
-LDLIBS  += -lm -ldl -lpthread -ljansson
+LDLIBS  += -lm -ldl -lpthread -ljansson -lxgboost
 ifneq ($(CI),)
 CFLAGS  += -Werror
 endif

@@ -92,3 +92,32 @@ DG_TEST(cli_gmm0_design_space) {
   CHECK(strstr(out, "attr meta_schedule.unroll_explicit = 1024"));
   free(out);
 }
+
+/* `dragon run --trace --target c`: the lowered GPU program, emulated on the
+ * CPU, checked against the float64 reference; a schedule that breaks the
+ * GPU's limits is refused with the reason; without a GPU the cuda target
+ * says so clearly. */
+DG_TEST(cli_run_targets) {
+  char *out = NULL;
+  const char *k = "'gemm:m=64,n=48,k=32,dtype=f32' --trace tests/data/traces/gemm_bind.json";
+  char args[256];
+  snprintf(args, sizeof args, "run %s --target c", k);
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  CHECK(strstr(out, "check     pass") != NULL);
+  free(out);
+  snprintf(args, sizeof args, "run %s --target cpu --repeat 2", k);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  free(out);
+  rc = dg_test_run_dragon("run GMM/0 --trace tests/data/traces/gmm0_space.json --target c", NULL, &out);
+  CHECK(rc == 1);
+  CHECK(strstr(out, "bytes of shared memory (limit 49152)") != NULL);
+  free(out);
+  rc = dg_test_run_dragon("run GMM/0 --target c", NULL, &out);
+  CHECK(rc == 1); /* the unscheduled kernel is not bound to GPU threads */
+  free(out);
+  rc = dg_test_run_dragon("run GMM/0 --target tpu", NULL, &out);
+  CHECK(rc == 2);
+  free(out);
+}

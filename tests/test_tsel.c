@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/tsel/tsel_impl.h"
 #include "dragon/rt.h"
 #include "dragon/tsel.h"
 #include "dragon/wl.h"

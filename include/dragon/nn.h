@@ -301,4 +301,53 @@ bool nn_safetensors_read_config(const char *path, nn_config *cfg,
  * tensor is an error. On failure the model is untouched. */
 bool nn_safetensors_import(nn_model *m, const char *path, dg_status *st);
 
+/* ---- KV-cache decoding and sampling (src/nn/sample.c) ---------------------- */
+
+/* Incremental decoding for the C reference: each row keeps the keys (after
+ * RoPE) and values of every position it has seen, so one more token costs
+ * one position's work. Logits equal those of nn_forward over the whole
+ * sequence (same arithmetic, same order). Rows are independent. */
+typedef struct {
+  const nn_model *m;
+  int B, T;       /* rows, positions per row */
+  float *k, *v;   /* (L, B, T, KVD) */
+  int *pos;       /* (B) positions filled per row */
+  float *logits;  /* (B, V) next-token logits of each row */
+  float *scratch; /* one row's per-token buffers */
+} nn_kv_cache;
+
+/* Allocates a cache for B rows of up to T positions (T <= max_seq_len);
+ * fails with a message if it does not fit in memory. */
+bool nn_kv_init(nn_kv_cache *c, const nn_model *m, int B, int T, dg_status *st);
+void nn_kv_free(nn_kv_cache *c);
+void nn_kv_reset(nn_kv_cache *c, int b);
+/* Feeds tokens[0..n) to row b at its next positions (pos + n <= T, ids in
+ * [0, V)); the row's logits are then those after the last one. */
+void nn_kv_feed(nn_kv_cache *c, int b, const int32_t *tokens, int n);
+const float *nn_kv_logits(const nn_kv_cache *c, int b);
+
+typedef struct {
+  float temperature;  /* <= 0: greedy */
+  int top_k;          /* keep the k most likely; 0: all */
+  float top_p;        /* keep the smallest most-likely set with mass >= p; 1: all */
+  int max_tokens;     /* tokens generated per row at most */
+  int32_t stop_token; /* ends a row (not included in its output); -1: none */
+} nn_sample_opts;
+
+/* temperature 1, top_k 0, top_p 1, max_tokens 256, stop_token -1. */
+void nn_sample_opts_default(nn_sample_opts *o);
+/* The distribution a token is drawn from: softmax(logits / temperature)
+ * cut to top-k, then to top-p, renormalised (ties ranked by lower id);
+ * greedy puts 1 on the argmax (lowest id on ties). */
+void nn_sample_probs(const float *logits, int V, const nn_sample_opts *o, float *probs);
+/* One token from that distribution; greedy draws nothing from rng. */
+int32_t nn_sample_token(const float *logits, int V, const nn_sample_opts *o, dg_rng *rng);
+/* Generates for n prompts at once with a KV cache: row i draws from an RNG
+ * seeded by (seed, i), stops at o->stop_token, o->max_tokens or the model's
+ * max_seq_len. out (n, max_tokens) receives the tokens, out_lens[i] their
+ * count. Fails (st) on an empty or too long prompt or a bad token id. */
+bool nn_generate(const nn_model *m, const int32_t *const *prompts, const int *prompt_lens,
+                 int n, const nn_sample_opts *o, uint64_t seed, int32_t *out, int *out_lens,
+                 dg_status *st);
+
 #endif

@@ -144,4 +144,14 @@ bool rt_compare_cpu(const dg_func *ref, const dg_func *f, uint64_t seed, bool co
  * product of the extents of the loops above them. */
 int64_t rt_kernel_iterations(const dg_func *f);
 
+/* ---- the GPU's program, emulated (program.c) -------------------------------- */
+
+/* Lowers f to device kernels (checking the GPU's limits), emits the C
+ * target's emulation of them (blocks and threads as loops, phases split at
+ * barriers) with `ref`'s float64 reference in one translation unit,
+ * compiles and runs both on seeded inputs, compares into *out. False with
+ * st set if f does not lower or something cannot be built. */
+bool rt_program_check_c(const dg_func *ref, const dg_func *f, uint64_t seed, rt_check *out,
+                        dg_status *st);
+
 #endif

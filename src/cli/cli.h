@@ -65,5 +65,8 @@ int cmd_show(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_emit(int argc, char **argv);
 int cmd_tsel(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_sample_model(int argc, char **argv);
+int cmd_tokenizer(int argc, char **argv);
 
 #endif

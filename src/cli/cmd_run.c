@@ -1,14 +1,18 @@
-/* cmd_run.c: `dragon run SPEC --target cpu`: builds the workload's kernel,
- * emits it as C together with its float64 reference, compiles both at once,
- * fills the inputs from a seed, runs the reference once and the kernel
- * --repeat times, checks the kernel's first run against the reference and
- * prints the checksum, the errors, pass/fail and the time (median, min, max).
+/* cmd_run.c: `dragon run KERNEL [--trace T.json] --target cpu|c|cuda`:
+ * builds the kernel (a workload spec or alias, or a kernel-text file),
+ * replays a schedule trace on it if given, runs it and checks its outputs
+ * against the unscheduled kernel's float64 reference on the same seeded
+ * inputs, and prints the errors, pass/fail and the time.
+ *
+ * Targets:
+ *   cpu   the kernel as plain C on the CPU (loops as written; timing is CPU
+ *         time of the kernel, median of --repeat runs);
+ *   c     the GPU's program emulated on the CPU: lowered to device kernels,
+ *         blocks and threads as loops split at barriers (a check, no timing);
+ *   cuda  the lowered program compiled with NVRTC and run on the GPU by a
+ *         worker process, L2 flushed before each timed run.
  * Exit 0 if the check passes, 1 if it fails or anything goes wrong, 2 for
  * usage errors (a spec that does not parse included).
- *
- * Targets: `cpu` and `c` (the same C path). The CUDA target and --trace come
- * later and will be more rows of the same flow; until then they are usage
- * errors.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +20,7 @@
 #include "cli/cli.h"
 #include "dragon/codegen.h"
 #include "dragon/rt.h"
+#include "dragon/rt_cuda.h"
 #include "dragon/wl.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -29,19 +34,10 @@ static void print_shape(const dg_buffer *b) {
   printf("]");
 }
 
-static int run_cpu(const char *spec, int64_t seed, int64_t repeat, const char *dist_name) {
+static int run_cpu(const char *canon, const dg_func *ref, const dg_func *f, int64_t seed,
+                   int64_t repeat, const char *dist_name) {
   dg_status st;
   dg_status_ok(&st);
-  char *canon = wl_canonical(spec, &st);
-  if (!canon) {
-    fprintf(stderr, "dragon run: %s\n", st.msg);
-    return CLI_USAGE;
-  }
-  dg_func *f = wl_build(canon, &st);
-  if (!f) {
-    free(canon);
-    return cli_report("run", &st);
-  }
   rt_dist dist;
   if (strcmp(dist_name, "auto") == 0) dist = rt_data_dist_for(f);
   else if (strcmp(dist_name, "uniform") == 0) dist = RT_DIST_UNIFORM;
@@ -53,7 +49,7 @@ static int run_cpu(const char *spec, int64_t seed, int64_t repeat, const char *d
   rt_tensors ts = {0};
   double *times = NULL;
 
-  src = codegen_emit_source(f, f, &codegen_lang_c, &st);
+  src = codegen_emit_source(f, ref, &codegen_lang_c, &st);
   static const char *const names[2] = {CODEGEN_KERNEL_FN, CODEGEN_REFERENCE_FN};
   if (!src || !rt_cpu_compile_many(src, names, 2, k, &st) || !rt_tensors_init(&ts, f, &st)) {
     rc = cli_report("run", &st);
@@ -107,31 +103,78 @@ done:
   rt_cpu_free(k[0]);
   rt_cpu_free(k[1]);
   free(src);
-  ir_func_free(f);
-  free(canon);
   return rc;
+}
+
+static void print_check(const rt_check *chk) {
+  printf("error     max abs %.3g  max rel %.3g  (K = %lld, float64 reference)\n", chk->max_abs,
+         chk->max_rel, (long long)chk->K);
+  if (chk->pass)
+    printf("check     pass\n");
+  else
+    printf("check     FAIL  %lld of %lld elements out of tolerance; first %s\n",
+           (long long)chk->n_bad, (long long)chk->n_checked,
+           chk->first_bad[0] ? chk->first_bad : "(no outputs)");
+}
+
+static int run_emulated(const char *canon, const dg_func *ref, const dg_func *f, int64_t seed) {
+  dg_status st;
+  rt_check chk;
+  if (!rt_program_check_c(ref, f, (uint64_t)seed, &chk, &st)) return cli_report("run", &st);
+  printf("spec      %s\n", canon);
+  printf("target    c (the lowered GPU program, blocks and threads emulated on the CPU)\n");
+  printf("inputs    seed %lld\n", (long long)seed);
+  print_check(&chk);
+  return chk.pass ? CLI_OK : CLI_ERROR;
+}
+
+static int run_cuda(const char *canon, const dg_func *ref, const dg_func *f, int64_t seed,
+                    int64_t repeat) {
+  dg_status st;
+  rt_cuda_result res;
+  if (!rt_program_run_cuda(ref, f, (uint64_t)seed, (int)repeat, 10.0, &res, &st))
+    return cli_report("run", &st);
+  printf("spec      %s\n", canon);
+  printf("target    cuda (NVRTC sm_90, one worker process, L2 flushed before each timed run)\n");
+  printf("inputs    seed %lld\n", (long long)seed);
+  if (res.fail != RT_FAIL_NONE) {
+    printf("result    FAIL  %s: %s\n", rt_fail_name(res.fail), res.reason);
+    if (res.checked) print_check(&res.check);
+    return CLI_ERROR;
+  }
+  if (res.checked) print_check(&res.check);
+  printf("time      median %.2f us  q1 %.2f us  q3 %.2f us  min %.2f us  max %.2f us  (%d runs)\n",
+         res.t.median * 1e6, res.t.q1 * 1e6, res.t.q3 * 1e6, res.t.min * 1e6, res.t.max * 1e6,
+         res.t.n);
+  return res.checked && res.check.pass ? CLI_OK : CLI_ERROR;
 }
 
 int cmd_run(int argc, char **argv) {
   const char *target = "cpu";
+  const char *trace = NULL;
   int64_t seed = 0, repeat = 10;
   const char *dist = "auto";
   const cli_opt opts[] = {
-      {"--target", CLI_OPT_STR, &target, 0, 0, "where to run: cpu or c (the same C path)"},
+      {"--trace", CLI_OPT_STR, &trace, 0, 0, "schedule trace (TVM's JSON) to replay first"},
+      {"--target", CLI_OPT_STR, &target, 0, 0,
+       "cpu (plain C), c (the GPU program emulated on the CPU) or cuda (the GPU)"},
       {"--seed", CLI_OPT_INT, &seed, 0, INT64_MAX, "seed of the random inputs"},
       {"--repeat", CLI_OPT_INT, &repeat, 1, 100000, "timed runs of the kernel"},
       {"--dist", CLI_OPT_STR, &dist, 0, 0,
-       "float inputs: uniform [-1, 1], positive [0.5, 2], or auto (positive if the "
-       "kernel takes log, sqrt, rsqrt or pow)"},
+       "float inputs (cpu target): uniform [-1, 1], positive [0.5, 2], or auto (positive if "
+       "the kernel takes log, sqrt, rsqrt or pow)"},
   };
   const cli_spec spec = {
       "run",
-      "SPEC [--target cpu] [--seed S] [--repeat N] [--dist D]",
-      "Builds the kernel of a workload spec (or alias such as GMM/0), runs it on\n"
-      "the target and checks its outputs against the float64 reference run on the\n"
-      "same seeded inputs. Prints the checksum of the outputs, the largest\n"
-      "absolute and relative errors, pass/fail and the median time of the runs.\n"
-      "Exits 0 if the check passes, 1 otherwise.",
+      "KERNEL [--trace T.json] [--target cpu|c|cuda] [--seed S] [--repeat N]",
+      "Builds a kernel (a workload spec or alias such as GMM/0, or a kernel-text\n"
+      "file), replays a schedule trace on it if given, runs it on the target and\n"
+      "checks its outputs against the unscheduled kernel's float64 reference on the\n"
+      "same seeded inputs (outputs poisoned first; NaN never passes). Prints the\n"
+      "largest errors, pass/fail and the time. Exits 0 if the check passes, 1\n"
+      "otherwise. Targets: cpu runs the kernel as plain C; c lowers it to GPU\n"
+      "kernels and emulates blocks and threads on the CPU; cuda runs those kernels\n"
+      "on the GPU (median and spread of --repeat runs, L2 flushed before each).",
       opts,
       (int)DG_ARRAY_LEN(opts),
       1,
@@ -142,10 +185,10 @@ int cmd_run(int argc, char **argv) {
   int r = cli_parse(&spec, argc, argv, &pos, &npos);
   if (r < 0) return CLI_OK;
   if (r != CLI_OK) return r;
-  const char *wl = pos[0];
+  const char *arg = pos[0];
   free(pos);
-  if (strcmp(target, "cpu") != 0 && strcmp(target, "c") != 0) {
-    fprintf(stderr, "dragon run: --target: '%s' is not supported (choose cpu or c)\n", target);
+  if (strcmp(target, "cpu") != 0 && strcmp(target, "c") != 0 && strcmp(target, "cuda") != 0) {
+    fprintf(stderr, "dragon run: --target: '%s' is not one of cpu, c, cuda\n", target);
     return CLI_USAGE;
   }
   if (strcmp(dist, "auto") != 0 && strcmp(dist, "uniform") != 0 &&
@@ -153,5 +196,32 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "dragon run: --dist: '%s' is not one of auto, uniform, positive\n", dist);
     return CLI_USAGE;
   }
-  return run_cpu(wl, seed, repeat, dist);
+  dg_status st;
+  dg_status_ok(&st);
+  dg_func *ref = cli_load_kernel(arg, &st);
+  if (!ref) {
+    fprintf(stderr, "dragon run: %s\n", st.msg);
+    return st.code == DG_ERR_PARSE && !strchr(arg, '/') ? CLI_USAGE : CLI_ERROR;
+  }
+  char *canon = wl_canonical(arg, &st);
+  if (!canon) canon = dg_strdup(arg);
+  sched *s = NULL;
+  const dg_func *f = ref;
+  if (trace) {
+    s = cli_schedule(ref, trace, &st);
+    if (!s) {
+      free(canon);
+      ir_func_free(ref);
+      return cli_report("run", &st);
+    }
+    f = sched_func(s);
+  }
+  int rc;
+  if (strcmp(target, "cuda") == 0) rc = run_cuda(canon, ref, f, seed, repeat);
+  else if (strcmp(target, "c") == 0) rc = run_emulated(canon, ref, f, seed);
+  else rc = run_cpu(canon, ref, f, seed, repeat, dist);
+  sched_free(s);
+  ir_func_free(ref);
+  free(canon);
+  return rc;
 }

@@ -17,6 +17,9 @@ static const struct {
     {"emit", cmd_emit, "replay a trace, lower to device kernels and print CUDA C or emulating C"},
     {"tsel", cmd_tsel, "TSEL: lift traces, lower graphs, check them, compare sizes"},
     {"fuzz-schedules", cmd_fuzz_schedules, "apply random schedules to random workloads and check each"},
+    {"train", cmd_train, "train the schedule-writing model: sft (supervised fine-tuning)"},
+    {"sample-model", cmd_sample_model, "write TSEL graphs for a kernel with a trained model"},
+    {"tokenizer", cmd_tokenizer, "train a BPE tokenizer, encode text, decode ids"},
 };
 
 static void usage(FILE *out) {

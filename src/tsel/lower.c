@@ -96,7 +96,10 @@ void tsel_expand_edit(const tsel_env *env, const tsel_edit *e, int num, sched_tr
   const tsel_val *args = e->args;
   int n = e->n_args;
   /* variadic inputs (split factors, fuse/reorder loops) */
-  sched_val *vin = DG_ANEWN(a, sched_val, (size_t)n + 64);
+  size_t need = (size_t)n + 2;
+  for (int i = 0; i < n; i++)
+    if (args[i].kind == TV_LIST) need += (size_t)args[i].n;
+  sched_val *vin = DG_ANEWN(a, sched_val, need);
   sched_rv_kind lk[2] = {SCHED_RV_LOOP, SCHED_RV_LOOP};
   switch ((tsel_op)e->op) {
     case TSEL_OP_BLOCK: {

@@ -101,6 +101,15 @@ static void mark_dirty(sem *S, const tsel_val *loop) {
       if (S->kb[i].loops[k] == o) S->kb[i].dirty = true;
 }
 
+enum { PROD_LIMIT = 40 }; /* products beyond 2^40 are not extents of anything */
+
+/* *prod *= x for x >= 1; false when it would pass 2^40. */
+static bool mul_ok(int64_t *prod, int64_t x) {
+  if (x > (INT64_C(1) << PROD_LIMIT) / *prod) return false;
+  *prod *= x;
+  return true;
+}
+
 static int64_t int_of(sem *S, const tsel_val *v) {
   if (v->kind == TV_INT) return v->i;
   if (v->kind == TV_REF) return fact(S, v)->val;
@@ -162,10 +171,8 @@ static void set_cache_out(sem *S, tsel_ofact *o, const dg_buffer *buf) {
 
 static bool tile_ok(sem *S, const tsel_val *loop, const tsel_val *fs, const tsel_val *maxv) {
   int64_t ext = fact(S, loop)->ext, prod = 1;
-  for (int i = 0; i < fs->n; i++) {
-    prod *= fs->items[i].i;
-    if (prod > (INT64_C(1) << 40)) return EFAIL_AT(S, fs, "tile factors are too large");
-  }
+  for (int i = 0; i < fs->n; i++)
+    if (!mul_ok(&prod, fs->items[i].i)) return EFAIL_AT(S, fs, "tile factors are too large");
   if (ext >= 0 && prod != ext)
     return EFAIL_AT(S, fs, "tile factors multiply to %lld, but loop %s has extent %lld", (long long)prod,
                     refname(S, loop), (long long)ext);
@@ -227,13 +234,13 @@ static bool step(sem *S, const tsel_edit *e, int num) {
         const tsel_val *f = &A[1].items[i];
         int64_t v = int_of(S, f);
         if (f->kind == TV_NONE) none = i;
-        else if (v < 0) known = false;
-        else if ((prod *= v) > (INT64_C(1) << 40)) return EFAIL_AT(S, f, "factors are too large");
-        of[i].ext = v;
+        else if (v < 1) known = false; /* replay rejects non-positive factors */
+        else if (!mul_ok(&prod, v)) return EFAIL_AT(S, f, "factors are too large");
+        of[i].ext = v >= 1 ? v : -1;
         of[i].orig = fact(S, &A[0])->orig;
       }
       if (known && ext >= 0) {
-        if (none >= 0) of[none].ext = (ext + prod - 1) / prod;
+        if (none >= 0) of[none].ext = ext / prod + (ext % prod != 0);
         else if (prod < ext)
           return EFAIL_AT(S, &A[1], "factors multiply to %lld, less than the extent %lld of loop %s",
                           (long long)prod, (long long)ext, refname(S, &A[0]));
@@ -261,7 +268,7 @@ static bool step(sem *S, const tsel_edit *e, int num) {
       int64_t v = tsel_edit_kw(e, "")->val.i, ext = fact(S, &A[0])->ext;
       S->F->value[num - 1] = v;
       if (!thread_limit(S, &tsel_edit_kw(e, "")->val, "threadIdx.x", v)) return false;
-      of[0].ext = ext >= 0 ? (ext + v - 1) / v : -1;
+      of[0].ext = ext >= 0 ? ext / v + (ext % v != 0) : -1;
       of[1].ext = v;
       of[0].orig = of[1].orig = fact(S, &A[0])->orig;
       mark_dirty(S, &A[0]);
@@ -272,8 +279,7 @@ static bool step(sem *S, const tsel_edit *e, int num) {
       int64_t prod = 1;
       for (int i = 0; i < nl; i++) {
         int64_t x = fact(S, &A[i])->ext;
-        if (x < 0 || prod < 0) prod = -1;
-        else if ((prod *= x) > (INT64_C(1) << 40)) prod = -1;
+        if (x < 1 || prod < 0 || !mul_ok(&prod, x)) prod = -1;
       }
       of[0].ext = prod;
       of[0].orig = fact(S, &A[0])->orig;

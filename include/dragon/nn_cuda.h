@@ -1,0 +1,134 @@
+/* nn_cuda.h: the Llama-style decoder of nn.h on an NVIDIA GPU: bf16
+ * matmuls (cuBLASLt) with fp32 master weights, fp32 gradients and fp32
+ * AdamW state; fused RMSNorm, RoPE, SwiGLU and classifier kernels; a tiled
+ * (flash-style) causal attention that never holds a T x T matrix; and data
+ * parallel training over NCCL, one process per GPU.
+ *
+ * The model is the C reference's (nn.h, docs/model.md): the same parameter
+ * order and layout, so parameters move between the two with
+ * nn_cuda_model_load / nn_cuda_model_store and checkpoints are shared
+ * through nn_checkpoint_save / _load. docs/model-cuda.md describes the
+ * precision of each tensor and the tolerances against the C reference.
+ *
+ * Exists only where the build found nvcc (the C side sees DG_HAVE_CUDA).
+ * Calls use the current CUDA device of the calling process. GPU faults and
+ * CUDA, cuBLASLt and NCCL failures come back as DG_ERR_RUNTIME with the call
+ * that failed; bad batches and configs as DG_ERR_INVALID. One model is used
+ * by one thread at a time.
+ *
+ * B batch, T time, V vocab; the config's letters are nn.h's.
+ */
+#ifndef DRAGON_NN_CUDA_H
+#define DRAGON_NN_CUDA_H
+
+#include "dragon/base.h"
+#include "dragon/nn.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of CUDA devices; 0 (with the reason in st, which may be NULL)
+ * where there is no driver or no device. It initialises CUDA in this
+ * process: a process that will later fork GPU workers must not call it
+ * (nn_cuda_dp_launch's workers check the devices themselves). */
+int nn_cuda_device_count(dg_status *st);
+
+typedef struct nn_cuda_model nn_cuda_model;
+
+/* Checks that the CUDA model supports cfg (nn_config_validate, and
+ * head_dim a multiple of 16 up to 128 for the attention kernel), without
+ * touching the GPU. */
+bool nn_cuda_config_check(const nn_config *cfg, dg_status *st);
+/* Device memory the model needs for batches up to B x T. */
+int64_t nn_cuda_model_bytes(const nn_config *cfg, int B, int T);
+/* Creates a training model on the current device with activations for
+ * batches up to B x T; parameters are zero until nn_cuda_model_load; the
+ * optimizer settings are nn_optim_default's. On failure nothing stays
+ * allocated and *out is NULL. */
+bool nn_cuda_model_init(nn_cuda_model **out, const nn_config *cfg, int B, int T, dg_status *st);
+void nn_cuda_model_free(nn_cuda_model *m);
+const nn_config *nn_cuda_model_config(const nn_cuda_model *m);
+size_t nn_cuda_model_num_params(const nn_cuda_model *m);
+/* The optimizer settings used by nn_cuda_update; the caller may change them. */
+nn_optim *nn_cuda_model_optim(nn_cuda_model *m);
+
+/* Copies the parameters of a C model of the same config to the GPU (and
+ * its AdamW m and v when with_state, which needs a training C model); the
+ * optimizer settings (ref->opt) come along. */
+bool nn_cuda_model_load(nn_cuda_model *m, const nn_model *ref, bool with_state, dg_status *st);
+/* Copies the fp32 parameters (and AdamW m, v when with_state) back into a
+ * C model of the same config, e.g. to write a checkpoint. */
+bool nn_cuda_model_store(const nn_cuda_model *m, nn_model *ref, bool with_state, dg_status *st);
+
+/* Checks a batch as nn_batch_check does: B, T within the reserved size,
+ * tokens in [0, V), weights finite and >= 0. */
+bool nn_cuda_batch_check(const nn_cuda_model *m, const int32_t *inputs, const int32_t *targets,
+                         const float *weights, int B, int T, dg_status *st);
+/* Forward over host arrays inputs (B, T). With targets, *loss is
+ * sum(w * nll) / sum(w) as nn_forward's (weights NULL: all 1; a zero total
+ * gives 0); without targets only the logits are computed and *loss is -1.
+ * Under data parallelism (nn_cuda_model_set_dp) sums run over all ranks'
+ * batches, so the loss is the one of the global batch. Checks the batch. */
+bool nn_cuda_forward(nn_cuda_model *m, const int32_t *inputs, const int32_t *targets,
+                     const float *weights, int B, int T, float *loss, dg_status *st);
+/* Same with an explicit normaliser, as nn_forward_weighted: weights any
+ * finite value, norm > 0 (already global under data parallelism). */
+bool nn_cuda_forward_weighted(nn_cuda_model *m, const int32_t *inputs, const int32_t *targets,
+                              const float *weights, double norm, int B, int T, float *loss,
+                              dg_status *st);
+bool nn_cuda_zero_grad(nn_cuda_model *m, dg_status *st);
+/* Adds the gradient of the last forward's loss (which had targets). */
+bool nn_cuda_backward(nn_cuda_model *m, dg_status *st);
+/* One AdamW step at 0-based step `step` as nn_update: under data
+ * parallelism first sums the gradients over the ranks; clips by the global
+ * norm, which *norm receives (may be NULL). */
+bool nn_cuda_update(nn_cuda_model *m, int64_t step, float *norm, dg_status *st);
+
+/* Host copies, for checks against the C reference. Logits (B, T, V) exist
+ * after a forward without targets (a forward with targets turns them into
+ * their gradient in place); losses (B, T) are the last forward's per-token
+ * -log p(target); params, grads, AdamW m and v have the C layout and
+ * nn_cuda_model_num_params floats. */
+bool nn_cuda_copy_logits(const nn_cuda_model *m, float *out, dg_status *st);
+bool nn_cuda_copy_losses(const nn_cuda_model *m, float *out, dg_status *st);
+bool nn_cuda_copy_params(const nn_cuda_model *m, float *out, dg_status *st);
+bool nn_cuda_copy_grads(const nn_cuda_model *m, float *out, dg_status *st);
+
+/* cuBLASLt bf16 matmul rate on the current device: n x n x n, fp32
+ * accumulate, median of reps timed products after warm-up, in TFLOP/s. */
+bool nn_cuda_matmul_tflops(int n, int reps, double *tflops, dg_status *st);
+
+/* ---- data parallel ------------------------------------------------------- */
+
+/* One rank of a data-parallel group: its NCCL communicator and device. */
+typedef struct nn_cuda_dp nn_cuda_dp;
+int nn_cuda_dp_rank(const nn_cuda_dp *dp);
+int nn_cuda_dp_size(const nn_cuda_dp *dp);
+
+/* A rank's work; text it appends to out comes back to the launcher from
+ * rank 0. Returns false with st set on failure. */
+typedef bool (*nn_cuda_dp_fn)(nn_cuda_dp *dp, void *arg, dg_str *out, dg_status *st);
+
+/* Forks nranks processes, one per GPU (rank r uses device r). Rank 0
+ * creates the NCCL unique id and sends it to the others over pipes; each
+ * builds its communicator and runs fn. The caller must not have used CUDA
+ * before (see nn_cuda_device_count). NCCL is loaded at run time:
+ * $DRAGON_NCCL_LIB, else libnccl.so.2 on the library path (with one rank
+ * no NCCL is needed). NVLink multicast stays off (NCCL_NVLS_ENABLE=0
+ * unless set). Waits at most timeout_s seconds, then kills the ranks.
+ * Rank 0's text goes to out; a failing rank's message to st. */
+bool nn_cuda_dp_launch(int nranks, nn_cuda_dp_fn fn, void *arg, int timeout_s, dg_str *out,
+                       dg_status *st);
+/* Makes the model's forward and update act on the global batch of the
+ * group: normalisers and losses are summed over the ranks and gradients
+ * summed before the update. NULL detaches. */
+void nn_cuda_model_set_dp(nn_cuda_model *m, nn_cuda_dp *dp);
+/* Sums n doubles on the host over the ranks (in place). */
+bool nn_cuda_dp_sum(nn_cuda_dp *dp, double *vals, int n, dg_status *st);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,128 @@
+/* program.c: running a scheduled kernel the way the GPU runs it: lowered to
+ * device kernels (lower/), then either emulated on the CPU through the C
+ * target (blocks and threads as loops, phases split at barriers) or
+ * compiled with NVRTC and run on the GPU by a crash-isolated worker. Both
+ * compare the outputs with the unscheduled kernel's float64 reference on
+ * the same seeded inputs. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dragon/codegen.h"
+#include "dragon/lower.h"
+#include "dragon/rt.h"
+#include "dragon/rt_cuda.h"
+
+static lw_program *lower_checked(const dg_func *f, dg_status *st) {
+  if (!ir_verify(f, st)) return NULL;
+  lw_program *p = lower_program(f, NULL, st);
+  if (p && !lower_verify(p, &lower_limits_sm90, st)) {
+    lower_program_free(p);
+    return NULL;
+  }
+  return p;
+}
+
+bool rt_program_check_c(const dg_func *ref, const dg_func *f, uint64_t seed, rt_check *out,
+                        dg_status *st) {
+  dg_status_ok(st);
+  lw_program *p = lower_checked(f, st);
+  if (!p) return false;
+  char *src = codegen_emit_program_source(p, ref, st);
+  lower_program_free(p);
+  if (!src) return false;
+  rt_cpu_kernel *k[2] = {NULL, NULL};
+  static const char *const names[2] = {CODEGEN_PROGRAM_FN, CODEGEN_REFERENCE_FN};
+  bool ok = rt_cpu_compile_many(src, names, 2, k, st);
+  free(src);
+  rt_tensors ts;
+  if (ok && rt_tensors_init(&ts, ref, st)) {
+    rt_data_fill(&ts, seed, rt_data_dist_for(ref));
+    rt_data_poison(&ts);
+    rt_cpu_call(k[1], ts.ref_args);
+    rt_cpu_call(k[0], ts.args);
+    rt_check_outputs(&ts, rt_check_reduce_len(ref), out);
+    rt_tensors_free(&ts);
+  } else {
+    ok = false;
+  }
+  rt_cpu_free(k[0]);
+  rt_cpu_free(k[1]);
+  return ok;
+}
+
+bool rt_program_run_cuda(const dg_func *ref, const dg_func *f, uint64_t seed, int repeats,
+                         double timeout_s, rt_cuda_result *res, dg_status *st) {
+  dg_status_ok(st);
+  memset(res, 0, sizeof *res);
+  if (!rt_nvrtc_available(st) || !rt_cuda_available(st)) return false;
+  lw_program *p = lower_checked(f, st);
+  if (!p) return false;
+  bool ok = false;
+  char *src = codegen_emit_program(p, &codegen_lang_cuda, st);
+  rt_cubin bin = {0};
+  dg_arena *a = dg_arena_new();
+  rt_cuda_program prog;
+  rt_tensors ts = {0};
+  bool have_ts = false;
+  char path[64] = "";
+  struct rt_worker_pool *pool = NULL;
+  if (!src) goto done;
+  if (!rt_nvrtc_compile(src, "dragon", "sm_90", &bin, st)) {
+    res->fail = RT_FAIL_COMPILE;
+    memcpy(res->reason, st->msg, sizeof res->reason - 1);
+    res->reason[sizeof res->reason - 1] = 0;
+    ok = true; /* a recorded failure of the candidate, not of the tool */
+    goto done;
+  }
+  if (!rt_cuda_program_from_lowered(p, a, &prog, st)) goto done;
+  /* the reference on the CPU, float64 */
+  if (!rt_tensors_init(&ts, ref, st)) goto done;
+  have_ts = true;
+  rt_data_fill(&ts, seed, rt_data_dist_for(ref));
+  rt_data_poison(&ts);
+  {
+    char *rsrc = codegen_emit_source(ref, ref, &codegen_lang_c, st);
+    rt_cpu_kernel *rk = NULL;
+    bool rok = rsrc && rt_cpu_compile(rsrc, CODEGEN_REFERENCE_FN, &rk, st);
+    free(rsrc);
+    if (!rok) goto done;
+    rt_cpu_call(rk, ts.ref_args);
+    rt_cpu_free(rk);
+  }
+  snprintf(path, sizeof path, "/tmp/dragon-data-%ld-XXXXXX", (long)getpid());
+  int fd = mkstemp(path);
+  if (fd < 0) {
+    dg_fail(st, DG_ERR_IO, "%s: cannot create the data file", path);
+    path[0] = 0;
+    goto done;
+  }
+  close(fd);
+  if (!rt_cuda_data_write(&ts, rt_check_reduce_len(ref), path, st)) goto done;
+  if (!rt_cuda_pool_new(1, 1, timeout_s, &pool, st)) goto done;
+  rt_cuda_job job = {.bin = &bin,
+                     .prog = &prog,
+                     .data_path = path,
+                     .seed = seed,
+                     .timing = {.warmup = 2, .repeats = repeats, .flush_l2 = true,
+                                .timeout_s = timeout_s}};
+  dg_str msg;
+  dg_str_init(&msg);
+  rt_cuda_job_encode(&job, &msg);
+  rt_worker_pool_submit(pool, 1, msg.s, msg.len, timeout_s * (repeats + 4));
+  dg_str_free(&msg);
+  rt_worker_result wr;
+  if (!rt_worker_pool_next(pool, &wr, st)) goto done;
+  rt_cuda_result_from_worker(&wr, res);
+  rt_worker_result_free(&wr);
+  ok = true;
+done:
+  if (pool) rt_worker_pool_free(pool);
+  if (path[0]) unlink(path);
+  if (have_ts) rt_tensors_free(&ts);
+  rt_cubin_free(&bin);
+  dg_arena_free(a);
+  free(src);
+  lower_program_free(p);
+  return ok;
+}

@@ -1,0 +1,602 @@
+/* sft.c: supervised fine-tuning: the training config, the C reference as a
+ * back end, and the run (data, split, padded batches, AdamW steps,
+ * validation, progress, log, checkpoints, exact resume).
+ *
+ * The batch of step s is a function of (seed, s) alone (each epoch is a
+ * permutation drawn from the seed and the epoch number), so a resumed run
+ * needs only the model, the AdamW state and the step to continue exactly.
+ * Every input is loaded and checked, and the model allocated, before the
+ * out dir is written. A checkpoint is two files and a `latest` pointer
+ * written after both, so a crash between them leaves the previous pair
+ * current. Does not do gradient accumulation, mixed precision or several
+ * processes: one batch of examples per step on one back end.
+ *
+ * B examples per step, T the longest row of a batch.
+ */
+#include "dragon/train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- configuration ------------------------------------------------------- */
+
+typedef enum { K_F32, K_F64, K_I64, K_INT, K_U64 } key_type;
+
+static const struct {
+  const char *name;
+  key_type type;
+  size_t off;
+  double lo, hi;
+} tkeys[] = {
+    {"lr", K_F32, offsetof(train_config, lr), 1e-12, 10},
+    {"lr_min", K_F32, offsetof(train_config, lr_min), 0, 10},
+    {"warmup_steps", K_I64, offsetof(train_config, warmup_steps), 0, 1e12},
+    {"steps", K_I64, offsetof(train_config, steps), 1, 1e12},
+    {"batch", K_INT, offsetof(train_config, batch), 1, 65536},
+    {"seq_len", K_INT, offsetof(train_config, seq_len), 2, 1 << 20},
+    {"grad_clip", K_F32, offsetof(train_config, grad_clip), 0, 1e30},
+    {"weight_decay", K_F32, offsetof(train_config, weight_decay), 0, 10},
+#define X(e, n, w) {"loss_weight_" n, K_F32, offsetof(train_config, seg_weights) + sizeof(float) * TRAIN_SEG_##e, 0, 1e6},
+    TRAIN_SEG_LIST(X)
+#undef X
+    {"eval_every", K_I64, offsetof(train_config, eval_every), 0, 1e12},
+    {"ckpt_every", K_I64, offsetof(train_config, ckpt_every), 0, 1e12},
+    {"log_every", K_I64, offsetof(train_config, log_every), 1, 1e12},
+    {"val_fraction", K_F64, offsetof(train_config, val_fraction), 0, 0.5},
+    {"seed", K_U64, offsetof(train_config, seed), 0, 9.2e18},
+    {"peak_flops", K_F64, offsetof(train_config, peak_flops), 0, 1e20},
+};
+enum { NTKEYS = (int)DG_ARRAY_LEN(tkeys) };
+
+void train_config_default(train_config *c) {
+  memset(c, 0, sizeof *c);
+  dg_status st;
+  bool ok = nn_config_named("tiny", &c->model, &st);
+  DG_ASSERT(ok);
+  c->model.max_seq_len = 512;
+  c->lr = 3e-3f;
+  c->lr_min = 3e-4f;
+  c->warmup_steps = 20;
+  c->steps = 300;
+  c->batch = 4;
+  c->seq_len = 512;
+  c->grad_clip = 1.0f;
+  c->weight_decay = 0.0f;
+#define X(e, n, w) c->seg_weights[TRAIN_SEG_##e] = w;
+  TRAIN_SEG_LIST(X)
+#undef X
+  c->eval_every = 50;
+  c->ckpt_every = 100;
+  c->log_every = 10;
+  c->val_fraction = 0.1;
+  c->seed = 1;
+  /* A nominal 100 GFLOP/s for the C reference on one CPU (docs/training.md):
+   * MFU on the CPU is a relative figure, not a claim about the hardware. */
+  c->peak_flops = 1e11;
+}
+
+static char *trim(char *s) {
+  while (*s == ' ' || *s == '\t' || *s == '\r') s++;
+  size_t n = strlen(s);
+  while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r')) s[--n] = 0;
+  return s;
+}
+
+static bool set_key(train_config *c, int k, const char *val, const char *what, dg_status *st) {
+  char *p = (char *)c + tkeys[k].off;
+  if (tkeys[k].type == K_F32 || tkeys[k].type == K_F64) {
+    double v;
+    if (!dg_parse_f64(val, &v, what, st)) return false;
+    if (!isfinite(v) || v < tkeys[k].lo || v > tkeys[k].hi)
+      return dg_fail(st, DG_ERR_PARSE, "%s: %s is out of range [%g, %g]", what, val, tkeys[k].lo,
+                     tkeys[k].hi);
+    if (tkeys[k].type == K_F32) *(float *)p = (float)v;
+    else *(double *)p = v;
+    return true;
+  }
+  int64_t v;
+  int64_t hi = tkeys[k].type == K_U64 ? INT64_MAX : (int64_t)tkeys[k].hi;
+  if (!dg_parse_i64(val, (int64_t)tkeys[k].lo, hi, &v, what, st)) return false;
+  if (tkeys[k].type == K_INT) *(int *)p = (int)v;
+  else if (tkeys[k].type == K_U64) *(uint64_t *)p = (uint64_t)v;
+  else *(int64_t *)p = v;
+  return true;
+}
+
+bool train_config_parse(const char *text, const char *where, train_config *out, dg_status *st) {
+  train_config c;
+  train_config_default(&c);
+  bool seen[NTKEYS] = {0}, model_keys = false, ok = true;
+  char *buf = dg_strdup(text);
+  dg_str model;
+  dg_str_init(&model);
+  int lineno = 1;
+  for (char *line = buf; line && ok; lineno++) {
+    char *nl = strchr(line, '\n');
+    if (nl) *nl = 0;
+    char *copy = dg_strdup(line), *hash = strchr(copy, '#');
+    if (hash) *hash = 0;
+    char *s = trim(copy), *eq = strchr(s, '=');
+    int k = -1;
+    if (eq) {
+      *eq = 0;
+      char *key = trim(s);
+      for (int i = 0; i < NTKEYS; i++)
+        if (strcmp(key, tkeys[i].name) == 0) k = i;
+      if (k >= 0) {
+        char what[200];
+        snprintf(what, sizeof what, "%s:%d: %s", where, lineno, key);
+        if (seen[k]) ok = dg_fail(st, DG_ERR_PARSE, "%s: given twice", what);
+        else if (!set_key(&c, k, trim(eq + 1), what, st)) ok = false, st->code = DG_ERR_PARSE;
+        seen[k] = true;
+      }
+    }
+    /* Model lines pass through; training lines become blank so that the
+     * model parser's line numbers stay those of the file. */
+    if (k < 0) {
+      dg_str_puts(&model, line);
+      if (*s) model_keys = true;
+    }
+    dg_str_putc(&model, '\n');
+    free(copy);
+    line = nl ? nl + 1 : NULL;
+  }
+  free(buf);
+  if (ok && model_keys) ok = nn_config_parse(model.s, where, &c.model, st);
+  dg_str_free(&model);
+  if (!ok) return false;
+  if (c.seq_len > c.model.max_seq_len)
+    return dg_fail(st, DG_ERR_INVALID, "%s: seq_len = %d exceeds the model's max_seq_len = %d",
+                   where, c.seq_len, c.model.max_seq_len);
+  if (c.lr_min > c.lr)
+    return dg_fail(st, DG_ERR_INVALID, "%s: lr_min = %g exceeds lr = %g", where, (double)c.lr_min,
+                   (double)c.lr);
+  *out = c;
+  return true;
+}
+
+bool train_config_load(const char *name_or_path, train_config *c, dg_status *st) {
+  if (strcmp(name_or_path, "tiny") == 0) {
+    train_config_default(c);
+    return true;
+  }
+  size_t len;
+  char *text = dg_read_file(name_or_path, &len, st);
+  if (!text) return false;
+  bool ok = strlen(text) == len
+                ? train_config_parse(text, name_or_path, c, st)
+                : dg_fail(st, DG_ERR_PARSE, "%s: not a text file (contains a NUL byte)", name_or_path);
+  free(text);
+  return ok;
+}
+
+void train_config_print(const train_config *c, dg_str *out) {
+  nn_config_print(&c->model, out);
+  for (int k = 0; k < NTKEYS; k++) {
+    const char *p = (const char *)c + tkeys[k].off;
+    switch (tkeys[k].type) {
+      case K_F32: dg_str_printf(out, "%s = %.9g\n", tkeys[k].name, (double)*(const float *)p); break;
+      case K_F64: dg_str_printf(out, "%s = %.17g\n", tkeys[k].name, *(const double *)p); break;
+      case K_I64: dg_str_printf(out, "%s = %lld\n", tkeys[k].name, (long long)*(const int64_t *)p); break;
+      case K_INT: dg_str_printf(out, "%s = %d\n", tkeys[k].name, *(const int *)p); break;
+      case K_U64:
+        dg_str_printf(out, "%s = %llu\n", tkeys[k].name, (unsigned long long)*(const uint64_t *)p);
+        break;
+    }
+  }
+}
+
+/* ---- the C reference back end --------------------------------------------- */
+
+static float cpu_forward(void *ctx, const int32_t *in, const int32_t *tg, const float *w, int B, int T) {
+  return nn_forward(ctx, in, tg, w, B, T);
+}
+
+static double cpu_weighted_sum(void *ctx, const float *w, int B, int T) {
+  nn_model *m = ctx;
+  DG_ASSERT(m->last_has_targets && m->last_B == B && m->last_T == T);
+  double s = 0;
+  for (int i = 0; i < B * T; i++) s += (double)w[i] * m->acts.losses[i];
+  return s;
+}
+
+static void cpu_backward(void *ctx) {
+  nn_zero_grad(ctx);
+  nn_backward(ctx);
+}
+
+static float cpu_update(void *ctx, int64_t step) { return nn_update(ctx, step); }
+
+static bool cpu_save(void *ctx, const char *model_path, const char *state_path, int64_t step,
+                     dg_status *st) {
+  return nn_checkpoint_save(ctx, model_path, st) && nn_state_save(ctx, step, NULL, state_path, st);
+}
+
+train_backend train_backend_cpu(nn_model *m) {
+  train_backend b = {"cpu", m, cpu_forward, cpu_weighted_sum, cpu_backward, cpu_update, cpu_save};
+  return b;
+}
+
+/* ---- run directories ------------------------------------------------------ */
+
+static char *join(const char *dir, const char *name) {
+  size_t n = strlen(dir) + strlen(name) + 2;
+  char *p = dg_malloc(n);
+  snprintf(p, n, "%s/%s", dir, name);
+  return p;
+}
+
+static char *step_file(const char *dir, const char *kind, int64_t step) {
+  char name[64];
+  snprintf(name, sizeof name, "%s_%lld.bin", kind, (long long)step);
+  return join(dir, name);
+}
+
+static bool exists(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0;
+}
+
+bool train_run_latest(const char *dir, char **model_path, char **state_path, int64_t *step,
+                      dg_status *st) {
+  char *lp = join(dir, "latest");
+  char *text = dg_read_file(lp, NULL, st);
+  if (!text) {
+    dg_status_prefix(st, "%s: not a training run directory (no readable 'latest')", dir);
+    free(lp);
+    return false;
+  }
+  char *s = trim(text);
+  size_t n = strlen(s);
+  if (n && s[n - 1] == '\n') s[n - 1] = 0;
+  int64_t v;
+  bool ok = dg_parse_i64(trim(s), 0, INT64_MAX, &v, lp, st);
+  free(text);
+  free(lp);
+  if (!ok) return false;
+  char *mp = step_file(dir, "model", v), *sp = step_file(dir, "state", v);
+  if (!exists(mp) || !exists(sp)) {
+    dg_fail(st, DG_ERR_IO, "%s: 'latest' names step %lld but %s or %s is missing", dir,
+            (long long)v, mp, sp);
+    free(mp);
+    free(sp);
+    return false;
+  }
+  *model_path = mp;
+  *state_path = sp;
+  *step = v;
+  return true;
+}
+
+static bool save_checkpoint(const train_backend *be, const char *dir, int64_t step, int64_t *prev,
+                            dg_status *st) {
+  char *mp = step_file(dir, "model", step), *sp = step_file(dir, "state", step);
+  bool ok = be->save(be->ctx, mp, sp, step, st);
+  free(mp);
+  free(sp);
+  if (!ok) return false;
+  char num[32];
+  int n = snprintf(num, sizeof num, "%lld\n", (long long)step);
+  char *lp = join(dir, "latest");
+  ok = dg_write_file_atomic(lp, num, (size_t)n, st);
+  free(lp);
+  if (!ok) return false;
+  if (*prev >= 0 && *prev != step) {
+    char *om = step_file(dir, "model", *prev), *os = step_file(dir, "state", *prev);
+    unlink(om);
+    unlink(os);
+    free(om);
+    free(os);
+  }
+  *prev = step;
+  return true;
+}
+
+void train_result_free(train_result *r) {
+  free(r->losses);
+  memset(r, 0, sizeof *r);
+}
+
+/* ---- the run -------------------------------------------------------------- */
+
+typedef struct {
+  train_config cfg;
+  tok_tokenizer *tok;
+  train_shard data;
+  nn_model model;
+  bool have_model;
+  int64_t step0;  /* first step of this session */
+  int64_t prev_ckpt;
+  DG_VEC(int64_t) train_idx;
+  DG_VEC(int64_t) val_idx;
+  int64_t n_dropped;
+} run_state;
+
+static void run_free(run_state *r) {
+  tok_free(r->tok);
+  train_shard_free(&r->data);
+  if (r->have_model) nn_model_free(&r->model);
+  DG_VEC_FREE(&r->train_idx);
+  DG_VEC_FREE(&r->val_idx);
+}
+
+static bool load_new(const train_sft_args *a, run_state *r, dg_status *st) {
+  char *latest = join(a->out_dir, "latest"), *cfgp = join(a->out_dir, "config.txt");
+  bool busy = exists(latest) || exists(cfgp);
+  free(latest);
+  free(cfgp);
+  if (busy)
+    return dg_fail(st, DG_ERR_USAGE, "%s already holds a training run: use --resume, or another --out",
+                   a->out_dir);
+  if (!a->data) return dg_fail(st, DG_ERR_USAGE, "--data is required for a new run");
+  if (!train_config_load(a->config ? a->config : "tiny", &r->cfg, st)) return false;
+  bool shard = train_shard_sniff(a->data);
+  if (a->tokenizer) {
+    if (!(r->tok = tok_load(a->tokenizer, st))) return false;
+  } else if (shard) {
+    return dg_fail(st, DG_ERR_USAGE, "%s: a token shard needs the --tokenizer it was made with",
+                   a->data);
+  } else {
+    size_t n;
+    char *corpus = train_examples_corpus(a->data, &n, st);
+    if (!corpus) return false;
+    r->tok = tok_train(corpus, n, a->tok_vocab > 0 ? a->tok_vocab : 1024, NULL, st);
+    free(corpus);
+    if (!r->tok) {
+      dg_status_prefix(st, "%s: training the tokenizer", a->data);
+      return false;
+    }
+  }
+  if (shard ? !train_shard_load(&r->data, a->data, st)
+            : !train_examples_load(a->data, r->tok, &r->data, st))
+    return false;
+  if (r->data.vocab_size > tok_vocab_size(r->tok))
+    return dg_fail(st, DG_ERR_INVALID, "%s: token ids reach %d, beyond the tokenizer's %d", a->data,
+                   (int)r->data.vocab_size - 1, tok_vocab_size(r->tok));
+  if (r->data.n_examples == 0) return dg_fail(st, DG_ERR_INVALID, "%s: no examples", a->data);
+  r->cfg.model.vocab_size = tok_vocab_size(r->tok);
+  if (a->steps > 0) r->cfg.steps = a->steps;
+  if (!nn_model_init(&r->model, &r->cfg.model, true, st)) return false;
+  r->have_model = true;
+  nn_model_init_weights(&r->model, r->cfg.seed);
+  r->step0 = 0;
+  r->prev_ckpt = -1;
+  return true;
+}
+
+static bool load_resume(const train_sft_args *a, run_state *r, dg_status *st) {
+  char *cfgp = join(a->out_dir, "config.txt"), *tokp = join(a->out_dir, "tokenizer.bin"),
+       *datap = join(a->out_dir, "data.shard"), *mp = NULL, *sp = NULL;
+  bool ok = train_config_load(cfgp, &r->cfg, st) && (r->tok = tok_load(tokp, st)) != NULL &&
+            train_shard_load(&r->data, datap, st) &&
+            train_run_latest(a->out_dir, &mp, &sp, &r->step0, st);
+  if (ok && r->cfg.model.vocab_size != tok_vocab_size(r->tok))
+    ok = dg_fail(st, DG_ERR_INVALID, "%s: vocab_size %d does not match %s's %d", cfgp,
+                 r->cfg.model.vocab_size, tokp, tok_vocab_size(r->tok));
+  if (ok && r->data.vocab_size > tok_vocab_size(r->tok))
+    ok = dg_fail(st, DG_ERR_INVALID, "%s: token ids beyond the tokenizer's vocabulary", datap);
+  nn_config got;
+  if (ok && (ok = nn_checkpoint_read_config(mp, &got, st)) &&
+      memcmp(&got, &r->cfg.model, sizeof got) != 0)
+    ok = dg_fail(st, DG_ERR_INVALID, "%s: the checkpoint's model config differs from %s", mp, cfgp);
+  if (ok && (ok = nn_checkpoint_load(&r->model, mp, true, st))) r->have_model = true;
+  int64_t sstep = 0;
+  if (ok) ok = nn_state_load(&r->model, sp, &sstep, NULL, st);
+  if (ok && sstep != r->step0)
+    ok = dg_fail(st, DG_ERR_INVALID, "%s: holds step %lld, but 'latest' says %lld", sp,
+                 (long long)sstep, (long long)r->step0);
+  if (ok && a->steps > 0) r->cfg.steps = a->steps;
+  r->prev_ckpt = r->step0;
+  free(cfgp);
+  free(tokp);
+  free(datap);
+  free(mp);
+  free(sp);
+  return ok;
+}
+
+/* Validation by a hash of the example's tokens: the same example lands on
+ * the same side whatever the order of the file. */
+static void split(run_state *r) {
+  const train_shard *s = &r->data;
+  for (int64_t i = 0; i < s->n_examples; i++) {
+    int64_t n = s->offsets[i + 1] - s->offsets[i];
+    if (n - 1 > r->cfg.seq_len) {
+      r->n_dropped++;
+      continue;
+    }
+    uint64_t h = dg_hash_bytes(s->tokens + s->offsets[i], sizeof(int32_t) * (size_t)n, r->cfg.seed);
+    bool val = (double)(h % 1000000) < r->cfg.val_fraction * 1e6;
+    if (val) DG_VEC_PUSH(&r->val_idx, i);
+    else DG_VEC_PUSH(&r->train_idx, i);
+  }
+  /* A tiny corpus must still train: everything goes to training then. */
+  if (r->train_idx.len == 0)
+    for (size_t i = 0; i < r->val_idx.len; i++) DG_VEC_PUSH(&r->train_idx, r->val_idx.data[i]);
+  if (r->train_idx.len == r->val_idx.len) r->val_idx.len = 0;
+}
+
+static bool write_run_files(const train_sft_args *a, run_state *r, dg_status *st) {
+  if (!dg_mkdirs(a->out_dir, st)) return false;
+  dg_str cfg;
+  dg_str_init(&cfg);
+  train_config_print(&r->cfg, &cfg);
+  char *cfgp = join(a->out_dir, "config.txt"), *tokp = join(a->out_dir, "tokenizer.bin"),
+       *datap = join(a->out_dir, "data.shard");
+  bool ok = tok_save(r->tok, tokp, st) && train_shard_save(&r->data, datap, st) &&
+            dg_write_file_atomic(cfgp, cfg.s, cfg.len, st);
+  dg_str_free(&cfg);
+  free(cfgp);
+  free(tokp);
+  free(datap);
+  return ok;
+}
+
+/* The examples of step s: positions s*B .. s*B+B-1 of the endless sequence
+ * of per-epoch permutations of the training set. */
+typedef struct {
+  int64_t epoch;
+  int64_t *perm;
+} order;
+
+static void batch_indices(order *o, const run_state *r, int64_t step, int64_t *idx, int B) {
+  int64_t n = (int64_t)r->train_idx.len;
+  for (int k = 0; k < B; k++) {
+    int64_t p = step * B + k, e = p / n, i = p % n;
+    if (e != o->epoch) {
+      dg_rng rng;
+      dg_rng_seed(&rng, dg_hash_combine(r->cfg.seed, (uint64_t)e));
+      for (int64_t j = 0; j < n; j++) o->perm[j] = r->train_idx.data[j];
+      for (int64_t j = n - 1; j > 0; j--) {
+        int64_t t = (int64_t)dg_rng_below(&rng, (uint64_t)j + 1), x = o->perm[j];
+        o->perm[j] = o->perm[t];
+        o->perm[t] = x;
+      }
+      o->epoch = e;
+    }
+    idx[k] = o->perm[i];
+  }
+}
+
+static float validate(const train_backend *be, run_state *r, train_batch *b, int32_t pad) {
+  if (r->val_idx.len == 0) return -1.0f;
+  double sum = 0, wsum = 0;
+  for (size_t i = 0; i < r->val_idx.len; i += (size_t)r->cfg.batch) {
+    int n = (int)(r->val_idx.len - i < (size_t)r->cfg.batch ? r->val_idx.len - i : (size_t)r->cfg.batch);
+    train_batch_fill(b, &r->data, r->val_idx.data + i, n, r->cfg.seg_weights, pad);
+    be->forward(be->ctx, b->inputs, b->targets, b->weights, b->B, b->T);
+    sum += be->weighted_sum(be->ctx, b->weights, b->B, b->T);
+    for (int j = 0; j < b->B * b->T; j++) wsum += b->weights[j];
+  }
+  return wsum > 0 ? (float)(sum / wsum) : -1.0f;
+}
+
+static void fmt_time(char *buf, size_t n, double s) {
+  if (s < 60) snprintf(buf, n, "%.0fs", s);
+  else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)fmod(s, 60));
+  else snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
+}
+
+static bool loop(const train_sft_args *a, run_state *r, train_result *res, dg_status *st) {
+  const train_config *c = &r->cfg;
+  nn_model *m = &r->model;
+  m->opt.lr = c->lr;
+  m->opt.lr_min = c->lr_min;
+  m->opt.warmup_steps = c->warmup_steps;
+  m->opt.total_steps = c->steps;
+  m->opt.weight_decay = c->weight_decay;
+  m->opt.grad_clip = c->grad_clip;
+  int32_t pad = tok_special(r->tok, TOK_PAD);
+  if (pad < 0) return dg_fail(st, DG_ERR_INVALID, "the tokenizer has no %s token", TOK_PAD);
+  int longest = 1;
+  for (size_t i = 0; i < r->train_idx.len; i++) {
+    int64_t k = r->train_idx.data[i], n = r->data.offsets[k + 1] - r->data.offsets[k] - 1;
+    if (n > longest) longest = (int)n;
+  }
+  for (size_t i = 0; i < r->val_idx.len; i++) {
+    int64_t k = r->val_idx.data[i], n = r->data.offsets[k + 1] - r->data.offsets[k] - 1;
+    if (n > longest) longest = (int)n;
+  }
+  if (!nn_model_reserve(m, c->batch, longest, st)) return false;
+  train_backend be = train_backend_cpu(m);
+
+  int64_t end = c->steps;
+  if (a->stop_after > 0 && r->step0 + a->stop_after < end) end = r->step0 + a->stop_after;
+  res->first_step = r->step0;
+  res->last_step = r->step0;
+  res->losses = dg_calloc((size_t)(end > r->step0 ? end - r->step0 : 1), sizeof(float));
+  res->val_loss = -1.0f;
+  res->n_train = (int64_t)r->train_idx.len;
+  res->n_val = (int64_t)r->val_idx.len;
+  res->n_dropped = r->n_dropped;
+
+  char *logp = join(a->out_dir, "log.jsonl");
+  FILE *log = fopen(logp, "a");
+  if (!log) {
+    dg_fail(st, DG_ERR_IO, "%s: %s", logp, strerror(errno));
+    free(logp);
+    return false;
+  }
+  train_batch b;
+  train_batch_init(&b, c->batch, longest);
+  order ord = {-1, dg_malloc(sizeof(int64_t) * r->train_idx.len)};
+  int64_t *idx = dg_malloc(sizeof(int64_t) * (size_t)c->batch);
+  const nn_config *mc = &m->cfg;
+  double flops_tok_base = 6.0 * (double)m->num_params;
+  double attn_per_T = 6.0 * mc->n_layers * (double)mc->n_heads * mc->head_dim;
+  double t_start = dg_now(), t_win = t_start, tok_win = 0, flops_win = 0;
+  bool ok = true;
+  for (int64_t s = r->step0; s < end && ok; s++) {
+    batch_indices(&ord, r, s, idx, c->batch);
+    train_batch_fill(&b, &r->data, idx, c->batch, c->seg_weights, pad);
+    float loss = be.forward(be.ctx, b.inputs, b.targets, b.weights, b.B, b.T);
+    be.backward(be.ctx);
+    float norm = be.update(be.ctx, s);
+    float lr = nn_optim_lr(&m->opt, s);
+    res->losses[s - r->step0] = loss;
+    res->last_step = s + 1;
+    double ntok = (double)b.B * b.T;
+    tok_win += ntok;
+    flops_win += ntok * (flops_tok_base + attn_per_T * b.T);
+    float val = -1.0f;
+    bool last = s + 1 == end;
+    if ((c->eval_every > 0 && (s + 1) % c->eval_every == 0) || last) {
+      val = validate(&be, r, &b, pad);
+      if (val >= 0) res->val_loss = val;
+    }
+    double now = dg_now(), dt = now - t_win;
+    double tps = dt > 0 ? tok_win / dt : 0;
+    fprintf(log, "{\"step\": %lld, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f",
+            (long long)(s + 1), (double)loss, (double)lr, (double)norm, tps);
+    if (val >= 0) fprintf(log, ", \"val_loss\": %.6g", (double)val);
+    fprintf(log, "}\n");
+    fflush(log);
+    if (!a->quiet && ((s + 1) % c->log_every == 0 || last || val >= 0)) {
+      char eta[32], vbuf[32] = "", mfu[32] = "";
+      double per_step = (now - t_start) / (double)(s + 1 - r->step0);
+      fmt_time(eta, sizeof eta, per_step * (double)(c->steps - s - 1));
+      if (val >= 0) snprintf(vbuf, sizeof vbuf, " | val %.4f", (double)val);
+      if (c->peak_flops > 0 && dt > 0)
+        snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * flops_win / dt / c->peak_flops);
+      fprintf(stderr, "step %lld/%lld | loss %.4f%s | lr %.2e | %.0f tok/s%s | ETA %s\n",
+              (long long)(s + 1), (long long)c->steps, (double)loss, vbuf, (double)lr, tps, mfu, eta);
+      t_win = now;
+      tok_win = flops_win = 0;
+    }
+    if ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || last)
+      ok = save_checkpoint(&be, a->out_dir, s + 1, &r->prev_ckpt, st);
+  }
+  if (ok && r->step0 >= end) res->val_loss = validate(&be, r, &b, pad);
+  fclose(log);
+  free(logp);
+  free(ord.perm);
+  free(idx);
+  train_batch_free(&b);
+  return ok;
+}
+
+bool train_sft_run(const train_sft_args *a, train_result *res, dg_status *st) {
+  memset(res, 0, sizeof *res);
+  res->val_loss = -1.0f;
+  if (!a->out_dir) return dg_fail(st, DG_ERR_USAGE, "--out is required");
+  run_state r;
+  memset(&r, 0, sizeof r);
+  bool ok = a->resume ? load_resume(a, &r, st) : load_new(a, &r, st);
+  if (ok) {
+    split(&r);
+    if (r.train_idx.len == 0)
+      ok = dg_fail(st, DG_ERR_INVALID,
+                   "no example fits seq_len = %d (all %lld are longer); raise seq_len",
+                   r.cfg.seq_len, (long long)r.n_dropped);
+  }
+  if (ok && !a->quiet && r.n_dropped)
+    fprintf(stderr, "warning: %lld example(s) longer than seq_len = %d tokens left out\n",
+            (long long)r.n_dropped, r.cfg.seq_len);
+  if (ok && !a->resume) ok = write_run_files(a, &r, st);
+  if (ok) ok = loop(a, &r, res, st);
+  run_free(&r);
+  return ok;
+}
