@@ -1,0 +1,262 @@
+/* tune.c: the tuning loop of one workload, and measurement on the CPU.
+ *
+ * search_tune registers the workload in the database, asks the design-space
+ * callback for the spaces, seeds the evolutionary search with every record
+ * of the workload already in the database (their kernels are never
+ * measured again; the best are the first population), then runs rounds:
+ * generate candidates, measure them through the callback, append one
+ * record per candidate (failures included, with their reason) and feed the
+ * times back to the search and its cost model, until the workload has
+ * max_trials records or the search stops early. A record is written right
+ * after its measurement, so a killed run loses at most the candidates in
+ * flight and a rerun continues where it stopped.
+ *
+ * search_measure_cpu compiles each candidate with its float64 reference
+ * into one shared object (the compile path of rt_compare_cpu), then runs it
+ * in a child process (rt_worker_call): check against the reference, then
+ * `repeats` timed runs. The child's crash or hang fails that candidate only.
+ */
+#include "dragon/search.h"
+
+#include <string.h>
+
+#include "dragon/codegen.h"
+#include "dragon/rt.h"
+#include "dragon/rt_cuda.h"
+
+void search_tune_opts_default(search_tune_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->max_trials = 64;
+  o->target = "cpu";
+  search_evolve_opts_default(&o->evolve);
+  for (int m = 0; m < SEARCH_MUT_COUNT; m++)
+    o->mutator_probs[m] = search_mutator_cuda_prob((search_mutator)m);
+  o->seed = 1;
+}
+
+static double mean_secs(const search_measure_result *r) {
+  if (r->n_secs <= 0) return SEARCH_FAILED_SECS;
+  double s = 0;
+  for (int i = 0; i < r->n_secs; i++) s += r->secs[i];
+  return s / r->n_secs;
+}
+
+/* Seeds the search with the database's records of this workload. */
+static bool seed_from_db(search_db *db, search_evolve *ev, const dg_func *f, const char *hash,
+                         dg_status *st) {
+  for (int i = 0; i < search_db_record_count(db); i++) {
+    const search_record *r = search_db_record_at(db, i);
+    if (strcmp(r->workload, hash) != 0) continue;
+    dg_status tst;
+    sched_trace *t = sched_trace_from_json(r->trace, &tst);
+    if (!t) continue; /* an unreadable trace cannot seed anything */
+    uint64_t kh = r->kernel_hash;
+    if (!kh) {
+      sched *s = sched_new(f, 0);
+      if (sched_replay(s, t, false, false, &tst)) kh = ir_func_hash(sched_func(s));
+      sched_free(s);
+    }
+    bool ok = search_evolve_add_measured(ev, t, search_record_secs(r), kh, st);
+    sched_trace_free(t);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *out,
+                 dg_status *st) {
+  dg_status_ok(st);
+  memset(out, 0, sizeof *out);
+  out->best_secs = SEARCH_FAILED_SECS;
+  double t_start = dg_now();
+  char hash[21];
+  if (!search_db_add_workload(db, o->spec, o->f, hash, st)) return false;
+  out->trials = search_db_workload_trials(db, hash);
+  const search_record *best = NULL;
+  if (search_db_top_k(db, hash, 1, &best) == 1) out->best_secs = search_record_secs(best);
+  if (out->trials >= o->max_trials) {
+    out->t_total = dg_now() - t_start;
+    return true;
+  }
+  if (!o->space || !o->measure)
+    return dg_fail(st, DG_ERR_USAGE, "tune: a design-space and a measurement callback are needed");
+  sched_trace **spaces = NULL;
+  int n_spaces = 0;
+  if (!o->space(o->space_ctx, o->f, &spaces, &n_spaces, st)) return false;
+  if (n_spaces == 0) {
+    free(spaces);
+    return dg_fail(st, DG_ERR_INVALID, "tune %s: the workload has no design space", o->spec);
+  }
+  search_task task = {o->f, spaces, n_spaces, o->postproc, o->postproc_ctx, o->model, hash,
+                      o->is_gpu, {0}, o->seed};
+  memcpy(task.mutator_probs, o->mutator_probs, sizeof task.mutator_probs);
+  search_evolve *ev = search_evolve_new(&task, &o->evolve);
+  for (int i = 0; i < n_spaces; i++) sched_trace_free(spaces[i]);
+  free(spaces);
+  bool ok = seed_from_db(db, ev, o->f, hash, st);
+  double t_measure = 0;
+  int64_t start_trials = out->trials;
+  while (ok && out->trials < o->max_trials && !search_evolve_stopped(ev)) {
+    double t_round = dg_now();
+    search_cand *c = NULL;
+    int want = (int)(o->max_trials - out->trials);
+    int n = search_evolve_generate(ev, want, &c, st);
+    if (n < 0) {
+      ok = false;
+      break;
+    }
+    out->rounds++;
+    if (n == 0) continue;
+    search_measure_result *res = dg_calloc((size_t)n, sizeof *res);
+    double t0 = dg_now();
+    o->measure(o->measure_ctx, o->f, c, n, res);
+    t_measure += dg_now() - t0;
+    double *secs = dg_malloc(sizeof(double) * (size_t)n);
+    for (int i = 0; i < n && ok; i++) {
+      secs[i] = mean_secs(&res[i]);
+      char *json = sched_trace_to_json(c[i].trace);
+      search_record r = {hash, json, res[i].secs, res[i].n_secs,
+                         res[i].n_secs ? NULL : (res[i].error[0] ? res[i].error : "failed"),
+                         o->target, NULL, c[i].hash};
+      bool added = false;
+      ok = search_db_add_record(db, &r, &added, st);
+      if (added) out->trials++;
+      if (secs[i] < out->best_secs) out->best_secs = secs[i];
+      free(json);
+    }
+    if (ok) ok = search_evolve_notify(ev, c, secs, n, st);
+    free(secs);
+    free(res);
+    search_cands_free(c, n);
+    if (o->progress) {
+      const search_evolve_stats *s = search_evolve_get_stats(ev);
+      double el = dg_now() - t_start, dt = dg_now() - t_round;
+      double rate = (double)(out->trials - start_trials) / (el > 0 ? el : 1);
+      double eta = rate > 0 ? (double)(o->max_trials - out->trials) / rate : 0;
+      if (out->best_secs < SEARCH_FAILED_SECS)
+        fprintf(o->progress, "round %d  trials %lld/%lld  best %.3f us  %.1f cand/s  ETA %.0f s",
+                out->rounds, (long long)out->trials, (long long)o->max_trials,
+                out->best_secs * 1e6, rate, eta);
+      else
+        fprintf(o->progress, "round %d  trials %lld/%lld  best none  %.1f cand/s  ETA %.0f s",
+                out->rounds, (long long)out->trials, (long long)o->max_trials, rate, eta);
+      fprintf(o->progress, "  [round %.2f s: sample %.2f  evolve %.2f  model %.2f  measure %.2f]\n",
+              dt, s->t_sample, s->t_evolve, s->t_model, t_measure);
+      fflush(o->progress);
+    }
+  }
+  const search_evolve_stats *s = search_evolve_get_stats(ev);
+  out->t_sample = s->t_sample + s->t_evolve;
+  out->t_model = s->t_model;
+  out->t_measure = t_measure;
+  out->new_trials = out->trials - start_trials;
+  search_evolve_free(ev);
+  out->t_total = dg_now() - t_start;
+  return ok;
+}
+
+/* ---- measurement on the CPU ----------------------------------------------- */
+
+typedef struct {
+  const dg_func *f;
+  rt_cpu_kernel *k[2]; /* kernel, reference */
+  int repeats;
+  uint64_t seed;
+} cpu_job;
+
+/* Runs in the child: data, reference, checked run, timed runs. Replies
+ * "ok t1 t2 ..." or "fail reason". */
+static bool cpu_job_run(void *ctx, const void *job, size_t len, dg_str *reply) {
+  (void)job;
+  (void)len;
+  const cpu_job *j = ctx;
+  rt_tensors ts;
+  dg_status st;
+  if (!rt_tensors_init(&ts, j->f, &st)) {
+    dg_str_printf(reply, "fail %s", st.msg);
+    return true;
+  }
+  rt_data_fill(&ts, j->seed, rt_data_dist_for(j->f));
+  rt_data_poison(&ts);
+  rt_cpu_call(j->k[1], ts.ref_args);
+  rt_cpu_call(j->k[0], ts.args);
+  rt_check chk;
+  rt_check_outputs(&ts, rt_check_reduce_len(j->f), &chk);
+  if (!chk.pass) {
+    dg_str_printf(reply, "fail wrong numbers: %s", chk.first_bad);
+  } else {
+    dg_str_puts(reply, "ok");
+    for (int r = 0; r < j->repeats; r++) {
+      double t0 = dg_now();
+      rt_cpu_call(j->k[0], ts.args);
+      dg_str_printf(reply, " %.9g", dg_now() - t0);
+    }
+  }
+  rt_tensors_free(&ts);
+  return true;
+}
+
+void search_measure_cpu(void *ctx, const dg_func *f, const search_cand *cand, int n,
+                        search_measure_result *out) {
+  const search_cpu_measure *m = ctx;
+  int repeats = m && m->repeats > 0 ? m->repeats : 3;
+  if (repeats > (int)DG_ARRAY_LEN(out[0].secs)) repeats = (int)DG_ARRAY_LEN(out[0].secs);
+  double timeout = m && m->timeout_s > 0 ? m->timeout_s : 10;
+  for (int i = 0; i < n; i++) {
+    search_measure_result *r = &out[i];
+    memset(r, 0, sizeof *r);
+    dg_status st;
+    char *src = codegen_emit_source(cand[i].func, f, &codegen_lang_c, &st);
+    static const char *const names[2] = {CODEGEN_KERNEL_FN, CODEGEN_REFERENCE_FN};
+    cpu_job j = {f, {NULL, NULL}, repeats, m ? m->seed : 1};
+    if (!src || !rt_cpu_compile_many(src, names, 2, j.k, &st)) {
+      snprintf(r->error, sizeof r->error, "compile error: %.230s", st.msg);
+      free(src);
+      continue;
+    }
+    free(src);
+    rt_worker_result wr;
+    if (!rt_worker_call(cpu_job_run, &j, "x", 1, timeout, &wr, &st)) {
+      snprintf(r->error, sizeof r->error, "run: %.240s", st.msg);
+    } else if (wr.outcome != RT_WORKER_REPLIED) {
+      snprintf(r->error, sizeof r->error, "run: %s", wr.reason);
+    } else if (strncmp(wr.reply, "ok", 2) == 0) {
+      const char *p = wr.reply + 2;
+      char *end;
+      while (r->n_secs < repeats) {
+        double v = strtod(p, &end);
+        if (end == p) break;
+        r->secs[r->n_secs++] = v > 0 ? v : 1e-9;
+        p = end;
+      }
+      if (!r->n_secs) snprintf(r->error, sizeof r->error, "run: no timings");
+    } else {
+      snprintf(r->error, sizeof r->error, "%s",
+               strncmp(wr.reply, "fail ", 5) == 0 ? wr.reply + 5 : wr.reply);
+    }
+    rt_worker_result_free(&wr);
+    rt_cpu_free(j.k[0]);
+    rt_cpu_free(j.k[1]);
+  }
+}
+
+/* ---- a design space from a file ------------------------------------------- */
+
+bool search_space_from_file(void *ctx, const dg_func *f, sched_trace ***out, int *n,
+                            dg_status *st) {
+  (void)f;
+  const search_space_file *sf = ctx;
+  size_t len;
+  char *text = dg_read_file(sf->path, &len, st);
+  if (!text) return false;
+  sched_trace *t = sched_trace_from_json(text, st);
+  free(text);
+  if (!t) {
+    dg_status_prefix(st, "%s", sf->path);
+    return false;
+  }
+  *out = dg_malloc(sizeof(sched_trace *));
+  (*out)[0] = t;
+  *n = 1;
+  return true;
+}
