@@ -19,10 +19,11 @@
 
 /* ---- fixtures ------------------------------------------------------------- */
 
+/* A ring of paths: each test uses far fewer than there are slots. */
 static const char *tmp_path(const char *name) {
-  static char buf[8][512];
+  static char buf[64][512];
   static int k;
-  char *p = buf[k++ % 8];
+  char *p = buf[k++ % 64];
   snprintf(p, 512, "%s/train_%s", dg_test_tmpdir(), name);
   return p;
 }
@@ -99,9 +100,9 @@ static const char *small_cfg =
     "seq_len = 256\n"
     "batch = 3\n"
     "lr = 0.01\n"
-    "lr_min = 0.001\n"
+    "lr_min = 0.005\n"
     "warmup_steps = 10\n"
-    "steps = 200\n"
+    "steps = 80\n"
     "val_fraction = 0\n"
     "eval_every = 0\n"
     "ckpt_every = 0\n"
@@ -440,15 +441,15 @@ DG_TEST(train_overfit_kernels) {
   dg_status_ok(&st);
   CHECK_MSG(train_sft_run(&a, &r, &st), "%s", st.msg);
   int64_t n = r.last_step - r.first_step;
-  CHECK_EQ(n, 200);
+  CHECK_EQ(n, 80);
   CHECK_EQ(r.n_train, 3);
   CHECK(r.losses[0] > 3.0f); /* about ln V at the start */
   float best = r.losses[n - 1];
   CHECK_MSG(best < 0.05f, "weighted loss %g after %lld steps", (double)best, (long long)n);
   train_result_free(&r);
   /* the run directory holds what docs/training.md lists */
-  const char *files[] = {"config.txt", "tokenizer.bin", "data.shard", "latest", "model_200.bin",
-                         "state_200.bin", "log.jsonl"};
+  const char *files[] = {"config.txt", "tokenizer.bin", "data.shard", "latest", "model_80.bin",
+                         "state_80.bin", "log.jsonl"};
   for (size_t i = 0; i < DG_ARRAY_LEN(files); i++) {
     char p[600];
     snprintf(p, sizeof p, "%s/%s", a.out_dir, files[i]);
@@ -569,8 +570,9 @@ DG_TEST(train_bad_inputs_leave_run_alone) {
 
   /* new runs with bad inputs create nothing */
   const char *fresh = tmp_path("bad_fresh");
-  train_sft_args b = {ex, write_cfg("huge.cfg", "d_model = 65536\nn_layers = 1024\nffn_hidden = 262144\n"),
-                      NULL, 600, fresh, false, 2, 0, true};
+  const char *huge = tmp_path("huge.cfg");
+  CHECK(write_text(huge, "base = 88m\nd_model = 65536\nn_layers = 1024\nffn_hidden = 262144\n"));
+  train_sft_args b = {ex, huge, NULL, 600, fresh, false, 2, 0, true};
   CHECK(!train_sft_run(&b, &r, &st));
   CHECK_ERR(st, "GiB");
   train_result_free(&r);
@@ -596,7 +598,8 @@ DG_TEST(train_bad_inputs_leave_run_alone) {
   CHECK(access(fresh, F_OK) != 0);
   /* seq_len too small for every example */
   b.data = ex;
-  b.config = write_cfg("short.cfg", "seq_len = 20\n");
+  b.config = tmp_path("short.cfg");
+  CHECK(write_text(b.config, "base = tiny\nseq_len = 20\n"));
   CHECK(!train_sft_run(&b, &r, &st));
   CHECK_ERR(st, "no example fits seq_len = 20");
   train_result_free(&r);

@@ -106,6 +106,7 @@ static int sub_decode(int argc, char **argv) {
       snprintf(what, sizeof what, "%s: id %d", strcmp(in, "-") ? in : "<stdin>", ++k);
       int64_t v;
       ok = dg_parse_i64(w, 0, INT32_MAX, &v, what, &st);
+      if (!ok) st.code = DG_ERR_PARSE; /* bad input, not bad usage */
       if (ok) DG_VEC_PUSH(&ids, (int32_t)v);
     }
   }

@@ -17,6 +17,10 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+extern "C" {
+#include "dragon/base.h"
+#include "dragon/nn.h"
+}
 #include "dragon/nn_cuda.h"
 
 typedef __nv_bfloat16 bf16;
@@ -91,13 +95,13 @@ int nc_embedding_plan(const int32_t *inp, int N, int *order, int *uniq, int *sta
 
 /* rmsnorm.cu: out = inp * rstd * w (bf16 out, fp32 in). Backward:
  * dinp += ..., dinp_bf = bf16(dinp), and dw += sum over rows of
- * dout * inp * rstd through `part` (rmsnorm_part_floats(C) floats). */
+ * dout * inp * rstd through `part` (NC_NORM_ROW_CHUNKS * C floats). */
 void nc_rmsnorm_forward(bf16 *out, float *rstd, const float *inp, const float *w, int N, int C,
                         float eps, cudaStream_t s);
+enum { NC_NORM_ROW_CHUNKS = 64 };
 void nc_rmsnorm_backward(float *dinp, bf16 *dinp_bf, float *dw, float *part, const float *dout,
                          const float *inp, const float *w, const float *rstd, int N, int C,
                          cudaStream_t s);
-size_t nc_rmsnorm_part_floats(int C);
 
 /* rope.cu: rotate-half RoPE in place on x (B, T, nh, HD), dir -1 undoes. */
 void nc_rope(bf16 *x, const float *cosb, const float *sinb, int B, int T, int nh, int HD, float dir,

@@ -13,9 +13,7 @@
  */
 #include "common.cuh"
 
-enum { ROW_CHUNKS = 64, COL_TILE = 32, ROW_THREADS = 8 };
-
-size_t nc_rmsnorm_part_floats(int C) { return (size_t)ROW_CHUNKS * (size_t)C; }
+enum { ROW_CHUNKS = NC_NORM_ROW_CHUNKS, COL_TILE = 32, ROW_THREADS = 8 };
 
 static __global__ void rmsnorm_forward_kernel(bf16 *out, float *rstd, const float *inp,
                                               const float *w, int N, int C, float eps) {

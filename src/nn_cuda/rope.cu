@@ -12,18 +12,18 @@
 
 static __global__ void rope_kernel(bf16 *x, const float *cosb, const float *sinb, int B, int T,
                                    int nh, int HD, float dir) {
-  int half = HD / 2;
-  size_t total = (size_t)B * T * nh * half;
+  int hd2 = HD / 2;
+  size_t total = (size_t)B * T * nh * hd2;
   for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
        idx += (size_t)gridDim.x * blockDim.x) {
-    int i = (int)(idx % (size_t)half);
-    size_t row = idx / (size_t)half; /* (b, t, h) */
+    int i = (int)(idx % (size_t)hd2);
+    size_t row = idx / (size_t)hd2; /* (b, t, h) */
     int t = (int)((row / (size_t)nh) % (size_t)T);
     bf16 *v = x + row * (size_t)HD;
-    float c = cosb[(size_t)t * half + i], s = dir * sinb[(size_t)t * half + i];
-    float x1 = __bfloat162float(v[i]), x2 = __bfloat162float(v[i + half]);
+    float c = cosb[(size_t)t * hd2 + i], s = dir * sinb[(size_t)t * hd2 + i];
+    float x1 = __bfloat162float(v[i]), x2 = __bfloat162float(v[i + hd2]);
     v[i] = __float2bfloat16(x1 * c - x2 * s);
-    v[i + half] = __float2bfloat16(x2 * c + x1 * s);
+    v[i + hd2] = __float2bfloat16(x2 * c + x1 * s);
   }
 }
 

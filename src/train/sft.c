@@ -313,6 +313,7 @@ typedef struct {
   DG_VEC(int64_t) train_idx;
   DG_VEC(int64_t) val_idx;
   int64_t n_dropped;
+  int longest; /* longest row kept, tokens */
 } run_state;
 
 static void run_free(run_state *r) {
@@ -480,6 +481,21 @@ static void fmt_time(char *buf, size_t n, double s) {
   else snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
 }
 
+/* Activations for the longest row kept: allocated (or refused) before the
+ * run directory is written. */
+static bool reserve(run_state *r, dg_status *st) {
+  r->longest = 1;
+  for (int side = 0; side < 2; side++) {
+    const int64_t *ix = side ? r->val_idx.data : r->train_idx.data;
+    size_t cnt = side ? r->val_idx.len : r->train_idx.len;
+    for (size_t i = 0; i < cnt; i++) {
+      int64_t n = r->data.offsets[ix[i] + 1] - r->data.offsets[ix[i]] - 1;
+      if (n > r->longest) r->longest = (int)n;
+    }
+  }
+  return nn_model_reserve(&r->model, r->cfg.batch, r->longest, st);
+}
+
 static bool loop(const train_sft_args *a, run_state *r, train_result *res, dg_status *st) {
   const train_config *c = &r->cfg;
   nn_model *m = &r->model;
@@ -491,16 +507,7 @@ static bool loop(const train_sft_args *a, run_state *r, train_result *res, dg_st
   m->opt.grad_clip = c->grad_clip;
   int32_t pad = tok_special(r->tok, TOK_PAD);
   if (pad < 0) return dg_fail(st, DG_ERR_INVALID, "the tokenizer has no %s token", TOK_PAD);
-  int longest = 1;
-  for (size_t i = 0; i < r->train_idx.len; i++) {
-    int64_t k = r->train_idx.data[i], n = r->data.offsets[k + 1] - r->data.offsets[k] - 1;
-    if (n > longest) longest = (int)n;
-  }
-  for (size_t i = 0; i < r->val_idx.len; i++) {
-    int64_t k = r->val_idx.data[i], n = r->data.offsets[k + 1] - r->data.offsets[k] - 1;
-    if (n > longest) longest = (int)n;
-  }
-  if (!nn_model_reserve(m, c->batch, longest, st)) return false;
+  int longest = r->longest;
   train_backend be = train_backend_cpu(m);
 
   int64_t end = c->steps;
@@ -595,6 +602,7 @@ bool train_sft_run(const train_sft_args *a, train_result *res, dg_status *st) {
   if (ok && !a->quiet && r.n_dropped)
     fprintf(stderr, "warning: %lld example(s) longer than seq_len = %d tokens left out\n",
             (long long)r.n_dropped, r.cfg.seq_len);
+  if (ok) ok = reserve(&r, st);
   if (ok && !a->resume) ok = write_run_files(a, &r, st);
   if (ok) ok = loop(a, &r, res, st);
   run_free(&r);

@@ -1,0 +1,647 @@
+/* model.cu: the CUDA model: its memory (a size table and one allocation
+ * per group, as the C reference), forward, backward and update, and the
+ * copies to and from the C reference's nn_model.
+ *
+ * Precision (docs/model-cuda.md): fp32 master weights, gradients and AdamW
+ * state in the C layout; a bf16 copy of the weights for the matmuls; the
+ * residual stream (x, xmid) and its gradient in fp32, with the residual
+ * adds fused into the matmuls' epilogue (C = x, beta = 1); matmul operands
+ * (normalised rows, q, k, v, attention output, MLP activations, logits and
+ * their gradients) in bf16; norms' rstd, attention's log-sum-exp, losses
+ * in fp32. Every kernel and the update are deterministic, so two runs from
+ * the same state give bitwise the same results on one device.
+ *
+ * Errors: CUDA/cuBLASLt failures are recorded by the check macros and
+ * returned by the public function that saw them; a model whose device
+ * faulted should be freed.
+ *
+ * B batch, T time, N = B*T rows; the config's letters are nn.h's.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.cuh"
+
+/* ---- errors -------------------------------------------------------------- */
+
+static char err_msg[400];
+static bool err_set;
+
+void nc_error_set(const char *fmt, ...) {
+  if (err_set) return; /* the first failure is the cause */
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+  va_end(ap);
+  err_set = true;
+}
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+bool nc_cuda_ok(cudaError_t e, const char *expr, const char *file, int line) {
+  if (e == cudaSuccess) return true;
+  nc_error_set("%s:%d: %s: %s (%s)", base_name(file), line, expr, cudaGetErrorString(e),
+               cudaGetErrorName(e));
+  return false;
+}
+
+bool nc_blas_ok(cublasStatus_t s, const char *expr, const char *file, int line) {
+  if (s == CUBLAS_STATUS_SUCCESS) return true;
+  nc_error_set("%s:%d: %s: cuBLAS status %d", base_name(file), line, expr, (int)s);
+  return false;
+}
+
+bool nc_error_pending(void) { return err_set; }
+
+bool nc_error_take(dg_status *st, const char *where) {
+  if (!err_set) return true;
+  err_set = false;
+  return dg_fail(st, DG_ERR_RUNTIME, "%s: %s", where, err_msg);
+}
+
+extern "C" int nn_cuda_device_count(dg_status *st) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    dg_fail(st, DG_ERR_RUNTIME, "no CUDA device: %s", cudaGetErrorString(e));
+    return 0;
+  }
+  if (n == 0) dg_fail(st, DG_ERR_RUNTIME, "no CUDA device: the driver reports none");
+  return n;
+}
+
+/* ---- memory table -------------------------------------------------------- */
+
+/* X(type, field, count) of the activations and scratch, for N rows. */
+#define NC_ACT_LIST(X)                                                        \
+  X(float, x, (L + 1) * N * C)   /* (L+1, N, C) residual entering layers */   \
+  X(float, xmid, L * N * C)      /* (L, N, C) after attention */              \
+  X(bf16, ln1, L * N * C)        /* (L, N, C) */                              \
+  X(float, rstd1, L * N)                                                      \
+  X(bf16, q, L * N * QD)         /* (L, N, QD) after RoPE */                  \
+  X(bf16, k, L * N * KVD)        /* (L, N, KVD) after RoPE */                 \
+  X(bf16, v, L * N * KVD)                                                     \
+  X(bf16, atty, L * N * QD)      /* (L, N, QD) attention output */            \
+  X(float, lse, L * N * NH)      /* (L, B, NH, T) row log-sum-exp */          \
+  X(bf16, ln2, L * N * C)                                                     \
+  X(float, rstd2, L * N)                                                      \
+  X(bf16, h1, L * N * F)         /* (L, N, F) gate */                         \
+  X(bf16, h3, L * N * F)         /* (L, N, F) up */                           \
+  X(bf16, hg, L * N * F)         /* (L, N, F) silu(h1) * h3 */                \
+  X(bf16, lnf, N * C)                                                         \
+  X(float, rstdf, N)                                                          \
+  X(bf16, logits, N * V)         /* (N, V) logits, then their gradient */     \
+  X(float, losses, N)                                                         \
+  X(float, dlosses, N)           /* w / norm */                               \
+  X(int, inputs, N)                                                           \
+  X(int, targets, N)                                                          \
+  X(int, emb_order, N)                                                        \
+  X(int, emb_uniq, N)                                                         \
+  X(int, emb_start, N + 1)                                                    \
+  X(float, dx, N * C)            /* residual gradient */                      \
+  X(bf16, dxb, N * C)            /* its bf16 copy, a matmul operand */        \
+  X(float, dn, N * C)            /* gradient of a norm's output */            \
+  X(bf16, datty, N * QD)                                                      \
+  X(bf16, dq, N * QD)                                                         \
+  X(bf16, dk, N * KVD)                                                        \
+  X(bf16, dv, N * KVD)                                                        \
+  X(float, delta, N * NH)                                                     \
+  X(bf16, dhg, N * F)                                                         \
+  X(bf16, dh1, N * F)                                                         \
+  X(bf16, dh3, N * F)                                                         \
+  X(float, norm_part, (double)NC_NORM_ROW_CHUNKS * C)                               \
+  X(double, scal, NC_NORM_BLOCKS + 2.0) /* norm partials, sumsq, loss */
+
+typedef struct {
+#define X(type, f, n) type *f;
+  NC_ACT_LIST(X)
+#undef X
+} nc_acts;
+
+#define COUNT_ONE(type, f, n) +1
+enum { ACT_COUNT = 0 NC_ACT_LIST(COUNT_ONE) };
+#undef COUNT_ONE
+
+enum { ALIGN = 256 };
+
+static double round_up(double bytes) { return ceil(bytes / ALIGN) * ALIGN; }
+
+/* Bytes of each activation for N rows, in double so that checks cannot
+ * overflow. */
+static void act_bytes(const nn_config *c, double N, double out[ACT_COUNT]) {
+  double L = c->n_layers, C = c->d_model, V = c->vocab_size, F = c->ffn_hidden;
+  double NH = c->n_heads, QD = NH * c->head_dim, KVD = (double)c->n_kv_heads * c->head_dim;
+  int i = 0;
+#define X(type, f, n) out[i++] = round_up((double)sizeof(type) * (n));
+  NC_ACT_LIST(X)
+#undef X
+}
+
+static double params_bytes(const nn_config *c) {
+  double P = (double)nn_config_param_count(c);
+  double rope = 2.0 * c->max_seq_len * (c->head_dim / 2);
+  /* params, grads, m, v in fp32, a bf16 copy, RoPE tables */
+  return 4 * round_up(4.0 * P) + round_up(2.0 * P) + round_up(4.0 * rope);
+}
+
+struct nn_cuda_model {
+  nn_config cfg;
+  int B, T; /* capacity */
+  size_t param_sizes[NN_PARAM_COUNT], param_off[NN_PARAM_COUNT], num_params;
+  float *params, *grads, *mom, *var; /* fp32, C layout */
+  bf16 *params_bf;
+  float *rope_cos, *rope_sin; /* (max T, HD/2) */
+  unsigned char *acts_mem;
+  nc_acts a;
+  cudaStream_t stream;
+  nc_blas *blas;
+  nn_optim opt;
+  nn_cuda_dp *dp;
+  /* host scratch for a batch */
+  float *h_dlosses;
+  int *h_order, *h_uniq, *h_start;
+  int emb_u;
+  /* the last forward */
+  int last_B, last_T;
+  bool last_has_targets, logits_valid;
+};
+
+/* device pointers of a parameter block */
+typedef struct {
+#define X(e, f, pl, d, hf) float *f;
+  NN_PARAM_LIST(X)
+#undef X
+} wf32;
+typedef struct {
+#define X(e, f, pl, d, hf) bf16 *f;
+  NN_PARAM_LIST(X)
+#undef X
+} wbf16;
+
+static wf32 point_f32(const nn_cuda_model *m, float *base) {
+  wf32 w;
+#define X(e, f, pl, d, hf) w.f = base + m->param_off[NN_PARAM_##e];
+  NN_PARAM_LIST(X)
+#undef X
+  return w;
+}
+
+static wbf16 point_bf16(const nn_cuda_model *m, bf16 *base) {
+  wbf16 w;
+#define X(e, f, pl, d, hf) w.f = base + m->param_off[NN_PARAM_##e];
+  NN_PARAM_LIST(X)
+#undef X
+  return w;
+}
+
+/* ---- creation ------------------------------------------------------------ */
+
+extern "C" bool nn_cuda_config_check(const nn_config *cfg, dg_status *st) {
+  if (!nn_config_validate(cfg, st)) return false;
+  if (!nc_attention_supported(cfg->head_dim))
+    return dg_fail(st, DG_ERR_INVALID,
+                   "CUDA model: head_dim %d is not supported by the attention kernel (16, 32, 64 "
+                   "or 128)",
+                   cfg->head_dim);
+  return true;
+}
+
+extern "C" int64_t nn_cuda_model_bytes(const nn_config *cfg, int B, int T) {
+  double sizes[ACT_COUNT], n = params_bytes(cfg);
+  act_bytes(cfg, (double)B * T, sizes);
+  for (int i = 0; i < ACT_COUNT; i++) n += sizes[i];
+  return n >= 9.2e18 ? INT64_MAX : (int64_t)n;
+}
+
+extern "C" void nn_cuda_model_free(nn_cuda_model *m) {
+  if (!m) return;
+  cudaFree(m->params);
+  cudaFree(m->grads);
+  cudaFree(m->mom);
+  cudaFree(m->var);
+  cudaFree(m->params_bf);
+  cudaFree(m->rope_cos);
+  cudaFree(m->rope_sin);
+  cudaFree(m->acts_mem);
+  nc_blas_free(m->blas);
+  if (m->stream) cudaStreamDestroy(m->stream);
+  free(m->h_dlosses);
+  free(m->h_order);
+  free(m->h_uniq);
+  free(m->h_start);
+  free(m);
+}
+
+static bool dev_alloc(void *pp, double bytes, const char *what) {
+  void **p = (void **)pp;
+  cudaError_t e = cudaMalloc(p, (size_t)bytes);
+  if (e == cudaSuccess) return true;
+  cudaGetLastError();
+  nc_error_set("out of device memory allocating %s (%.3g GiB): %s", what, bytes / 1073741824.0,
+               cudaGetErrorString(e));
+  *p = NULL;
+  return false;
+}
+
+extern "C" bool nn_cuda_model_init(nn_cuda_model **out, const nn_config *cfg, int B, int T,
+                                   dg_status *st) {
+  *out = NULL;
+  if (!nn_cuda_config_check(cfg, st)) return false;
+  if (B < 1 || T < 1 || T > cfg->max_seq_len)
+    return dg_fail(st, DG_ERR_INVALID, "CUDA model: batch %dx%d is out of range (T <= %d)", B, T,
+                   cfg->max_seq_len);
+  if ((double)B * cfg->n_heads > 65535 || (double)B * T > 2147483647.0 / 2)
+    return dg_fail(st, DG_ERR_INVALID,
+                   "CUDA model: batch size %d with %d heads exceeds the kernels' grid (B * NH <= "
+                   "65535)",
+                   B, cfg->n_heads);
+  double sizes[ACT_COUNT], total = 0;
+  act_bytes(cfg, (double)B * T, sizes);
+  for (int i = 0; i < ACT_COUNT; i++) total += sizes[i];
+  size_t free_b = 0, total_b = 0;
+  if (!NC_CUDA(cudaMemGetInfo(&free_b, &total_b))) return nc_error_take(st, "CUDA model");
+  double need = total + params_bytes(cfg);
+  if (need > (double)free_b)
+    return dg_fail(st, DG_ERR_INVALID,
+                   "CUDA model: needs %.3g GiB of device memory for batches of %dx%d, %.3g GiB "
+                   "are free",
+                   need / 1073741824.0, B, T, (double)free_b / 1073741824.0);
+
+  nn_cuda_model *m = (nn_cuda_model *)calloc(1, sizeof *m);
+  if (!m) return dg_fail(st, DG_ERR_RUNTIME, "CUDA model: out of host memory");
+  m->cfg = *cfg;
+  m->B = B;
+  m->T = T;
+  nn_optim_default(&m->opt);
+  for (int i = 0; i < NN_PARAM_COUNT; i++) {
+    int64_t dims[2];
+    nn_param_shape(cfg, (nn_param_id)i, dims);
+    m->param_sizes[i] =
+        (size_t)(dims[0] * dims[1] * (nn_param_per_layer((nn_param_id)i) ? cfg->n_layers : 1));
+    m->param_off[i] = m->num_params;
+    m->num_params += m->param_sizes[i];
+  }
+  size_t P = m->num_params, N = (size_t)B * T, hd2 = (size_t)cfg->head_dim / 2;
+  size_t nrope = (size_t)cfg->max_seq_len * hd2;
+  bool ok = NC_CUDA(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking)) &&
+            nc_blas_init(&m->blas) && dev_alloc(&m->params, 4.0 * P, "parameters") &&
+            dev_alloc(&m->grads, 4.0 * P, "gradients") &&
+            dev_alloc(&m->mom, 4.0 * P, "AdamW m") && dev_alloc(&m->var, 4.0 * P, "AdamW v") &&
+            dev_alloc(&m->params_bf, 2.0 * P, "bf16 parameters") &&
+            dev_alloc(&m->rope_cos, 4.0 * nrope, "RoPE table") &&
+            dev_alloc(&m->rope_sin, 4.0 * nrope, "RoPE table") &&
+            dev_alloc(&m->acts_mem, total, "activations");
+  if (ok) {
+    unsigned char *p = m->acts_mem;
+    int i = 0;
+#define X(type, f, n)                                                         \
+  m->a.f = (type *)p;                                                         \
+  p += (size_t)sizes[i++];
+    NC_ACT_LIST(X)
+#undef X
+    float *cosb = (float *)malloc(sizeof(float) * nrope), *sinb = (float *)malloc(sizeof(float) * nrope);
+    m->h_dlosses = (float *)malloc(sizeof(float) * N);
+    m->h_order = (int *)malloc(sizeof(int) * N);
+    m->h_uniq = (int *)malloc(sizeof(int) * N);
+    m->h_start = (int *)malloc(sizeof(int) * (N + 1));
+    if (!cosb || !sinb || !m->h_dlosses || !m->h_order || !m->h_uniq || !m->h_start) {
+      nc_error_set("out of host memory for the batch buffers");
+      ok = false;
+    } else {
+      nn_rope_table(cosb, sinb, cfg->rope_theta, cfg->head_dim, cfg->max_seq_len);
+      ok = NC_CUDA(cudaMemcpy(m->rope_cos, cosb, sizeof(float) * nrope, cudaMemcpyHostToDevice)) &&
+           NC_CUDA(cudaMemcpy(m->rope_sin, sinb, sizeof(float) * nrope, cudaMemcpyHostToDevice)) &&
+           NC_CUDA(cudaMemsetAsync(m->params, 0, 4 * P, m->stream)) &&
+           NC_CUDA(cudaMemsetAsync(m->grads, 0, 4 * P, m->stream)) &&
+           NC_CUDA(cudaMemsetAsync(m->mom, 0, 4 * P, m->stream)) &&
+           NC_CUDA(cudaMemsetAsync(m->var, 0, 4 * P, m->stream)) &&
+           NC_CUDA(cudaMemsetAsync(m->params_bf, 0, 2 * P, m->stream)) &&
+           NC_CUDA(cudaStreamSynchronize(m->stream));
+    }
+    free(cosb);
+    free(sinb);
+  }
+  if (!ok) {
+    nn_cuda_model_free(m);
+    return nc_error_take(st, "CUDA model");
+  }
+  *out = m;
+  return true;
+}
+
+extern "C" const nn_config *nn_cuda_model_config(const nn_cuda_model *m) { return &m->cfg; }
+extern "C" size_t nn_cuda_model_num_params(const nn_cuda_model *m) { return m->num_params; }
+extern "C" nn_optim *nn_cuda_model_optim(nn_cuda_model *m) { return &m->opt; }
+extern "C" void nn_cuda_model_set_dp(nn_cuda_model *m, nn_cuda_dp *dp) { m->dp = dp; }
+
+static bool same_config(const nn_config *a, const nn_config *b) {
+  return a->vocab_size == b->vocab_size && a->d_model == b->d_model &&
+         a->n_layers == b->n_layers && a->n_heads == b->n_heads &&
+         a->n_kv_heads == b->n_kv_heads && a->head_dim == b->head_dim &&
+         a->ffn_hidden == b->ffn_hidden && a->max_seq_len == b->max_seq_len &&
+         a->rope_theta == b->rope_theta && a->norm_eps == b->norm_eps;
+}
+
+extern "C" bool nn_cuda_model_load(nn_cuda_model *m, const nn_model *ref, bool with_state,
+                                   dg_status *st) {
+  if (!same_config(&m->cfg, &ref->cfg) || ref->num_params != m->num_params)
+    return dg_fail(st, DG_ERR_INVALID, "CUDA model load: the C model has another config");
+  if (with_state && (!ref->m_mem || !ref->v_mem))
+    return dg_fail(st, DG_ERR_INVALID, "CUDA model load: the C model has no AdamW state");
+  size_t bytes = sizeof(float) * m->num_params;
+  cudaStream_t s = m->stream;
+  bool ok = NC_CUDA(cudaMemcpyAsync(m->params, ref->params_mem, bytes, cudaMemcpyHostToDevice, s));
+  if (ok) nc_to_bf16(m->params_bf, m->params, m->num_params, s);
+  ok = ok && !nc_error_pending();
+  if (ok && with_state)
+    ok = NC_CUDA(cudaMemcpyAsync(m->mom, ref->m_mem, bytes, cudaMemcpyHostToDevice, s)) &&
+         NC_CUDA(cudaMemcpyAsync(m->var, ref->v_mem, bytes, cudaMemcpyHostToDevice, s));
+  else if (ok)
+    ok = NC_CUDA(cudaMemsetAsync(m->mom, 0, bytes, s)) && NC_CUDA(cudaMemsetAsync(m->var, 0, bytes, s));
+  ok = ok && NC_CUDA(cudaMemsetAsync(m->grads, 0, bytes, s)) && NC_CUDA(cudaStreamSynchronize(s));
+  if (ok) m->opt = ref->opt;
+  m->logits_valid = m->last_has_targets = false;
+  return nc_error_take(st, "CUDA model load");
+}
+
+static bool copy_to_host(const nn_cuda_model *m, void *dst, const void *src, size_t bytes) {
+  return NC_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, m->stream)) &&
+         NC_CUDA(cudaStreamSynchronize(m->stream));
+}
+
+extern "C" bool nn_cuda_model_store(const nn_cuda_model *m, nn_model *ref, bool with_state,
+                                    dg_status *st) {
+  if (!same_config(&m->cfg, &ref->cfg) || ref->num_params != m->num_params)
+    return dg_fail(st, DG_ERR_INVALID, "CUDA model store: the C model has another config");
+  if (with_state && (!ref->m_mem || !ref->v_mem))
+    return dg_fail(st, DG_ERR_INVALID, "CUDA model store: the C model has no AdamW state");
+  size_t bytes = sizeof(float) * m->num_params;
+  if (copy_to_host(m, ref->params_mem, m->params, bytes) && with_state &&
+      copy_to_host(m, ref->m_mem, m->mom, bytes))
+    copy_to_host(m, ref->v_mem, m->var, bytes);
+  return nc_error_take(st, "CUDA model store");
+}
+
+/* ---- forward ------------------------------------------------------------- */
+
+extern "C" bool nn_cuda_batch_check(const nn_cuda_model *m, const int32_t *inputs,
+                                    const int32_t *targets, const float *weights, int B, int T,
+                                    dg_status *st) {
+  if (B < 1 || T < 1 || B > m->B || T > m->T)
+    return dg_fail(st, DG_ERR_INVALID, "batch %dx%d exceeds the reserved %dx%d", B, T, m->B, m->T);
+  int V = m->cfg.vocab_size;
+  for (int i = 0; i < B * T; i++) {
+    if (inputs[i] < 0 || inputs[i] >= V)
+      return dg_fail(st, DG_ERR_INVALID, "batch: inputs[%d][%d] = %d is outside the vocabulary [0, %d)",
+                     i / T, i % T, (int)inputs[i], V);
+    if (targets && (targets[i] < 0 || targets[i] >= V))
+      return dg_fail(st, DG_ERR_INVALID, "batch: targets[%d][%d] = %d is outside the vocabulary [0, %d)",
+                     i / T, i % T, (int)targets[i], V);
+    if (weights && (!isfinite(weights[i]) || weights[i] < 0))
+      return dg_fail(st, DG_ERR_INVALID, "batch: weights[%d][%d] = %g must be finite and >= 0",
+                     i / T, i % T, (double)weights[i]);
+  }
+  return true;
+}
+
+static bool forward_impl(nn_cuda_model *m, const int32_t *inputs, const int32_t *targets,
+                         const float *weights, double norm, int B, int T, float *loss,
+                         dg_status *st) {
+  const nn_config *c = &m->cfg;
+  int L = c->n_layers, C = c->d_model, V = c->vocab_size, F = c->ffn_hidden;
+  int NH = c->n_heads, NKV = c->n_kv_heads, HD = c->head_dim, QD = NH * HD, KVD = NKV * HD;
+  int N = B * T;
+  size_t NC = (size_t)N * C;
+  cudaStream_t s = m->stream;
+  nc_acts *a = &m->a;
+  wf32 pf = point_f32(m, m->params);
+  wbf16 pb = point_bf16(m, m->params_bf);
+  nc_blas *bl = m->blas;
+  m->logits_valid = m->last_has_targets = false;
+
+  bool ok = NC_CUDA(cudaMemcpyAsync(a->inputs, inputs, sizeof(int) * N, cudaMemcpyHostToDevice, s));
+  if (ok && targets) {
+    for (int i = 0; i < N; i++)
+      m->h_dlosses[i] = norm > 0 ? (float)((weights ? weights[i] : 1.0f) / norm) : 0.0f;
+    m->emb_u = nc_embedding_plan(inputs, N, m->h_order, m->h_uniq, m->h_start);
+    ok = NC_CUDA(cudaMemcpyAsync(a->targets, targets, sizeof(int) * N, cudaMemcpyHostToDevice, s)) &&
+         NC_CUDA(cudaMemcpyAsync(a->dlosses, m->h_dlosses, sizeof(float) * N, cudaMemcpyHostToDevice, s)) &&
+         NC_CUDA(cudaMemcpyAsync(a->emb_order, m->h_order, sizeof(int) * N, cudaMemcpyHostToDevice, s)) &&
+         NC_CUDA(cudaMemcpyAsync(a->emb_uniq, m->h_uniq, sizeof(int) * m->emb_u, cudaMemcpyHostToDevice, s)) &&
+         NC_CUDA(cudaMemcpyAsync(a->emb_start, m->h_start, sizeof(int) * (m->emb_u + 1),
+                                 cudaMemcpyHostToDevice, s));
+  }
+  if (!ok) return nc_error_take(st, "CUDA forward");
+
+  nc_embedding_forward(a->x, a->inputs, pf.wte, N, C, s);
+  for (int l = 0; ok && l < L; l++) {
+    float *x = a->x + l * NC, *xmid = a->xmid + l * NC, *xout = a->x + (l + 1) * NC;
+    bf16 *ln1 = a->ln1 + l * NC, *ln2 = a->ln2 + l * NC;
+    bf16 *q = a->q + (size_t)l * N * QD, *k = a->k + (size_t)l * N * KVD, *v = a->v + (size_t)l * N * KVD;
+    bf16 *atty = a->atty + (size_t)l * N * QD;
+    float *lse = a->lse + (size_t)l * N * NH;
+    bf16 *h1 = a->h1 + (size_t)l * N * F, *h3 = a->h3 + (size_t)l * N * F, *hg = a->hg + (size_t)l * N * F;
+
+    nc_rmsnorm_forward(ln1, a->rstd1 + (size_t)l * N, x, pf.ln1w + (size_t)l * C, N, C, c->norm_eps, s);
+    ok = nc_mm_forward(bl, q, CUDA_R_16BF, NULL, 0.0f, ln1, pb.wq + (size_t)l * QD * C, N, C, QD, s) &&
+         nc_mm_forward(bl, k, CUDA_R_16BF, NULL, 0.0f, ln1, pb.wk + (size_t)l * KVD * C, N, C, KVD, s) &&
+         nc_mm_forward(bl, v, CUDA_R_16BF, NULL, 0.0f, ln1, pb.wv + (size_t)l * KVD * C, N, C, KVD, s);
+    if (!ok) break;
+    nc_rope(q, m->rope_cos, m->rope_sin, B, T, NH, HD, 1.0f, s);
+    nc_rope(k, m->rope_cos, m->rope_sin, B, T, NKV, HD, 1.0f, s);
+    ok = nc_attention_forward(atty, lse, q, k, v, B, T, NH, NKV, HD, s) &&
+         /* xmid = x + atty . wo^T, the residual add in the epilogue */
+         nc_mm_forward(bl, xmid, CUDA_R_32F, x, 1.0f, atty, pb.wo + (size_t)l * C * QD, N, QD, C, s);
+    if (!ok) break;
+    nc_rmsnorm_forward(ln2, a->rstd2 + (size_t)l * N, xmid, pf.ln2w + (size_t)l * C, N, C, c->norm_eps, s);
+    ok = nc_mm_forward(bl, h1, CUDA_R_16BF, NULL, 0.0f, ln2, pb.w1 + (size_t)l * F * C, N, C, F, s) &&
+         nc_mm_forward(bl, h3, CUDA_R_16BF, NULL, 0.0f, ln2, pb.w3 + (size_t)l * F * C, N, C, F, s);
+    if (!ok) break;
+    nc_swiglu_forward(hg, h1, h3, (size_t)N * F, s);
+    ok = nc_mm_forward(bl, xout, CUDA_R_32F, xmid, 1.0f, hg, pb.w2 + (size_t)l * C * F, N, F, C, s);
+  }
+  if (ok) {
+    nc_rmsnorm_forward(a->lnf, a->rstdf, a->x + L * NC, pf.lnfw, N, C, c->norm_eps, s);
+    ok = nc_mm_forward(bl, a->logits, CUDA_R_16BF, NULL, 0.0f, a->lnf, pb.wlm, N, C, V, s);
+  }
+  if (!ok || nc_error_pending()) return nc_error_take(st, "CUDA forward");
+  m->last_B = B;
+  m->last_T = T;
+  if (!targets) {
+    m->logits_valid = true;
+    *loss = -1.0f;
+    return NC_CUDA(cudaStreamSynchronize(s)) ? true : nc_error_take(st, "CUDA forward");
+  }
+  nc_classifier(a->logits, a->losses, a->dlosses, a->targets, N, V, s);
+  double *dsum = a->scal + NC_NORM_BLOCKS + 1;
+  nc_loss_sum(dsum, a->losses, a->dlosses, N, s);
+  double sum = 0;
+  if (!copy_to_host(m, &sum, dsum, sizeof sum)) return nc_error_take(st, "CUDA forward");
+  if (m->dp && !nn_cuda_dp_sum(m->dp, &sum, 1, st)) return false;
+  m->last_has_targets = true;
+  *loss = (float)sum;
+  return true;
+}
+
+extern "C" bool nn_cuda_forward(nn_cuda_model *m, const int32_t *inputs, const int32_t *targets,
+                                const float *weights, int B, int T, float *loss, dg_status *st) {
+  if (!nn_cuda_batch_check(m, inputs, targets, weights, B, T, st)) return false;
+  double norm = (double)B * T;
+  if (targets && weights) {
+    norm = 0;
+    for (int i = 0; i < B * T; i++) norm += weights[i];
+  }
+  if (targets && m->dp && !nn_cuda_dp_sum(m->dp, &norm, 1, st)) return false;
+  return forward_impl(m, inputs, targets, weights, norm, B, T, loss, st);
+}
+
+extern "C" bool nn_cuda_forward_weighted(nn_cuda_model *m, const int32_t *inputs,
+                                         const int32_t *targets, const float *weights, double norm,
+                                         int B, int T, float *loss, dg_status *st) {
+  if (!targets) return dg_fail(st, DG_ERR_INVALID, "weighted forward: targets are required");
+  if (!isfinite(norm) || norm <= 0)
+    return dg_fail(st, DG_ERR_INVALID, "weighted forward: normaliser %g must be finite and > 0", norm);
+  if (!nn_cuda_batch_check(m, inputs, targets, NULL, B, T, st)) return false;
+  for (int i = 0; weights && i < B * T; i++)
+    if (!isfinite(weights[i]))
+      return dg_fail(st, DG_ERR_INVALID, "batch: weights[%d][%d] = %g must be finite", i / T,
+                     i % T, (double)weights[i]);
+  return forward_impl(m, inputs, targets, weights, norm, B, T, loss, st);
+}
+
+/* ---- backward ------------------------------------------------------------ */
+
+extern "C" bool nn_cuda_zero_grad(nn_cuda_model *m, dg_status *st) {
+  NC_CUDA(cudaMemsetAsync(m->grads, 0, sizeof(float) * m->num_params, m->stream));
+  return nc_error_take(st, "CUDA zero_grad");
+}
+
+extern "C" bool nn_cuda_backward(nn_cuda_model *m, dg_status *st) {
+  if (!m->last_has_targets)
+    return dg_fail(st, DG_ERR_INVALID, "CUDA backward: the last forward had no targets");
+  const nn_config *c = &m->cfg;
+  int B = m->last_B, T = m->last_T, N = B * T;
+  int L = c->n_layers, C = c->d_model, V = c->vocab_size, F = c->ffn_hidden;
+  int NH = c->n_heads, NKV = c->n_kv_heads, HD = c->head_dim, QD = NH * HD, KVD = NKV * HD;
+  size_t NC = (size_t)N * C, NF = (size_t)N * F;
+  cudaStream_t s = m->stream;
+  nc_acts *a = &m->a;
+  wf32 pf = point_f32(m, m->params), g = point_f32(m, m->grads);
+  wbf16 pb = point_bf16(m, m->params_bf);
+  nc_blas *bl = m->blas;
+  /* the forward with targets left d loss / d logits in a->logits */
+  m->last_has_targets = false;
+
+  bool ok = nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 0.0f, a->logits, pb.wlm, N, C, V, s) &&
+            nc_mm_backward_weight(bl, g.wlm, a->logits, a->lnf, N, C, V, s) &&
+            NC_CUDA(cudaMemsetAsync(a->dx, 0, sizeof(float) * NC, s));
+  if (ok)
+    nc_rmsnorm_backward(a->dx, a->dxb, g.lnfw, a->norm_part, a->dn, a->x + L * NC, pf.lnfw,
+                        a->rstdf, N, C, s);
+  for (int l = L - 1; ok && l >= 0; l--) {
+    float *x = a->x + l * NC, *xmid = a->xmid + l * NC;
+    bf16 *ln1 = a->ln1 + l * NC, *ln2 = a->ln2 + l * NC;
+    bf16 *q = a->q + (size_t)l * N * QD, *k = a->k + (size_t)l * N * KVD, *v = a->v + (size_t)l * N * KVD;
+    bf16 *atty = a->atty + (size_t)l * N * QD;
+    float *lse = a->lse + (size_t)l * N * NH;
+    bf16 *h1 = a->h1 + l * NF, *h3 = a->h3 + l * NF, *hg = a->hg + l * NF;
+
+    /* x[l+1] = xmid + hg . w2^T: dx passes through the residual */
+    ok = nc_mm_backward_input(bl, a->dhg, CUDA_R_16BF, 0.0f, a->dxb, pb.w2 + (size_t)l * C * F, N, F, C, s) &&
+         nc_mm_backward_weight(bl, g.w2 + (size_t)l * C * F, a->dxb, hg, N, F, C, s);
+    if (!ok) break;
+    nc_swiglu_backward(a->dh1, a->dh3, a->dhg, h1, h3, NF, s);
+    ok = nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 0.0f, a->dh1, pb.w1 + (size_t)l * F * C, N, C, F, s) &&
+         nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 1.0f, a->dh3, pb.w3 + (size_t)l * F * C, N, C, F, s) &&
+         nc_mm_backward_weight(bl, g.w1 + (size_t)l * F * C, a->dh1, ln2, N, C, F, s) &&
+         nc_mm_backward_weight(bl, g.w3 + (size_t)l * F * C, a->dh3, ln2, N, C, F, s);
+    if (!ok) break;
+    nc_rmsnorm_backward(a->dx, a->dxb, g.ln2w + (size_t)l * C, a->norm_part, a->dn, xmid,
+                        pf.ln2w + (size_t)l * C, a->rstd2 + (size_t)l * N, N, C, s);
+
+    /* xmid = x + atty . wo^T */
+    ok = nc_mm_backward_input(bl, a->datty, CUDA_R_16BF, 0.0f, a->dxb, pb.wo + (size_t)l * C * QD, N, QD, C, s) &&
+         nc_mm_backward_weight(bl, g.wo + (size_t)l * C * QD, a->dxb, atty, N, QD, C, s) &&
+         nc_attention_backward(a->dq, a->dk, a->dv, a->delta, a->datty, atty, lse, q, k, v, B, T,
+                               NH, NKV, HD, s);
+    if (!ok) break;
+    nc_rope(a->dq, m->rope_cos, m->rope_sin, B, T, NH, HD, -1.0f, s);
+    nc_rope(a->dk, m->rope_cos, m->rope_sin, B, T, NKV, HD, -1.0f, s);
+    ok = nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 0.0f, a->dq, pb.wq + (size_t)l * QD * C, N, C, QD, s) &&
+         nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 1.0f, a->dk, pb.wk + (size_t)l * KVD * C, N, C, KVD, s) &&
+         nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 1.0f, a->dv, pb.wv + (size_t)l * KVD * C, N, C, KVD, s) &&
+         nc_mm_backward_weight(bl, g.wq + (size_t)l * QD * C, a->dq, ln1, N, C, QD, s) &&
+         nc_mm_backward_weight(bl, g.wk + (size_t)l * KVD * C, a->dk, ln1, N, C, KVD, s) &&
+         nc_mm_backward_weight(bl, g.wv + (size_t)l * KVD * C, a->dv, ln1, N, C, KVD, s);
+    if (!ok) break;
+    nc_rmsnorm_backward(a->dx, a->dxb, g.ln1w + (size_t)l * C, a->norm_part, a->dn, x,
+                        pf.ln1w + (size_t)l * C, a->rstd1 + (size_t)l * N, N, C, s);
+  }
+  if (ok) nc_embedding_backward(g.wte, a->dx, a->emb_order, a->emb_uniq, a->emb_start, m->emb_u, C, s);
+  if (ok) NC_CUDA(cudaStreamSynchronize(s));
+  return nc_error_take(st, "CUDA backward");
+}
+
+/* ---- update -------------------------------------------------------------- */
+
+extern "C" bool nn_cuda_update(nn_cuda_model *m, int64_t step, float *norm, dg_status *st) {
+  if (step < 0) return dg_fail(st, DG_ERR_INVALID, "CUDA update: step %lld < 0", (long long)step);
+  cudaStream_t s = m->stream;
+  if (m->dp && nn_cuda_dp_size(m->dp) > 1 && !nc_dp_allreduce(m->dp, m->grads, m->num_params, false, s))
+    return nc_error_take(st, "CUDA update");
+  const nn_optim *o = &m->opt;
+  double *part = m->a.scal, *sumsq = m->a.scal + NC_NORM_BLOCKS;
+  nc_sumsq(sumsq, part, m->grads, m->num_params, s);
+  float lr = nn_optim_lr(o, step);
+  double t = (double)step + 1;
+  float bc1 = (float)(1.0 - pow(o->beta1, t)), bc2 = (float)(1.0 - pow(o->beta2, t));
+  for (int i = 0; i < NN_PARAM_COUNT; i++) {
+    size_t off = m->param_off[i];
+    float wd = nn_param_decays((nn_param_id)i) ? o->weight_decay : 0.0f;
+    nc_adamw(m->params + off, m->params_bf + off, m->mom + off, m->var + off, m->grads + off,
+             m->param_sizes[i], sumsq, o->grad_clip, lr, o->beta1, o->beta2, o->eps, wd, bc1, bc2, s);
+  }
+  double ss = 0;
+  if (!nc_error_pending() && copy_to_host(m, &ss, sumsq, sizeof ss) && norm) *norm = (float)sqrt(ss);
+  return nc_error_take(st, "CUDA update");
+}
+
+/* ---- host copies ----------------------------------------------------------- */
+
+extern "C" bool nn_cuda_copy_logits(const nn_cuda_model *m, float *out, dg_status *st) {
+  if (!m->logits_valid)
+    return dg_fail(st, DG_ERR_INVALID, "CUDA logits: the last forward had targets (logits are "
+                                       "only kept by a forward without targets)");
+  size_t n = (size_t)m->last_B * m->last_T * m->cfg.vocab_size;
+  uint16_t *tmp = (uint16_t *)malloc(sizeof(uint16_t) * n);
+  if (!tmp) return dg_fail(st, DG_ERR_RUNTIME, "CUDA logits: out of host memory");
+  if (copy_to_host(m, tmp, m->a.logits, sizeof(uint16_t) * n))
+    for (size_t i = 0; i < n; i++) {
+      uint32_t bits = (uint32_t)tmp[i] << 16; /* bf16 is the top half of a float */
+      memcpy(&out[i], &bits, sizeof bits);
+    }
+  free(tmp);
+  return nc_error_take(st, "CUDA logits");
+}
+
+extern "C" bool nn_cuda_copy_losses(const nn_cuda_model *m, float *out, dg_status *st) {
+  copy_to_host(m, out, m->a.losses, sizeof(float) * (size_t)m->last_B * m->last_T);
+  return nc_error_take(st, "CUDA losses");
+}
+
+extern "C" bool nn_cuda_copy_params(const nn_cuda_model *m, float *out, dg_status *st) {
+  copy_to_host(m, out, m->params, sizeof(float) * m->num_params);
+  return nc_error_take(st, "CUDA params");
+}
+
+extern "C" bool nn_cuda_copy_grads(const nn_cuda_model *m, float *out, dg_status *st) {
+  copy_to_host(m, out, m->grads, sizeof(float) * m->num_params);
+  return nc_error_take(st, "CUDA grads");
+}
