@@ -3,7 +3,8 @@
 #   make test        the fast CPU tier (what CI runs)
 #   make test-asan   the same under ASan+UBSan (build-asan/)
 #   make test-gpu    the gpu_ tests (on a machine with a GPU; skipped elsewhere)
-#   make bench       bench/ programs (build/bench_runtime: NVRTC + GPU throughput)
+#   make bench       bench/ programs (build/bench_runtime: NVRTC + GPU throughput;
+#                    build/train_bench: the CUDA model's training throughput)
 #   make fuzz        libFuzzer targets under ASan+UBSan (clang), FUZZ_SECONDS each
 # CI=1 turns warnings into errors. BUILD=dir keeps object files apart.
 
@@ -75,6 +76,43 @@ BENCH_BIN := $(BENCH_SRC:bench/%.c=$(BUILD)/%)
 bench: $(BENCH_BIN)
 $(BUILD)/bench_%: $(BUILD)/bench/bench_%.o $(BUILD)/libdragon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# bench/train_bench: the CUDA model's training throughput and the two-GPU
+# check (says so and exits 1 in a build without CUDA).
+TRAIN_BENCH := $(BUILD)/train_bench
+$(TRAIN_BENCH): $(BUILD)/bench/train_bench.o $(BUILD)/libdragon.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# The CUDA model (src/nn_cuda/*.cu), only where nvcc is found: compiled for
+# sm_90 into $(BUILD)/libdragon_cuda.a and linked into dragon, the tests and
+# the benches with the static CUDA runtime (so dragon starts without a
+# driver; the driver is loaded when a GPU path runs) and cuBLASLt; NCCL is
+# loaded at run time. The C side sees DG_HAVE_CUDA.
+NVCC ?= nvcc
+ifneq ($(shell command -v $(NVCC) 2>/dev/null),)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC))))
+NVFLAGS ?= -arch=sm_90 -O3 --use_fast_math -std=c++17 -Xcompiler -fPIC
+NVFLAGS += -g -Iinclude -Isrc -MMD -MP -Xcompiler -Wall,-Wextra,-Wshadow
+ifneq ($(CI),)
+NVFLAGS += -Werror all-warnings
+endif
+CU_SRC   := $(wildcard src/nn_cuda/*.cu)
+CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/%.o)
+CUDA_LIB := $(BUILD)/libdragon_cuda.a
+CFLAGS   += -DDG_HAVE_CUDA
+CUDA_LDLIBS := $(CUDA_LIB) $(BUILD)/libdragon.a -L$(CUDA_HOME)/lib64 \
+               -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcudart_static -lrt -lstdc++ -lm -ldl -lpthread
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c $< -o $@
+$(CUDA_LIB): $(CU_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+$(BIN) $(BUILD)/dragon_tests $(BENCH_BIN): $(CUDA_LIB)
+$(BIN) $(BUILD)/dragon_tests $(BENCH_BIN): LDLIBS += $(CUDA_LDLIBS)
+test test-gpu: $(TRAIN_BENCH)
+-include $(CU_OBJ:.o=.d)
+endif
 
 FUZZ_SECONDS ?= 30
 fuzz:

@@ -7,7 +7,10 @@ PostOrderApply for the design space of target sm_90 (rule kind
 "cuda-tensorcore", the rules dragon implements, with ParallelizeVectorizeUnroll's
 unroll steps [0, 16, 64, 512, 1024] of TVM v0.18 - HEAD uses eight steps) and
 writes tests/data/tvm_spaces/<ALIAS>.json: {"workload", "tvm", "target",
-"sketches": [trace JSON, ...]}. Each sketch is TVM's trace JSON in dragon's
+"sketches": [trace JSON, ...], "postprocessed": [trace JSON or null, ...],
+"rejected_by": [postprocessor name or null, ...]}: each sketch replayed with
+its decisions, EnterPostproc and TVM's CUDA tensor-core postprocessors
+applied (null where one rejects it). Each trace is TVM's trace JSON in dragon's
 spelling: GetSBlock (TVM >= 0.24) written GetBlock, bools as 0/1, FloatImm as
 plain numbers; the decisions are the ones TVM drew (random, seed below).
 
@@ -69,6 +72,28 @@ def rules():
     return out
 
 
+def postprocess(mod, trace, target):
+    """The sketch replayed with its decisions, then TVM's postprocessors."""
+    from tvm.s_tir import Schedule
+    from tvm.s_tir import meta_schedule as ms
+
+    ctx = ms.TuneContext(mod=mod, target=target, task_name="post",
+                         space_generator=ms.space_generator.PostOrderApply(
+                             sch_rules=[], postprocs=ms.Postproc.create("cuda-tensorcore"),
+                             mutator_probs={}))
+    sch = Schedule(mod)
+    trace.apply_to_schedule(sch, remove_postproc=True)
+    sch.enter_postproc()
+    for p in ctx.space_generator.postprocs:
+        try:
+            ok = p.apply(sch)
+        except Exception:  # TVM counts an exception as a rejection too
+            ok = False
+        if not ok:
+            return None, type(p).__name__
+    return sch.trace, None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..",
@@ -94,8 +119,14 @@ def main():
                 sch_rules=rules(), postprocs=[], mutator_probs={}),
             task_name=alias, rand_state=a.seed)
         spaces = ctx.generate_design_space()
+        post, rejected = [], []
+        for sp in spaces:
+            trace, who = postprocess(mod, sp.trace, target)
+            post.append(trace_json(trace) if trace is not None else None)
+            rejected.append(who)
         doc = {"workload": alias + "/0", "tvm": tvm.__version__, "target": TARGET,
-               "sketches": [trace_json(s.trace) for s in spaces]}
+               "sketches": [trace_json(s.trace) for s in spaces],
+               "postprocessed": post, "rejected_by": rejected}
         path = os.path.join(a.out, alias + ".json")
         with open(path, "w") as f:
             json.dump(doc, f, separators=(",", ":"))

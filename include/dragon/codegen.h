@@ -82,6 +82,13 @@ typedef struct dg_lang {
   const char *vec_int[9];
   const char *vec_bits[17];
   const char *lane_field[8]; /* member names of the lanes: x y z w */
+  /* ---- tensor cores (LW_WMMA) ---- */
+  /* The line that declares the fragment API (emitted once, only in programs
+   * with tensorized blocks) and its namespace; NULL: the target runs a
+   * tensorized block's own body for each warp instead (C). */
+  const char *wmma_include;
+  const char *wmma_ns;
+  const char *wmma_align; /* qualifier aligning a shared array to 32 bytes */
 } dg_lang;
 
 /* The C target: runs on the CPU, every thread-bound loop a plain loop. */

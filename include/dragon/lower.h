@@ -33,6 +33,7 @@
 #define DRAGON_LOWER_H
 
 #include "dragon/ir.h"
+#include "dragon/intrin.h"
 
 typedef enum {
   LW_SEQ,
@@ -41,6 +42,7 @@ typedef enum {
   LW_STORE,     /* buf[idx] = value; lanes > 1: a vector store */
   LW_BARRIER,   /* __syncthreads() */
   LW_ALLREDUCE, /* dst[0] = combine of src[0] over the threads of red_tag */
+  LW_WMMA,      /* one warp-wide tensor-core operation (a tensorized block) */
 } lw_stmt_kind;
 
 typedef enum {
@@ -87,6 +89,20 @@ struct lw_stmt {
   dg_buffer *src, *dst, *scratch;
   dg_thread_tag red_tag;
   int64_t red_extent;
+  /* WMMA (src/lower/wmma.c): a block tagged tensor_intrin, computed by the
+   * 32 lanes of a warp together. intrin is the intrinsic; wmma_buf[i] and
+   * wmma_origin[i] (wmma_buf[i]->ndim entries) are operand i in
+   * intrin_bind's order and the tile's first element in it; wmma_frag[i]
+   * is, for a fragment operand, the index of its 16x16 fragment in the
+   * fragment array (set by the last pass; NULL for memory operands).
+   * body is the block's own scalar statement, its meaning: what the C
+   * target runs for the warp. wmma_block names the block in messages. */
+  const dg_intrin *intrin;
+  dg_buffer *wmma_buf[3];
+  dg_expr **wmma_origin[3];
+  dg_expr *wmma_frag[3];
+  int wmma_n;
+  const char *wmma_block;
 };
 
 /* A block's requirement on the threads of its launch
@@ -96,6 +112,15 @@ typedef struct {
   int64_t low, high; /* -1: not given */
   int64_t threads;   /* product of the threadIdx extents around the block */
 } lw_thread_check;
+
+/* A StorageAlign request (a block's buffer_dim_align annotation): the
+ * stride of dimension axis of buf is padded to factor * k + offset when
+ * compaction allocates it. */
+typedef struct {
+  const dg_buffer *buf;
+  int axis;
+  int64_t factor, offset;
+} lw_align;
 
 typedef struct {
   const char *name;
@@ -115,6 +140,12 @@ typedef struct {
   const char *vector_loop;  /* its loop variable */
   lw_thread_check *checks;
   int n_checks;
+  lw_align *aligns;  /* StorageAlign requests of the blocks inside */
+  int n_aligns;
+  /* Fragments (wmma.* scopes) are listed in `local`: one array of 16x16
+   * fragments per warp. true when no loop binds threadIdx.x and the
+   * launch got 32 lanes for its tensorized blocks (warp execution). */
+  bool implicit_lanes;
 } lw_kernel;
 
 typedef struct lw_program_s {

@@ -323,4 +323,112 @@ typedef struct {
 bool search_space_from_file(void *ctx, const dg_func *f, sched_trace ***out, int *n,
                             dg_status *st);
 
+/* ---- design spaces ---- */
+
+/* MetaSchedule's schedule rules applied to a kernel's blocks in post-order
+ * (PostOrderApply; docs/design-spaces.md says where dragon differs). A rule
+ * may turn one schedule into several (CrossThreadReduction: with and
+ * without; MultiLevelTiling on sm_80+: without and with a software
+ * pipeline of 4 or 5 stages); each is a sketch, and the design space is the
+ * list of sketch traces with the decisions drawn while generating. */
+
+/* The target attributes the rules and postprocessors read. */
+typedef struct {
+  int arch;                      /* sm_XX: 90 */
+  int64_t max_threads_per_block; /* 1024 */
+  int64_t warp_size;             /* 32 */
+  int64_t max_threadblocks;      /* 256: AutoBind, RewriteUnboundBlock */
+} search_target;
+
+extern const search_target search_target_sm90;
+
+/* X(enum suffix, TVM name), in the order of MetaSchedule's CUDA tensor-core
+ * defaults (DefaultCUDATensorCore without ApplyCustomRule). */
+#define SEARCH_RULE_LIST(X)                                  \
+  X(MLT_TC, "MultiLevelTilingTensorCore")                    \
+  X(MLT, "MultiLevelTiling")                                 \
+  X(INLINE_CONST_SCALARS, "InlineConstantScalars")           \
+  X(AUTO_INLINE, "AutoInline")                               \
+  X(CROSS_THREAD_REDUCTION, "CrossThreadReduction")          \
+  X(PARALLEL_VECTORIZE_UNROLL, "ParallelizeVectorizeUnroll") \
+  X(AUTO_BIND, "AutoBind")
+
+typedef enum {
+#define X(e, name) SEARCH_RULE_##e,
+  SEARCH_RULE_LIST(X)
+#undef X
+  SEARCH_RULE_COUNT
+} search_rule;
+
+const char *search_rule_name(search_rule r);
+bool search_rule_from_name(const char *s, search_rule *out);
+
+typedef struct {
+  const search_target *target; /* NULL: search_target_sm90 */
+  const search_rule *rules;    /* NULL: every rule, in SEARCH_RULE_LIST order */
+  int n_rules;
+  uint64_t seed;               /* the decisions drawn while generating */
+} search_space_opts;
+
+typedef struct {
+  sched_trace **sketches; /* (n) full traces, decisions included */
+  int n;
+  int n_undone;           /* rule applications that failed midway and were undone */
+  char undone[256];       /* the first such failure */
+} search_space;
+
+/* Generates the design space of f (which must pass ir_verify). Fails only
+ * if f cannot be scheduled at all; a rule step that fails midway is undone
+ * (the sketch continues without it) and counted in n_undone. */
+bool search_space_generate(const dg_func *f, const search_space_opts *o, search_space *out,
+                           dg_status *st);
+void search_space_free(search_space *sp);
+/* A search_space_fn for search_tune: ctx is a search_space_opts * or NULL. */
+bool search_space_cuda(void *ctx, const dg_func *f, sched_trace ***out, int *n, dg_status *st);
+
+/* ---- postprocessors ---- */
+
+/* X(enum suffix, TVM name), in the order of DefaultCUDATensorCore. */
+#define SEARCH_POSTPROC_LIST(X)                                         \
+  X(DISALLOW_DYNAMIC_LOOP, "DisallowDynamicLoop")                        \
+  X(REWRITE_COOPERATIVE_FETCH, "RewriteCooperativeFetch")                \
+  X(REWRITE_UNBOUND_BLOCK, "RewriteUnboundBlock")                        \
+  X(REWRITE_PARALLEL_VECTORIZE_UNROLL, "RewriteParallelVectorizeUnroll") \
+  X(REWRITE_REDUCTION_BLOCK, "RewriteReductionBlock")                    \
+  X(VERIFY_GPU_CODE, "VerifyGPUCode")                                    \
+  X(REWRITE_TENSORIZE, "RewriteTensorize")
+
+typedef enum {
+#define X(e, name) SEARCH_POSTPROC_##e,
+  SEARCH_POSTPROC_LIST(X)
+#undef X
+  SEARCH_POSTPROC_COUNT
+} search_postproc;
+
+const char *search_postproc_name(search_postproc p);
+
+/* Applies one postprocessor to s (after EnterPostproc), recording its steps
+ * in the trace as TVM records them. False: s is rejected, st says why (the
+ * schedule may then be half rewritten: drop it). */
+bool search_postproc_apply(search_postproc p, sched *s, const search_target *t, dg_status *st);
+
+/* The postprocessors and their rejection counts. */
+typedef struct {
+  const search_target *target; /* NULL: search_target_sm90 */
+  int64_t rejected[SEARCH_POSTPROC_COUNT];
+  int64_t accepted;
+} search_postprocs;
+
+/* A search_postproc_fn for search_tune: EnterPostproc, then every
+ * postprocessor in order until one rejects (counted in ctx, a
+ * search_postprocs *, or NULL). */
+bool search_postproc_cuda(sched *s, void *ctx, dg_status *st);
+
+/* One sample of a design space: a sketch drawn uniformly, replayed with
+ * every decision drawn anew from rng, then (with pp) postprocessed. NULL
+ * with st set if the replay or a postprocessor rejects it (counted in
+ * *pp, replay failures in *replay_failed when not NULL). */
+sched *search_sample(const dg_func *f, const search_space *sp, search_postprocs *pp,
+                     dg_rng *rng, int64_t *replay_failed, dg_status *st);
+
 #endif

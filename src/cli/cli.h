@@ -68,5 +68,6 @@ int cmd_tsel(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_sample_model(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
+int cmd_sample(int argc, char **argv);
 
 #endif

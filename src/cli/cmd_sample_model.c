@@ -111,6 +111,14 @@ int cmd_sample_model(int argc, char **argv) {
             model_path, m.cfg.vocab_size, tok_path, tok_vocab_size(t));
     goto fail;
   }
+  /* No sample is longer than the model's context: bound the output buffer
+   * by it rather than by the flag alone. */
+  if (max_tokens > m.cfg.max_seq_len) max_tokens = m.cfg.max_seq_len;
+  if ((double)n * (double)max_tokens > (double)(1 << 28)) {
+    dg_fail(&st, DG_ERR_USAGE, "--n %lld x --max-tokens %lld is too many tokens at once", (long long)n,
+            (long long)max_tokens);
+    goto fail;
+  }
   if (!add_text(t, &ids, TOK_KERNEL, prompt, &st) ||
       (prior && !add_text(t, &ids, TOK_PRIOR, prior, &st)) || !add_text(t, &ids, TOK_GRAPH, NULL, &st))
     goto fail;

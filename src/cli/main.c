@@ -20,6 +20,7 @@ static const struct {
     {"train", cmd_train, "train the schedule-writing model: sft (supervised fine-tuning)"},
     {"sample-model", cmd_sample_model, "write TSEL graphs for a kernel with a trained model"},
     {"tokenizer", cmd_tokenizer, "train a BPE tokenizer, encode text, decode ids"},
+    {"sample", cmd_sample, "print samples of a kernel's CUDA design space (TVM trace JSON lines)"},
 };
 
 static void usage(FILE *out) {

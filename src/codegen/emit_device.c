@@ -57,9 +57,15 @@ static bool var_hook(cg_emitter *e, const dg_var *v) {
   return false;
 }
 
+static bool is_fragment(const dg_buffer *b) {
+  return b->scope == DG_SCOPE_WMMA_A || b->scope == DG_SCOPE_WMMA_B || b->scope == DG_SCOPE_WMMA_ACC;
+}
+
 static void offset_hook(cg_emitter *e, const dg_buffer *b) {
   if (D(e)->emulate && b->scope == DG_SCOPE_LOCAL)
     dg_str_printf(&e->out, "dg_tid * %" PRId64 " + ", ir_buffer_numel(b));
+  else if (D(e)->emulate && is_fragment(b)) /* one fragment array per warp */
+    dg_str_printf(&e->out, "dg_wid * %" PRId64 " + ", ir_buffer_numel(b));
 }
 
 static int count_loads(const dg_expr *x) {
@@ -395,6 +401,157 @@ static void emulated_allreduce(dev *d, const lw_stmt *s) {
   line(d, "}");
 }
 
+/* ---- tensor cores -------------------------------------------------------------- */
+
+static bool has_wmma(const lw_stmt *s) {
+  if (!s) return false;
+  switch (s->kind) {
+    case LW_SEQ:
+      for (int i = 0; i < s->n; i++)
+        if (has_wmma(s->stmts[i])) return true;
+      return false;
+    case LW_FOR: return has_wmma(s->body);
+    case LW_IF: return has_wmma(s->then_s) || has_wmma(s->else_s);
+    case LW_WMMA: return true;
+    default: return false;
+  }
+}
+
+/* Whether a tensor-core operation of s has b among its operands. */
+static bool wmma_operand(const lw_stmt *s, const dg_buffer *b) {
+  if (!s) return false;
+  switch (s->kind) {
+    case LW_SEQ:
+      for (int i = 0; i < s->n; i++)
+        if (wmma_operand(s->stmts[i], b)) return true;
+      return false;
+    case LW_FOR: return wmma_operand(s->body, b);
+    case LW_IF: return wmma_operand(s->then_s, b) || wmma_operand(s->else_s, b);
+    case LW_WMMA:
+      for (int i = 0; i < s->wmma_n; i++)
+        if (s->wmma_buf[i] == b) return true;
+      return false;
+    default: return false;
+  }
+}
+
+/* The layout of a matrix_a/b fragment: that of the loads writing it. */
+static const char *fragment_layout(const lw_stmt *s, const dg_buffer *b) {
+  if (!s) return NULL;
+  switch (s->kind) {
+    case LW_SEQ:
+      for (int i = 0; i < s->n; i++) {
+        const char *l = fragment_layout(s->stmts[i], b);
+        if (l) return l;
+      }
+      return NULL;
+    case LW_FOR: return fragment_layout(s->body, b);
+    case LW_IF: {
+      const char *l = fragment_layout(s->then_s, b);
+      return l ? l : fragment_layout(s->else_s, b);
+    }
+    case LW_WMMA:
+      if ((s->intrin->kind == DG_INTRIN_LOAD_A || s->intrin->kind == DG_INTRIN_LOAD_B) &&
+          s->wmma_buf[1] == b)
+        return s->intrin->layout;
+      return NULL;
+    default: return NULL;
+  }
+}
+
+/* `ns::fragment<use, 16, 16, 16, T[, layout]> NAME[n];` */
+static void fragment_decl(dev *d, const dg_buffer *b) {
+  cg_emitter *e = &d->e;
+  const char *ns = e->L->wmma_ns;
+  const char *use = b->scope == DG_SCOPE_WMMA_A   ? "matrix_a"
+                    : b->scope == DG_SCOPE_WMMA_B ? "matrix_b"
+                                                  : "accumulator";
+  codegen_em_indent(e);
+  dg_str_printf(&e->out, "%s::fragment<%s::%s, 16, 16, 16, %s", ns, ns, use,
+                codegen_em_storage_type(e, b->dtype));
+  if (b->scope != DG_SCOPE_WMMA_ACC) {
+    const char *layout = fragment_layout(d->k->body, b);
+    dg_str_printf(&e->out, ", %s::%s", ns, layout ? layout : "row_major");
+  }
+  dg_str_puts(&e->out, "> ");
+  codegen_em_buf(e, b);
+  dg_str_printf(&e->out, "[%" PRId64 "];\n", ir_buffer_numel(b) / 256);
+}
+
+static void put_fragment(dev *d, const lw_stmt *s, int i) {
+  codegen_em_buf(&d->e, s->wmma_buf[i]);
+  dg_str_putc(&d->e.out, '[');
+  if (s->wmma_frag[i]) codegen_em_expr(&d->e, s->wmma_frag[i]);
+  else codegen_em_fail(&d->e, "block %s: fragment %s has no tile index", s->wmma_block,
+                       s->wmma_buf[i]->name);
+  dg_str_putc(&d->e.out, ']');
+}
+
+static void put_tile_ptr(dev *d, const lw_stmt *s, int i) {
+  dg_str_puts(&d->e.out, "&");
+  codegen_em_access(&d->e, s->wmma_buf[i], s->wmma_origin[i], s->wmma_buf[i]->ndim);
+}
+
+static void wmma_stmt(dev *d, const lw_stmt *s) {
+  cg_emitter *e = &d->e;
+  const dg_lang *L = e->L;
+  dg_str *o = &e->out;
+  if (d->emulate || !L->wmma_ns) {
+    if (!d->emulate) {
+      codegen_em_fail(e, "block %s: the target has no tensor cores", s->wmma_block);
+      return;
+    }
+    /* the warp's operation as its block's own loops, run once per warp */
+    line(d, "if (dg_tx == 0) {  /* %s (block %s), for the warp */", s->intrin->name, s->wmma_block);
+    e->indent++;
+    emit_stmt(d, s->body);
+    e->indent--;
+    line(d, "}");
+    return;
+  }
+  const char *ns = L->wmma_ns;
+  codegen_em_indent(e);
+  switch (s->intrin->kind) {
+    case DG_INTRIN_FILL: {
+      dg_dtype t = s->wmma_buf[0]->dtype;
+      dg_str_printf(o, "%s::fill_fragment(", ns);
+      put_fragment(d, s, 0);
+      if (t == DG_F16) dg_str_printf(o, ", %s(0.0f));\n", L->float_to_half);
+      else dg_str_printf(o, ", %s);\n", dg_dtype_is_float(t) ? "0.0f" : "0");
+      return;
+    }
+    case DG_INTRIN_LOAD_A:
+    case DG_INTRIN_LOAD_B:
+      dg_str_printf(o, "%s::load_matrix_sync(", ns);
+      put_fragment(d, s, 1);
+      dg_str_puts(o, ", ");
+      put_tile_ptr(d, s, 0);
+      dg_str_printf(o, ", %" PRId64 ");\n", s->wmma_buf[0]->shape[s->wmma_buf[0]->ndim - 1]);
+      return;
+    case DG_INTRIN_MMA:
+      dg_str_printf(o, "%s::mma_sync(", ns);
+      put_fragment(d, s, 2);
+      dg_str_puts(o, ", ");
+      put_fragment(d, s, 0);
+      dg_str_puts(o, ", ");
+      put_fragment(d, s, 1);
+      dg_str_puts(o, ", ");
+      put_fragment(d, s, 2);
+      dg_str_puts(o, ");\n");
+      return;
+    case DG_INTRIN_STORE:
+      dg_str_printf(o, "%s::store_matrix_sync(", ns);
+      put_tile_ptr(d, s, 1);
+      dg_str_puts(o, ", ");
+      put_fragment(d, s, 0);
+      dg_str_printf(o, ", %" PRId64 ", %s::mem_row_major);\n",
+                    s->wmma_buf[1]->shape[s->wmma_buf[1]->ndim - 1], ns);
+      return;
+    case DG_INTRIN_KIND_COUNT: break;
+  }
+  DG_UNREACHABLE();
+}
+
 static void emit_stmt(dev *d, const lw_stmt *s) {
   cg_emitter *e = &d->e;
   if (!s || e->failed) return;
@@ -442,6 +599,7 @@ static void emit_stmt(dev *d, const lw_stmt *s) {
       if (d->emulate || !e->L->shfl_down_fmt) codegen_em_fail(e, "an allreduce inside the threads' code");
       else cuda_allreduce(d, s);
       return;
+    case LW_WMMA: wmma_stmt(d, s); return;
   }
 }
 
@@ -457,6 +615,12 @@ static void thread_loops(dev *d, const lw_stmt *const *ss, int n) {
   line(d, "const int32_t dg_tid = (dg_tz * %" PRId64 " + dg_ty) * %" PRId64 " + dg_tx;",
        k->block[1], k->block[0]);
   line(d, "(void)dg_tid;");
+  for (int i = 0; i < k->n_local; i++)
+    if (is_fragment(k->local[i])) {
+      line(d, "const int32_t dg_wid = dg_tid / 32; /* the warp */");
+      line(d, "(void)dg_wid;");
+      break;
+    }
   for (int i = 0; i < n; i++) emit_stmt(d, ss[i]);
   e->indent--;
   line(d, "}");
@@ -515,7 +679,8 @@ static void phased(dev *d, const lw_stmt *s) {
       return;
     case LW_BARRIER: return; /* the phase boundary itself */
     case LW_ALLREDUCE: emulated_allreduce(d, s); return;
-    case LW_STORE: return;
+    case LW_STORE:
+    case LW_WMMA: return; /* no barrier inside: handled above */
   }
 }
 
@@ -533,6 +698,7 @@ static bool stmt_writes(const lw_stmt *s, const dg_buffer *b) {
     case LW_FOR: return stmt_writes(s->body, b);
     case LW_IF: return stmt_writes(s->then_s, b) || stmt_writes(s->else_s, b);
     case LW_STORE: return s->buf == b;
+    case LW_WMMA: return stmt_writes(s->body, b);
     default: return false;
   }
 }
@@ -592,6 +758,7 @@ static void emit_kernel(dev *d, const lw_kernel *k) {
     for (int i = 0; i < n_arr; i++) {
       const dg_buffer *b = i < k->n_shared ? k->shared[i] : k->local[i - k->n_shared];
       int64_t n = ir_buffer_numel(b) * (i < k->n_shared ? 1 : d->nthreads);
+      if (is_fragment(b)) n = ir_buffer_numel(b) * ((d->nthreads + 31) / 32);
       const char *t = codegen_em_storage_type(e, b->dtype);
       codegen_em_indent(e);
       dg_str_printf(&e->out, "%s *", t);
@@ -646,16 +813,22 @@ static void emit_kernel(dev *d, const lw_kernel *k) {
         dg_str_printf(&e->out, "%s *", t);
         codegen_em_buf(e, b);
         dg_str_printf(&e->out, " = (%s *)(dg_dyn_smem + %" PRId64 ");\n", t, dyn_off);
-        dyn_off += (n * dg_dtype_bytes(b->dtype) + 15) / 16 * 16;
+        /* 128-byte parts, as lower_kernel_shared_bytes counts them */
+        dyn_off += (n * dg_dtype_bytes(b->dtype) + 127) / 128 * 128;
       } else {
+        const char *al = L->wmma_align && wmma_operand(k->body, b) ? L->wmma_align : L->align16;
         dg_str_printf(&e->out, "%s%s%s ", L->scope_prefix[DG_SCOPE_SHARED] ? L->scope_prefix[DG_SCOPE_SHARED] : "",
-                      L->align16 ? L->align16 : "", t);
+                      al ? al : "", t);
         codegen_em_buf(e, b);
         dg_str_printf(&e->out, "[%" PRId64 "];\n", n);
       }
     }
     for (int i = 0; i < k->n_local; i++) {
       const dg_buffer *b = k->local[i];
+      if (is_fragment(b)) {
+        fragment_decl(d, b);
+        continue;
+      }
       codegen_em_indent(e);
       dg_str_printf(&e->out, "%s%s ", L->align16 ? L->align16 : "",
                     codegen_em_storage_type(e, b->dtype));
@@ -730,8 +903,14 @@ char *codegen_emit_program(const struct lw_program_s *p, const dg_lang *lang, dg
     for (int i = 0; i < k->n_shared; i++) DG_VEC_PUSH(&e->buf_names, k->shared[i]->name);
     for (int i = 0; i < k->n_local; i++) DG_VEC_PUSH(&e->buf_names, k->local[i]->name);
   }
+  bool wmma = false;
+  for (int j = 0; j < p->n_kernels; j++) wmma |= has_wmma(p->kernels[j].body);
+  if (wmma && !d.emulate && !lang->wmma_ns)
+    return dg_fail(st, DG_ERR_INVALID, "codegen %s: program %s has tensorized blocks and the "
+                                       "target has no tensor cores", lang->name, p->name), NULL;
   dg_str_init(&e->out);
   dg_str_puts(&e->out, lang->preamble);
+  if (wmma && !d.emulate && lang->wmma_include) dg_str_printf(&e->out, "%s\n", lang->wmma_include);
   dg_str_putc(&e->out, '\n');
   for (int j = 0; j < p->n_kernels && !e->failed; j++) emit_kernel(&d, &p->kernels[j]);
   if (d.emulate && !e->failed) emit_host(&d);

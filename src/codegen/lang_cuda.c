@@ -9,7 +9,9 @@
  * float->int). Under NVRTC no system header is available, so the fixed
  * width integer types and INFINITY/NAN are defined here.
  *
- * It does not declare tensor-core fragments (no lowering produces them yet).
+ * Tensor-core fragments are nvcuda::wmma fragments (mma.h, included only
+ * by programs with tensorized blocks); shared arrays they load from or
+ * store to are aligned to 32 bytes, dynamic shared memory to 128.
  */
 #include "dragon/codegen.h"
 
@@ -148,11 +150,14 @@ const dg_lang codegen_lang_cuda = {
     .launch_bounds_fmt = "__launch_bounds__(%lld) ",
     .align16 = "__align__(16) ",
     .unroll_pragma = "#pragma unroll",
-    .dyn_shared_decl = "extern __shared__ __align__(16) unsigned char dg_dyn_smem[];",
+    .dyn_shared_decl = "extern __shared__ __align__(128) unsigned char dg_dyn_smem[];",
     .shfl_down_fmt = "__shfl_down_sync(%s, %s, %d, %d)",
     .shfl_fmt = "__shfl_sync(%s, %s, %d, %d)",
     .vec_float = {[2] = "float2", [4] = "float4"},
     .vec_int = {[2] = "int2", [4] = "int4"},
     .vec_bits = {[2] = "unsigned short", [4] = "unsigned int", [8] = "uint2", [16] = "uint4"},
     .lane_field = {"x", "y", "z", "w"},
+    .wmma_include = "#include <mma.h>",
+    .wmma_ns = "nvcuda::wmma",
+    .wmma_align = "__align__(32) ",
 };

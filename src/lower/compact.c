@@ -20,6 +20,13 @@
  *
  * Like TVM it assumes the schedule does not carry a tile's values from one
  * iteration of a fixed loop to the next.
+ *
+ * StorageAlign requests (lw_kernel.aligns) pad the tile's last dimension
+ * so that the stride of the one before it is factor * k + offset (TVM's
+ * shared-memory padding against bank conflicts); a request on another axis
+ * is not applied (dense row-major buffers have no other stride to pad).
+ * Fragments (wmma.* scopes) are compacted as local buffers are: per warp,
+ * with the thread indices fixed.
  */
 #include <string.h>
 
@@ -88,6 +95,7 @@ static void collect(collector *c, const lw_stmt *s) {
         DG_VEC_PUSH(&c->acc, a);
       }
       return;
+    case LW_WMMA: collect(c, s->body); return; /* its scalar body spans the tiles */
     case LW_BARRIER:
     case LW_ALLREDUCE: return;
   }
@@ -139,6 +147,14 @@ static lw_stmt *rewrite(dg_func *f, const lw_stmt *s, const dg_buffer *from, dg_
       }
       break;
     }
+    case LW_WMMA:
+      c->body = rewrite(f, s->body, from, to, x);
+      for (int i = 0; i < s->wmma_n; i++)
+        if (s->wmma_buf[i] == from) {
+          c->wmma_buf[i] = to;
+          c->wmma_origin[i] = reindex(f, s->wmma_origin[i], from->ndim, x);
+        }
+      break;
     case LW_BARRIER:
     case LW_ALLREDUCE: break;
   }
@@ -235,6 +251,15 @@ static dg_buffer *compact_one(lw_program *p, lw_kernel *k, dg_buffer *b, lw_stmt
       x.min[d] = ir_simplify(f, ir_add(f, m0, ir_int_t(f, lo, m0->dtype)), &fixed);
       new_shape[d] = hi - lo + 1;
     }
+  }
+  /* StorageAlign: the row stride (dimension ndim-2's) padded to
+   * factor * k + offset, so that rows fall into different banks. */
+  for (int i = 0; i < k->n_aligns; i++) {
+    const lw_align *al = &k->aligns[i];
+    if (al->buf != b || b->ndim < 2 || al->axis != b->ndim - 2) continue;
+    int64_t *last = &new_shape[b->ndim - 1];
+    int64_t pad = ((al->offset - *last) % al->factor + al->factor) % al->factor;
+    *last += pad;
   }
   int64_t shape[DG_MAX_DIMS];
   int nd = 0;

@@ -52,13 +52,15 @@ static bool register_alloc(lw_conv *c, dg_buffer *b) {
   switch (b->scope) {
     case DG_SCOPE_SHARED:
     case DG_SCOPE_SHARED_DYN: add_buf(&c->k->shared, &c->k->n_shared, b); return true;
-    case DG_SCOPE_LOCAL: add_buf(&c->k->local, &c->k->n_local, b); return true;
+    case DG_SCOPE_LOCAL:
+    case DG_SCOPE_WMMA_A:
+    case DG_SCOPE_WMMA_B:
+    case DG_SCOPE_WMMA_ACC: add_buf(&c->k->local, &c->k->n_local, b); return true;
     case DG_SCOPE_GLOBAL:
       return convfail(c, "buffer %s of scope global is allocated inside the launch "
                          "(allocate it in the root block)", b->name);
     default:
-      return convfail(c, "buffer %s in scope %s needs tensorized blocks, which this "
-                         "lowering does not turn into fragments", b->name,
+      return convfail(c, "buffer %s in scope %s cannot be allocated inside a launch", b->name,
                       dg_scope_name(b->scope));
   }
 }
@@ -172,9 +174,28 @@ static bool uses_thread_tag(const lw_conv *c, const dg_expr *e) {
   return false;
 }
 
+/* StorageAlign requests (buffer_dim_align: quadruples [write index, axis,
+ * factor, offset]) for compaction to apply to the allocation. */
+static void record_aligns(lw_conv *c, const dg_block *b) {
+  const dg_ann *a = ir_anns_get(&b->anns, "buffer_dim_align");
+  if (!a || a->kind != DG_ANN_INTS || a->nints % 4) return;
+  lw_kernel *k = c->k;
+  for (int i = 0; i + 3 < a->nints; i += 4) {
+    int64_t wi = a->ints[i];
+    if (wi < 0 || wi >= b->n_writes || a->ints[i + 2] <= 0) continue;
+    k->aligns = dg_realloc(k->aligns, sizeof(*k->aligns) * (size_t)(k->n_aligns + 1));
+    k->aligns[k->n_aligns++] = (lw_align){.buf = b->writes[wi].buf,
+                                          .axis = (int)a->ints[i + 1],
+                                          .factor = a->ints[i + 2],
+                                          .offset = a->ints[i + 3]};
+  }
+}
+
 static lw_stmt *conv_block(lw_conv *c, const dg_stmt *s) {
   dg_block *b = s->block;
   dg_func *f = c->p->f;
+  if (ir_anns_get(&b->anns, "tensor_intrin")) return lower_wmma_block(c, s);
+  record_aligns(c, b);
   const dg_block *outer = c->block;
   c->block = b;
   int map0 = c->n_map;
@@ -306,6 +327,7 @@ lw_stmt *lower_conv_stmt(lw_conv *c, const dg_stmt *s) {
     }
     case DG_STMT_BLOCK: return conv_block(c, s);
     case DG_STMT_STORE: {
+      if (!c->in_tensorized && !lower_wmma_check_store(c, s)) return NULL;
       dg_expr **idx = DG_ANEWN(f->arena, dg_expr *, s->nidx > 0 ? s->nidx : 1);
       for (int i = 0; i < s->nidx; i++) idx[i] = lower_conv_expr(c, s->idx[i]);
       return lw_store(f, s->buf, idx, s->nidx, lower_conv_expr(c, s->value));

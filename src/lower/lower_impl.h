@@ -17,6 +17,8 @@ lw_stmt *lw_for(dg_func *f, dg_var *v, int64_t extent, lw_loop_kind k, lw_stmt *
 lw_stmt *lw_if(dg_func *f, dg_expr *cond, lw_stmt *then_s, lw_stmt *else_s);
 lw_stmt *lw_store(dg_func *f, dg_buffer *b, dg_expr **idx, int n, dg_expr *value);
 lw_stmt *lw_barrier(dg_func *f);
+/* An LW_WMMA statement without operands (the caller fills wmma_*). */
+lw_stmt *lw_wmma(dg_func *f, const dg_intrin *in, const char *block, lw_stmt *body);
 lw_stmt *lw_copy(dg_func *f, const lw_stmt *s); /* shallow */
 /* s with an unroll region (pragma_auto_unroll_max_step, _explicit; -1:
  * none) put on its outermost loops that have none of their own: what a
@@ -78,6 +80,7 @@ struct lw_conv {
   unsigned tags_in_scope; /* bit per dg_thread_tag of the enclosing bound loops */
   bool failed;
   dg_status *st;
+  int in_tensorized; /* > 0 inside the body of a tensorized block (wmma.c) */
 };
 /* Records a thread-bound loop's tag and extent; false with st set if the
  * tag is already bound with another extent. Returns the tag's var. */
@@ -91,5 +94,21 @@ dg_expr *lower_conv_expr(lw_conv *c, dg_expr *e);
 dg_buffer *lower_new_local(lw_program *p, lw_kernel *k, const char *base, dg_dtype t);
 dg_buffer *lower_new_shared(lw_program *p, lw_kernel *k, const char *base, dg_dtype t,
                             int64_t n);
+
+/* ---- tensor cores (wmma.c) ---------------------------------------------- */
+
+/* Whether a scope is a tensor-core fragment (wmma.matrix_a/b, accumulator). */
+bool lower_scope_is_fragment(dg_scope s);
+/* A block annotated tensor_intrin -> one LW_WMMA statement (NULL and
+ * c->failed on a block the tensor cores cannot run). */
+lw_stmt *lower_wmma_block(lw_conv *c, const dg_stmt *s);
+/* A store outside tensorized blocks must not touch a fragment: false (and
+ * c->failed) if it does. */
+bool lower_wmma_check_store(lw_conv *c, const dg_stmt *store);
+/* Right after conversion: a launch with tensorized blocks and no
+ * threadIdx.x loop gets its 32 lanes (warp execution). */
+bool lower_wmma_lanes(lw_program *p, lw_kernel *k, dg_status *st);
+/* Last: fragment shapes, tile indices, layouts and alignment checked. */
+bool lower_wmma_finalize(lw_program *p, lw_kernel *k, dg_status *st);
 
 #endif

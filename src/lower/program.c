@@ -84,6 +84,7 @@ static void kernel_free(lw_kernel *k) {
   free(k->shared);
   free(k->local);
   free(k->checks);
+  free(k->aligns);
 }
 
 void lower_program_free(lw_program *p) {
@@ -151,20 +152,21 @@ lw_program *lower_program(const dg_func *in, const lower_opts *o, dg_status *st)
       if (b->scope == DG_SCOPE_SHARED || b->scope == DG_SCOPE_SHARED_DYN) {
         k->shared = dg_realloc(k->shared, sizeof(*k->shared) * (size_t)(k->n_shared + 1));
         k->shared[k->n_shared++] = b;
-      } else if (b->scope == DG_SCOPE_LOCAL) {
+      } else if (b->scope == DG_SCOPE_LOCAL || lower_scope_is_fragment(b->scope)) {
         k->local = dg_realloc(k->local, sizeof(*k->local) * (size_t)(k->n_local + 1));
         k->local[k->n_local++] = b;
       } else {
         dg_fail(st, DG_ERR_INVALID,
-                "lower: buffer %s in scope %s needs tensorized blocks, which this lowering "
-                "does not turn into fragments",
+                "lower: buffer %s in scope %s cannot be allocated by a launch",
                 b->name, dg_scope_name(b->scope));
         goto fail;
       }
     }
     if (!lower_convert_kernel(p, k, tops[t], st)) goto fail;
-    static const pass_fn passes[] = {lower_compact_buffers, lower_expand_vthreads,
-                                     lower_vectorize, lower_unroll, lower_insert_barriers};
+    static const pass_fn passes[] = {lower_wmma_lanes,      lower_compact_buffers,
+                                     lower_expand_vthreads, lower_vectorize,
+                                     lower_unroll,          lower_insert_barriers,
+                                     lower_wmma_finalize};
     for (size_t i = 0; i < DG_ARRAY_LEN(passes); i++)
       if (!passes[i](p, k, st)) goto fail;
     /* parameters: the program's and its device allocations this launch uses */

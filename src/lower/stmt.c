@@ -77,6 +77,14 @@ lw_stmt *lw_store(dg_func *f, dg_buffer *b, dg_expr **idx, int n, dg_expr *value
 
 lw_stmt *lw_barrier(dg_func *f) { return new_stmt(f, LW_BARRIER); }
 
+lw_stmt *lw_wmma(dg_func *f, const dg_intrin *in, const char *block, lw_stmt *body) {
+  lw_stmt *s = new_stmt(f, LW_WMMA);
+  s->intrin = in;
+  s->wmma_block = block;
+  s->body = body;
+  return s;
+}
+
 lw_stmt *lw_with_unroll(dg_func *f, const lw_stmt *s, int64_t max_step, int expl) {
   if (!s || (max_step < 0 && expl < 0)) return (lw_stmt *)s;
   lw_stmt *c;
@@ -130,6 +138,16 @@ lw_stmt *lw_subst(dg_func *f, const lw_stmt *s, const dg_subst *map, int n) {
       break;
     case LW_BARRIER:
     case LW_ALLREDUCE: break;
+    case LW_WMMA:
+      for (int i = 0; i < s->wmma_n; i++) {
+        int nd = s->wmma_buf[i]->ndim;
+        c->wmma_origin[i] = DG_ANEWN(f->arena, dg_expr *, nd > 0 ? nd : 1);
+        for (int d = 0; d < nd; d++)
+          c->wmma_origin[i][d] = subst_simpl(f, s->wmma_origin[i][d], map, n);
+        if (s->wmma_frag[i]) c->wmma_frag[i] = subst_simpl(f, s->wmma_frag[i], map, n);
+      }
+      c->body = lw_subst(f, s->body, map, n);
+      break;
   }
   return c;
 }
@@ -151,6 +169,13 @@ bool lw_uses_var(const lw_stmt *s, const dg_var *v) {
       return ir_expr_uses_var(s->value, v);
     case LW_BARRIER:
     case LW_ALLREDUCE: return false;
+    case LW_WMMA:
+      for (int i = 0; i < s->wmma_n; i++) {
+        for (int d = 0; d < s->wmma_buf[i]->ndim; d++)
+          if (ir_expr_uses_var(s->wmma_origin[i][d], v)) return true;
+        if (s->wmma_frag[i] && ir_expr_uses_var(s->wmma_frag[i], v)) return true;
+      }
+      return lw_uses_var(s->body, v);
   }
   return false;
 }
@@ -183,6 +208,7 @@ bool lw_reads_buf(const lw_stmt *s, const dg_buffer *b) {
       return lw_expr_reads_buf(s->value, b);
     case LW_BARRIER: return false;
     case LW_ALLREDUCE: return s->src == b || s->scratch == b;
+    case LW_WMMA: return lw_reads_buf(s->body, b);
   }
   return false;
 }
@@ -199,6 +225,7 @@ bool lw_writes_buf(const lw_stmt *s, const dg_buffer *b) {
     case LW_STORE: return s->buf == b;
     case LW_BARRIER: return false;
     case LW_ALLREDUCE: return s->dst == b || s->scratch == b;
+    case LW_WMMA: return lw_writes_buf(s->body, b);
   }
   return false;
 }
@@ -212,7 +239,8 @@ bool lower_stmt_has_barrier(const lw_stmt *s) {
       return false;
     case LW_FOR: return lower_stmt_has_barrier(s->body);
     case LW_IF: return lower_stmt_has_barrier(s->then_s) || lower_stmt_has_barrier(s->else_s);
-    case LW_STORE: return false;
+    case LW_STORE:
+    case LW_WMMA: return false;
     case LW_BARRIER:
     case LW_ALLREDUCE: return true;
   }
@@ -361,6 +389,23 @@ static void print_stmt(dg_str *o, const lw_stmt *s, int ind) {
       dg_str_printf(o, "%s[0] = allreduce(%s, %s[0]) over %s (%" PRId64 ")\n", s->dst->name,
                     dg_expr_kind_name(s->combiner), s->src->name,
                     dg_thread_tag_name(s->red_tag), s->red_extent);
+      return;
+    case LW_WMMA:
+      dg_str_indent(o, ind);
+      dg_str_printf(o, "wmma %s(", s->intrin->name);
+      for (int i = 0; i < s->wmma_n; i++) {
+        dg_str_printf(o, "%s%s[", i ? ", " : "", s->wmma_buf[i]->name);
+        for (int d = 0; d < s->wmma_buf[i]->ndim; d++) {
+          if (d) dg_str_puts(o, ", ");
+          ir_print_expr(o, s->wmma_origin[i][d]);
+        }
+        dg_str_putc(o, ']');
+        if (s->wmma_frag[i]) {
+          dg_str_puts(o, " fragment ");
+          ir_print_expr(o, s->wmma_frag[i]);
+        }
+      }
+      dg_str_printf(o, ")  # block %s\n", s->wmma_block);
       return;
   }
 }

@@ -88,6 +88,7 @@ static void stmt_acc(const lw_stmt *s, pend *a) {
       expr_acc(s->value, a);
       if (is_shared(s->buf)) add(a, s->buf, true);
       return;
+    case LW_WMMA: stmt_acc(s->body, a); return; /* what the tile op reads and writes */
     case LW_BARRIER:
     case LW_ALLREDUCE: return;
   }
@@ -119,7 +120,8 @@ static void unit_add(const lw_stmt *s, pend *p) {
 }
 
 static bool is_unit(const sctx *c, const lw_stmt *s) {
-  return s->kind == LW_STORE || (s->kind == LW_IF && thread_dependent(c, s->cond));
+  return s->kind == LW_STORE || s->kind == LW_WMMA ||
+         (s->kind == LW_IF && thread_dependent(c, s->cond));
 }
 
 static bool clears(const lw_stmt *s) {
@@ -222,7 +224,8 @@ static lw_stmt *scan(sctx *c, const lw_stmt *s, pend *p) {
       pend_free(&q);
       return x;
     }
-    case LW_STORE: unit_add(s, p); return (lw_stmt *)s;
+    case LW_STORE:
+    case LW_WMMA: unit_add(s, p); return (lw_stmt *)s;
     case LW_BARRIER: clear(p); return (lw_stmt *)s;
     case LW_ALLREDUCE:
       if (s->scratch) clear(p);

@@ -80,7 +80,8 @@ static lw_stmt *visit(unroller *u, const lw_stmt *s) {
     }
     case LW_STORE:
     case LW_BARRIER:
-    case LW_ALLREDUCE: u->step_count++; return (lw_stmt *)s;
+    case LW_ALLREDUCE:
+    case LW_WMMA: u->step_count++; return (lw_stmt *)s; /* a warp's tile op is one step */
   }
   return (lw_stmt *)s;
 }

@@ -29,9 +29,12 @@ int64_t lower_kernel_shared_bytes(const lw_kernel *k, bool dynamic) {
   for (int i = 0; i < k->n_shared; i++) {
     const dg_buffer *b = k->shared[i];
     if ((b->scope == DG_SCOPE_SHARED_DYN) != dynamic) continue;
-    /* each allocation aligned to 16 bytes, as the emitter declares them */
+    /* each allocation aligned as the emitter declares them: 16 bytes for
+     * static arrays, 128 for the parts of dynamic shared memory (tensor-core
+     * loads need 32) */
+    int64_t align = dynamic ? 128 : 16;
     int64_t bytes = ir_buffer_numel(b) * dg_dtype_bytes(b->dtype);
-    total += (bytes + 15) / 16 * 16;
+    total += (bytes + align - 1) / align * align;
   }
   return total;
 }
@@ -67,8 +70,13 @@ bool lower_verify(const lw_program *p, const lw_limits *lim, dg_status *st) {
       VFAIL("%" PRId64 " bytes of dynamic shared memory (limit %" PRId64 ")", dyn,
             lim->max_shared_dyn_bytes);
     int64_t local = 0;
-    for (int j = 0; j < k->n_local; j++)
-      local += ir_buffer_numel(k->local[j]) * dg_dtype_bytes(k->local[j]->dtype);
+    for (int j = 0; j < k->n_local; j++) {
+      const dg_buffer *b = k->local[j];
+      int64_t bytes = ir_buffer_numel(b) * dg_dtype_bytes(b->dtype);
+      /* a fragment is spread over the lanes of its warp */
+      if (lower_scope_is_fragment(b->scope)) bytes = (bytes + lim->warp_size - 1) / lim->warp_size;
+      local += bytes;
+    }
     if (local > lim->max_local_bytes)
       VFAIL("%" PRId64 " bytes of local memory per thread (limit %" PRId64 ")", local,
             lim->max_local_bytes);
