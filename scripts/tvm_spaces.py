@@ -8,9 +8,11 @@ PostOrderApply for the design space of target sm_90 (rule kind
 unroll steps [0, 16, 64, 512, 1024] of TVM v0.18 - HEAD uses eight steps) and
 writes tests/data/tvm_spaces/<ALIAS>.json: {"workload", "tvm", "target",
 "sketches": [trace JSON, ...], "postprocessed": [trace JSON or null, ...],
-"rejected_by": [postprocessor name or null, ...]}: each sketch replayed with
-its decisions, EnterPostproc and TVM's CUDA tensor-core postprocessors
-applied (null where one rejects it). Each trace is TVM's trace JSON in dragon's
+"rejected_by": [postprocessor name or null, ...]}: each sketch replayed
+with its decisions drawn anew (TVM's random, seeds 1, 2, ... until one
+passes, at most 200 tries), EnterPostproc and TVM's CUDA tensor-core
+postprocessors applied, as SampleInitPopulation does; null, with the last
+postprocessor that rejected, where none passes. Each trace is TVM's trace JSON in dragon's
 spelling: GetSBlock (TVM >= 0.24) written GetBlock, bools as 0/1, FloatImm as
 plain numbers; the decisions are the ones TVM drew (random, seed below).
 
@@ -72,26 +74,33 @@ def rules():
     return out
 
 
-def postprocess(mod, trace, target):
-    """The sketch replayed with its decisions, then TVM's postprocessors."""
-    from tvm.s_tir import Schedule
+def postprocess(mod, trace, target, tries=200):
+    """A sample of the sketch: decisions drawn anew, then TVM's postprocessors."""
+    from tvm.s_tir import Schedule, Trace
     from tvm.s_tir import meta_schedule as ms
 
     ctx = ms.TuneContext(mod=mod, target=target, task_name="post",
                          space_generator=ms.space_generator.PostOrderApply(
                              sch_rules=[], postprocs=ms.Postproc.create("cuda-tensorcore"),
                              mutator_probs={}))
-    sch = Schedule(mod)
-    trace.apply_to_schedule(sch, remove_postproc=True)
-    sch.enter_postproc()
-    for p in ctx.space_generator.postprocs:
-        try:
-            ok = p.apply(sch)
-        except Exception:  # TVM counts an exception as a rejection too
-            ok = False
-        if not ok:
-            return None, type(p).__name__
-    return sch.trace, None
+    bare = Trace(trace.insts, {})
+    who = None
+    for seed in range(1, tries + 1):
+        sch = Schedule(mod, seed=seed)
+        bare.apply_to_schedule(sch, remove_postproc=True)
+        sch.enter_postproc()
+        who = None
+        for p in ctx.space_generator.postprocs:
+            try:
+                ok = p.apply(sch)
+            except Exception:  # TVM counts an exception as a rejection too
+                ok = False
+            if not ok:
+                who = type(p).__name__
+                break
+        if who is None:
+            return sch.trace, None
+    return None, who
 
 
 def main():

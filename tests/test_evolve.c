@@ -60,7 +60,7 @@ static int differing_decisions(const sched_trace *a, const sched_trace *b, int *
 DG_TEST(evolve_mutate_tile_size_keeps_product) {
   dg_status st;
   dg_func *f = wl_build(SMALL_GMM, &st);
-  CHECK_OK(st);
+  CHECK_MSG(f, "%s", st.msg);
   sched_trace *space = load_space();
   CHECK(space);
   dg_rng r;
@@ -104,7 +104,7 @@ DG_TEST(evolve_mutate_innermost_limit) {
   /* a tile whose innermost slot is at the limit never grows past it */
   dg_status st;
   dg_func *f = wl_build("batch_matmul:b=1,n=256,m=16,k=16,dtype=f32", &st);
-  CHECK_OK(st);
+  CHECK_MSG(f, "%s", st.msg);
   sched_trace *space = load_space();
   sched *s = sched_new(f, 1);
   CHECK(sched_replay(s, space, false, true, &st)); /* the recorded decisions, repaired */
@@ -143,7 +143,7 @@ DG_TEST(evolve_mutate_innermost_limit) {
 DG_TEST(evolve_mutate_unroll_changes_index) {
   dg_status st;
   dg_func *f = wl_build(SMALL_GMM, &st);
-  CHECK_OK(st);
+  CHECK_MSG(f, "%s", st.msg);
   sched_trace *space = load_space();
   dg_rng r;
   dg_rng_seed(&r, 11);
@@ -264,7 +264,7 @@ static void small_opts(search_tune_opts *o) {
 DG_TEST(evolve_finds_synthetic_optimum) {
   dg_status st;
   dg_func *f = wl_build(SMALL_GMM, &st);
-  CHECK_OK(st);
+  CHECK_MSG(f, "%s", st.msg);
   space_ctx sc = {load_space()};
   CHECK(sc.space);
   search_db *db;
@@ -288,6 +288,7 @@ DG_TEST(evolve_finds_synthetic_optimum) {
   o.model = model;
   o.is_gpu = true;
   o.seed = 2024;
+  o.progress = getenv("DRAGON_VERBOSE") ? stderr : NULL;
   search_tune_result res;
   CHECK(search_tune(db, &o, &res, &st));
   CHECK_OK(st);
@@ -308,7 +309,7 @@ DG_TEST(evolve_finds_synthetic_optimum) {
 DG_TEST(evolve_eps_greedy_counts) {
   dg_status st;
   dg_func *f = wl_build(SMALL_GMM, &st);
-  CHECK_OK(st);
+  CHECK_MSG(f, "%s", st.msg);
   sched_trace *space = load_space();
   search_task task = {f, &space, 1, NULL, NULL, NULL, "g", true, {0}, 9};
   search_evolve_opts o;
@@ -350,7 +351,7 @@ DG_TEST(evolve_tiny_space_stops_early) {
    * 5 empty rounds instead of looping */
   dg_status st;
   dg_func *f = wl_build("batch_matmul:b=1,n=2,m=2,k=2,dtype=f32", &st);
-  CHECK_OK(st);
+  CHECK_MSG(f, "%s", st.msg);
   space_ctx sc = {load_space()};
   char dir[512];
   snprintf(dir, sizeof dir, "%s/evolve_tiny", dg_test_tmpdir());
@@ -383,7 +384,7 @@ DG_TEST(evolve_cpu_measurement_runs) {
   /* the real thing on a tiny workload: compiled C, checked, timed */
   dg_status st;
   dg_func *f = wl_build("batch_matmul:b=1,n=8,m=8,k=8,dtype=f32", &st);
-  CHECK_OK(st);
+  CHECK_MSG(f, "%s", st.msg);
   space_ctx sc = {load_space()};
   char dir[512];
   snprintf(dir, sizeof dir, "%s/evolve_cpu", dg_test_tmpdir());

@@ -272,23 +272,30 @@ static void expect_reject(const char *text, const char *want) {
   ir_func_free(f);
 }
 
-/* A fragment of ROWS x 16, filled in NFILL tiles TILE2 rows apart and
- * stored in two. FILL and STORE are the two blocks' annotations (an empty
+/* A fragment of ROWS x 16 (-ROWS: a kernel parameter), filled in NFILL
+ * tiles TILE2 rows apart and stored in two. FILL and STORE are the two blocks' annotations (an empty
  * string: not tensorized); PRED a line of predicate for the fill block. */
 static char *fragment_kernel(int nfill, int tile2, int rows, const char *fill, const char *store,
                              const char *pred) {
   dg_str t;
   dg_str_init(&t);
+  if (rows > 0)
+    dg_str_printf(&t,
+                  "kernel main(C: f32[48, 16]):\n"
+                  "  block root:\n"
+                  "    alloc Cf: f32[%d, 16] wmma.accumulator\n",
+                  rows);
+  else /* the fragment a parameter */
+    dg_str_printf(&t, "kernel main(C: f32[48, 16], Cf: f32[%d, 16] wmma.accumulator):\n"
+                      "  block root:\n",
+                  -rows);
   dg_str_printf(&t,
-                "kernel main(C: f32[48, 16]):\n"
-                "  block root:\n"
-                "    alloc Cf: f32[%d, 16] wmma.accumulator\n"
                 "    for bx in 1 bind(blockIdx.x):\n"
                 "      for t in %d:\n"
                 "        block fill_o(vt: S(%d) = t):\n"
                 "          writes Cf[vt * %d:vt * %d + 16, 0:16]\n"
                 "%s",
-                rows, nfill, nfill, tile2, tile2, pred);
+                nfill, nfill, tile2, tile2, pred);
   if (fill[0]) dg_str_printf(&t, "          attr tensor_intrin = \"%s\"\n", fill);
   dg_str_printf(&t,
                 "          for i, j in grid(16, 16):\n"
@@ -340,6 +347,11 @@ DG_TEST(wmma_rejects) {
   expect_reject(k, "lower: kernel main_kernel0: block store: it accesses Cf (scope "
                    "wmma.accumulator) element by element; a fragment is reachable only through "
                    "tensor intrinsics");
+  free(k);
+  /* a fragment for a parameter */
+  k = fragment_kernel(2, 16, -32, FILL, STORE, "");
+  expect_reject(k, "block fill_o: fragment Cf is a kernel parameter, but fragments live in the "
+                   "registers of a warp");
   free(k);
   /* a tag the block no longer matches */
   k = fragment_kernel(2, 16, 32, "wmma_fill_16x16x16_f16", STORE, "");

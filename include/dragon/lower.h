@@ -21,6 +21,9 @@
  *   sync      __syncthreads() where shared memory written by one thread is
  *             read by others, and before it is overwritten
  *   verify    the GPU's limits (lower_verify)
+ * Tensorized blocks (tensor_intrin) become LW_WMMA statements during
+ * convert; a launch with them gets its warp lanes right after, and the
+ * fragment indices, layouts and alignment are settled last (wmma.c).
  *
  * Expressions are dg_expr; thread and block indices are dg_vars of the
  * program's function (kernel->tag_var[tag]). Everything lives in the arena

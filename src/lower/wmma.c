@@ -108,6 +108,14 @@ lw_stmt *lower_wmma_block(lw_conv *c, const dg_stmt *s) {
     wfail(c, "it is tagged tensor_intrin = \"%s\" but no longer matches it: %s", in->name, why);
     goto done;
   }
+  for (int i = 0; i < bd.n; i++)
+    for (int j = 0; j < c->p->n_params; j++)
+      if (bd.ops[i].buf == c->p->params[j] && lower_scope_is_fragment(bd.ops[i].buf->scope)) {
+        wfail(c, "fragment %s is a kernel parameter, but fragments live in the registers of a "
+                 "warp (cache the operand into one with CacheRead or CacheWrite)",
+              bd.ops[i].buf->name);
+        goto done;
+      }
   if (c->tags_in_scope & (1u << DG_TAG_THREAD_X)) {
     wfail(c, "it is under a loop bound to threadIdx.x, but the 32 lanes of a warp compute "
              "its tile together (warp execution): bind warps to threadIdx.y or threadIdx.z "

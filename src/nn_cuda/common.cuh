@@ -89,9 +89,9 @@ bool nc_mm_backward_weight(nc_blas *b, float *dw, const bf16 *dout, const bf16 *
 void nc_embedding_forward(float *x, const int *inp, const float *wte, int N, int C, cudaStream_t s);
 void nc_embedding_backward(float *dwte, const float *dx, const int *order, const int *uniq,
                            const int *start, int U, int C, cudaStream_t s);
-/* Host side: groups positions by token. order and uniq hold N ints, start
- * N + 1; returns U. */
-int nc_embedding_plan(const int32_t *inp, int N, int *order, int *uniq, int *start);
+/* Host side: groups positions by token (tokens in [0, V)). order and uniq
+ * hold N ints, start N + 1; returns U. */
+int nc_embedding_plan(const int32_t *inp, int N, int V, int *order, int *uniq, int *start);
 
 /* rmsnorm.cu: out = inp * rstd * w (bf16 out, fp32 in). Backward:
  * dinp += ..., dinp_bf = bf16(dinp), and dw += sum over rows of

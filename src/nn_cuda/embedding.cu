@@ -54,24 +54,41 @@ static int cmp_u64(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* Sorting (token << 32 | position) gives positions grouped by token and
- * ascending within a token, in O(N log N) whatever V is. */
-int nc_embedding_plan(const int32_t *inp, int N, int *order, int *uniq, int *start) {
-  unsigned long long *keys = (unsigned long long *)dg_malloc(sizeof(unsigned long long) * (size_t)(N > 0 ? N : 1));
-  for (int i = 0; i < N; i++)
-    keys[i] = ((unsigned long long)(uint32_t)inp[i] << 32) | (unsigned long long)(uint32_t)i;
-  qsort(keys, (size_t)N, sizeof *keys, cmp_u64);
+/* Positions grouped by token, ascending within a token: a counting sort
+ * when the vocabulary is not much larger than the batch (O(N + V), the
+ * training case), else a sort of (token << 32 | position) keys. */
+int nc_embedding_plan(const int32_t *inp, int N, int V, int *order, int *uniq, int *start) {
   int U = 0;
-  for (int i = 0; i < N; i++) {
-    int tok = (int)(keys[i] >> 32);
-    order[i] = (int)(keys[i] & 0xffffffffu);
-    if (U == 0 || uniq[U - 1] != tok) {
-      uniq[U] = tok;
-      start[U] = i;
-      U++;
+  if (V <= 4 * N + 1024) {
+    int *count = (int *)dg_calloc((size_t)V + 1, sizeof(int));
+    for (int i = 0; i < N; i++) count[inp[i] + 1]++;
+    for (int v = 0; v < V; v++) {
+      if (count[v + 1] > 0) {
+        uniq[U] = v;
+        start[U] = count[v];
+        U++;
+      }
+      count[v + 1] += count[v]; /* count[v] becomes the first slot of token v */
     }
+    for (int i = 0; i < N; i++) order[count[inp[i]]++] = i;
+    free(count);
+  } else {
+    unsigned long long *keys =
+        (unsigned long long *)dg_malloc(sizeof(unsigned long long) * (size_t)(N > 0 ? N : 1));
+    for (int i = 0; i < N; i++)
+      keys[i] = ((unsigned long long)(uint32_t)inp[i] << 32) | (unsigned long long)(uint32_t)i;
+    qsort(keys, (size_t)N, sizeof *keys, cmp_u64);
+    for (int i = 0; i < N; i++) {
+      int tok = (int)(keys[i] >> 32);
+      order[i] = (int)(keys[i] & 0xffffffffu);
+      if (U == 0 || uniq[U - 1] != tok) {
+        uniq[U] = tok;
+        start[U] = i;
+        U++;
+      }
+    }
+    free(keys);
   }
   start[U] = N;
-  free(keys);
   return U;
 }

@@ -430,7 +430,7 @@ static bool forward_impl(nn_cuda_model *m, const int32_t *inputs, const int32_t 
   if (ok && targets) {
     for (int i = 0; i < N; i++)
       m->h_dlosses[i] = norm > 0 ? (float)((weights ? weights[i] : 1.0f) / norm) : 0.0f;
-    m->emb_u = nc_embedding_plan(inputs, N, m->h_order, m->h_uniq, m->h_start);
+    m->emb_u = nc_embedding_plan(inputs, N, V, m->h_order, m->h_uniq, m->h_start);
     ok = NC_CUDA(cudaMemcpyAsync(a->targets, targets, sizeof(int) * N, cudaMemcpyHostToDevice, s)) &&
          NC_CUDA(cudaMemcpyAsync(a->dlosses, m->h_dlosses, sizeof(float) * N, cudaMemcpyHostToDevice, s)) &&
          NC_CUDA(cudaMemcpyAsync(a->emb_order, m->h_order, sizeof(int) * N, cudaMemcpyHostToDevice, s)) &&

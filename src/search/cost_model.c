@@ -14,8 +14,9 @@
  * num_warmup_samples candidates and a trained booster exist, predictions
  * are uniform random in [0, 1), as TVM's.
  *
- * Deviation: base_score is 0 (XGBoost's default 0.5 would add 0.5 per row
- * to a pack sum). Does not do: XGBoost's own evaluation logging.
+ * Deviations: base_score is 0 (XGBoost's default 0.5 would add 0.5 per row
+ * to a pack sum); an RMSE improvement below 1e-6 does not reset the early
+ * stopping count. Does not do: XGBoost's own evaluation logging.
  */
 #include "dragon/search.h"
 
@@ -170,6 +171,11 @@ static void pack_sum(const cm_data *d, const float *pred, double *out) {
   for (int r = 0; r < d->rows; r++) out[d->cand_of[r]] += pred[r];
 }
 
+/* An improvement of the training RMSE smaller than this does not count:
+ * trees keep shaving float noise off a fitted training set, and without a
+ * floor early stopping would never trigger (the labels lie in [0, 1]). */
+#define RMSE_TOL 1e-6
+
 static bool train(search_cost_model *m, dg_status *st) {
   cm_data d;
   data_build(m, &d);
@@ -221,7 +227,7 @@ static bool train(search_cost_model *m, dg_status *st) {
     double se = 0;
     for (int c = 0; c < d.cands; c++) se += (cpred[c] - d.y[c]) * (cpred[c] - d.y[c]);
     double rmse = sqrt(se / (d.cands ? d.cands : 1));
-    if (rmse < best_rmse) {
+    if (rmse < best_rmse - RMSE_TOL) {
       best_rmse = rmse;
       best_iter = it;
     } else if (it - best_iter >= m->o.early_stopping_rounds) {
