@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # gpu.sh LOGDIR: what runs on the lent GPU machine, from the repository root.
 #
-# Builds dragon there (build-gpu/), with libjansson unpacked from the .debs
-# carried in .debs/ when the machine lacks it (make the folder here with
-# `mkdir -p .debs && cd .debs && apt-get download libjansson4 libjansson-dev`
-# and name .debs in the run's carry); runs the GPU tests (make test-gpu),
+# Builds dragon there (build-gpu/), with the libraries it lacks unpacked
+# from the .debs carried in .debs/ (make the folder here with
+# scripts/fetch_debs.sh and name .debs in the run's carry); runs the GPU tests (make test-gpu),
 # the CUDA runtime's CPU tests, and the runtime benchmark; writes every log
 # into LOGDIR and prints a short summary last.
 #
@@ -26,18 +25,17 @@ note() { echo "$*" | tee -a "$summary"; }
   nvcc --version 2>&1 | tail -1
 } >"$LOGDIR/machine.txt" 2>&1
 
-# JSON library: the system's, or the carried packages unpacked under /tmp.
-if ! echo '#include <jansson.h>' | cc -E -x c - >/dev/null 2>&1; then
-  if ls .debs/libjansson*.deb >/dev/null 2>&1; then
-    root=/tmp/dragon-debs
-    mkdir -p "$root"
-    for d in .debs/libjansson*.deb; do dpkg -x "$d" "$root"; done
-    lib=$(dirname "$(find "$root" -name 'libjansson.so*' | head -1)")
-    export CFLAGS="-I$root/usr/include" LDFLAGS="-L$lib" LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
-    note "jansson: unpacked from .debs into $root"
-  else
-    note "jansson: absent here and no .debs carried; the build will fail"
-  fi
+# Libraries the machine lacks (jansson, xgboost): the carried packages,
+# unpacked under /tmp (scripts/fetch_debs.sh makes .debs/ here).
+if ls .debs/*.deb >/dev/null 2>&1; then
+  root=/tmp/dragon-debs
+  mkdir -p "$root"
+  for d in .debs/*.deb; do dpkg -x "$d" "$root"; done
+  lib="$root/usr/lib/x86_64-linux-gnu"
+  export CFLAGS="-I$root/usr/include" LDFLAGS="-L$lib -Wl,-rpath,$lib" LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
+  note "libraries: unpacked .debs into $root"
+else
+  note "libraries: no .debs carried (scripts/fetch_debs.sh); the build needs jansson and xgboost"
 fi
 
 t0=$(date +%s)
