@@ -1,4 +1,4 @@
-/* tvm_traces.h: reading TVM's design spaces (tests/data/tvm_spaces/*.json,
+/* tvm_traces.h: reading TVM's design spaces (tests/data/tvm_spaces/ALIAS.json,
  * written by scripts/tvm_spaces.py) and comparing traces with them, for
  * test_space.c and test_postproc.c.
  *

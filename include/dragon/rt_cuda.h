@@ -310,11 +310,12 @@ bool rt_worker_call(rt_worker_fn fn, void *ctx, const void *job, size_t len,
 /* Lowers f, emits CUDA, compiles it with NVRTC for sm_90, computes `ref`'s
  * float64 reference on the CPU, and runs the program on the GPU in a worker
  * process (a fault or a hang costs the worker, not the caller): checked on
- * the first run, then `repeats` timed runs with the L2 flushed before each.
+ * the first run (unless !check: then the inputs are drawn in the worker and
+ * nothing is compared, for shapes whose CPU reference would take too long), then `repeats` timed runs with the L2 flushed before each.
  * True when the candidate was judged (res says ok or why not: compile
  * error, wrong numbers, timeout, ...); false with st set when the tool
  * could not do its part (no GPU, no NVRTC, f does not lower). */
 bool rt_program_run_cuda(const dg_func *ref, const dg_func *f, uint64_t seed, int repeats,
-                         double timeout_s, rt_cuda_result *res, dg_status *st);
+                         bool check, double timeout_s, rt_cuda_result *res, dg_status *st);
 
 #endif

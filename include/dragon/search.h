@@ -375,6 +375,8 @@ typedef struct {
   int n;
   int n_undone;           /* rule applications that failed midway and were undone */
   char undone[256];       /* the first such failure */
+  int n_fallbacks;        /* tensor-core blocks tiled by MultiLevelTiling instead */
+  char fallback[256];     /* the first, with the reason */
 } search_space;
 
 /* Generates the design space of f (which must pass ir_verify). Fails only

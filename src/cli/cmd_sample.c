@@ -97,6 +97,7 @@ int cmd_sample(int argc, char **argv) {
   fflush(stdout);
   fprintf(stderr, "sketches  %d", sp.n);
   if (sp.n_undone) fprintf(stderr, "  (%d rule steps undone; first: %s)", sp.n_undone, sp.undone);
+  if (sp.n_fallbacks) fprintf(stderr, "\nfallback  %s", sp.fallback);
   fprintf(stderr, "\nsamples   %lld printed, %lld drawn, %lld failed to replay\n",
           (long long)printed, (long long)tried, (long long)replay_failed);
   if (!space_only && !sketches) {

@@ -6,7 +6,8 @@
  * dg_bx..dg_tz (int32, so index arithmetic stays signed), __shared__ and
  * per-thread arrays, vector loads/stores for the vector stores the lowering
  * marked (a raw copy of 2..16 bytes, or float2/4 and int2/4 arithmetic lane
- * by lane), warp-shuffle allreduce.
+ * by lane), warp-shuffle allreduce, tensor-core operations (LW_WMMA) as
+ * nvcuda::wmma calls on per-warp fragment arrays.
  *
  * C: one static function per launch. Blocks are serial loops over the
  * grid. The body is split at barriers into phases, each phase a loop over
@@ -16,8 +17,9 @@
  * one slot per thread (indexed by dg_tid); shared arrays one per block. The
  * allreduce runs between phases over every thread's value, in the order of
  * operations of the shuffle tree, so the C numbers are the GPU's numbers.
- * A host entry allocates the program's intermediate buffers and runs the
- * launches in order.
+ * A tensor-core operation runs its block's own loops on lane 0 of the warp,
+ * over fragment arrays kept per warp (dg_wid). A host entry allocates the
+ * program's intermediate buffers and runs the launches in order.
  *
  * It assumes a program that lower_program produced.
  */

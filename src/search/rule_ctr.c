@@ -115,8 +115,10 @@ static bool transform(space_ctx *c, sched *s, int block, dg_status *st) {
     int cons[64];
     int nc = sched_get_consumers(s, block, cons, 64, st);
     if (nc < 0) return false;
-    if (nc > 0 && !space_needs_mlt(s, space_block(s, cons[0])) && !(nc > 1 && (!lca_stmt(s, cons, nc) || lca_stmt(s, cons, nc)->kind == DG_STMT_BLOCK))) {
-      dg_stmt *lca = lca_stmt(s, cons, nc);
+    dg_stmt *lca = nc > 0 ? lca_stmt(s, cons, nc) : NULL;
+    /* several consumers that share no loop cannot all be fused with */
+    bool apart = nc > 1 && (!lca || lca->kind == DG_STMT_BLOCK);
+    if (nc > 0 && !space_needs_mlt(s, space_block(s, cons[0])) && !apart) {
       int tl[64], bl[64];
       int nt = sched_get_loops(s, cons[0], tl, 64, st);
       int nb = nt < 0 ? -1 : sched_get_loops(s, block, bl, 64, st);

@@ -440,6 +440,8 @@ bool search_space_generate(const dg_func *f, const search_space_opts *o, search_
       }
     }
   }
+  out->n_fallbacks = c.n_fallbacks;
+  memcpy(out->fallback, c.fallback, sizeof out->fallback);
   if (ok) {
     out->sketches = dg_malloc(sizeof(sched_trace *) * (result.len ? result.len : 1));
     for (size_t i = 0; i < result.len; i++)

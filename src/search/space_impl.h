@@ -21,6 +21,8 @@ typedef struct {
   const search_target *t;
   uint64_t seed;             /* for the schedules copies are made of */
   int n_copies;
+  int n_fallbacks;           /* tensor-core blocks left to MultiLevelTiling */
+  char fallback[256];        /* the first one */
 } space_ctx;
 
 /* The most schedules one rule application returns. */
@@ -33,6 +35,9 @@ typedef struct {
 typedef int (*space_rule_fn)(space_ctx *c, sched *s, int block, sched **out, dg_status *st);
 
 int rule_mlt_tc_apply(space_ctx *c, sched *s, int block, sched **out, dg_status *st);
+/* The WMMA compute intrinsic whose group matches a block (TVM's
+ * GetAutoTensorizeMappingInfo for the f16 groups), or NULL. */
+const char *rule_mlt_tc_match(const dg_block *b);
 int rule_mlt_apply(space_ctx *c, sched *s, int block, sched **out, dg_status *st);
 int rule_inline_const_scalars_apply(space_ctx *c, sched *s, int block, sched **out,
                                     dg_status *st);
