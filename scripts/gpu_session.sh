@@ -5,11 +5,17 @@
 # against PyTorch eager and torch.compile (bench/hand_vs_torch.sh), the
 # tensor-core f16 GEMM against cuBLAS (bench/gemm_f16_vs_cublas.sh), and the
 # CUDA model's tests and throughput (scripts/gpu_model.sh) when there is time.
-# Carry .debs (scripts/fetch_debs.sh). Logs go under LOGDIR.
+# Carry .debs (scripts/fetch_debs.sh). The key results go to stdout; every
+# log ends up in one archive, LOGDIR/logs.tgz.
 set -u
-LOGDIR=${1:?usage: scripts/gpu_session.sh LOGDIR}
+OUTDIR=${1:?usage: scripts/gpu_session.sh LOGDIR}
+mkdir -p "$OUTDIR"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+LOGDIR=/tmp/dragon-session-logs
+rm -rf "$LOGDIR"
 mkdir -p "$LOGDIR"
 cd "$(dirname "$0")/.." || exit 1
+trap 'tar czf "$OUTDIR/logs.tgz" -C "$LOGDIR" . 2>/dev/null' EXIT
 export BUILD=${BUILD:-build-gpu}
 t0=$(date +%s)
 el() { echo "[$(($(date +%s) - t0)) s]"; }
