@@ -8,13 +8,14 @@ PostOrderApply for the design space of target sm_90 (rule kind
 unroll steps [0, 16, 64, 512, 1024] of TVM v0.18 - HEAD uses eight steps) and
 writes tests/data/tvm_spaces/<ALIAS>.json: {"workload", "tvm", "target",
 "sketches": [trace JSON, ...], "postprocessed": [trace JSON or null, ...],
-"rejected_by": [postprocessor name or null, ...]}: each sketch replayed
-with its decisions drawn anew (TVM's random, seeds 1, 2, ... until one
-passes, at most 200 tries), EnterPostproc and TVM's CUDA tensor-core
-postprocessors applied, as SampleInitPopulation does; null, with the last
-postprocessor that rejected, where none passes. Each trace is TVM's trace JSON in dragon's
-spelling: GetSBlock (TVM >= 0.24) written GetBlock, bools as 0/1, FloatImm as
-plain numbers; the decisions are the ones TVM drew (random, seed below).
+"rejected_by": [postprocessor name or null, ...]}. A postprocessed trace is
+a sample of its sketch as SampleInitPopulation makes one: decisions drawn
+anew (TVM's random, seeds 1, 2, ... until one passes, at most 200 tries),
+EnterPostproc, TVM's CUDA tensor-core postprocessors; null, with the last
+postprocessor that rejected, where none passes. Each trace is TVM's trace
+JSON in dragon's spelling: GetSBlock (TVM >= 0.24) written GetBlock, bools
+as 0/1, FloatImm as plain numbers; the sketches keep the decisions TVM drew
+while generating (--seed).
 
 Needs `pip install apache-tvm psutil` (checked with apache-tvm 0.27.0.post1).
 Usage: python3 scripts/tvm_spaces.py [--out tests/data/tvm_spaces] [ALIAS ...]

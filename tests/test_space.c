@@ -325,8 +325,8 @@ DG_TEST(space_deterministic) {
 }
 
 DG_TEST(space_sample_every_alias) {
-  /* the design space of every alias samples (without postprocessing, which
-   * the family test below exercises on small shapes) */
+  /* the design space of every alias samples, without and with the
+   * postprocessors */
   for (size_t w = 0; w < DG_ARRAY_LEN(tvm_aliases); w++) {
     char args[96], *out = NULL;
     snprintf(args, sizeof args, "sample %s/0 --count 50 --seed 3 --space-only", tvm_aliases[w]);
@@ -336,6 +336,12 @@ DG_TEST(space_sample_every_alias) {
     for (char *p = out; (p = strstr(p, "[[[\"GetBlock\"")); p++) lines++;
     CHECK_MSG(lines == 50, "%s: %d traces", args, lines);
     CHECK(strstr(out, "samples   50 printed"));
+    free(out);
+    /* and postprocessed samples */
+    snprintf(args, sizeof args, "sample %s/0 --count 2 --seed 3", tvm_aliases[w]);
+    rc = dg_test_run_dragon(args, NULL, &out);
+    CHECK_MSG(rc == 0, "%s: rc %d: %s", args, rc, out);
+    CHECK_MSG(strstr(out, "samples   2 printed"), "%s: %s", args, out);
     free(out);
   }
   /* and the postprocessed samples of GMM/0, with rejections counted */

@@ -117,7 +117,7 @@ typedef struct {
   double min_child_weight;   /* 0 */
   double eta;                /* 0.2 */
   int seed;                  /* 43 */
-  int nthread;               /* 0: XGBoost's default */
+  int nthread;               /* 1 (0: XGBoost's default, all cores) */
   int num_warmup_samples;    /* 100: random scores below */
   int num_boost_round;       /* 10000 */
   int early_stopping_rounds; /* 50, on the training pack-sum RMSE */
@@ -307,11 +307,13 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
 /* Measurement by compiled C on the CPU (the C emulation of GPU-bound
  * kernels): compile with rt_cpu_compile, check against the float64
  * reference, time `repeats` runs; each candidate runs in a child process
- * with a timeout so a crash or a hang costs one candidate. */
+ * with a timeout so a crash or a hang costs one candidate. With workers >
+ * 1 the candidates are split over that many processes. */
 typedef struct {
   int repeats;      /* 3 */
   double timeout_s; /* 10 */
   uint64_t seed;    /* data */
+  int workers;      /* 1 */
 } search_cpu_measure;
 void search_measure_cpu(void *ctx, const dg_func *f, const search_cand *cand, int n,
                         search_measure_result *out);

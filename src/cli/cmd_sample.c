@@ -33,7 +33,7 @@ static bool emit(sched *s, const dg_func *f, bool check, uint64_t seed, int64_t 
 }
 
 int cmd_sample(int argc, char **argv) {
-  int64_t count = 1, seed = 1;
+  int64_t count = 1, seed = 1, max_tries = -1;
   bool space_only = false, sketches = false, check = false;
   const cli_opt opts[] = {
       {"--count", CLI_OPT_INT, &count, 0, 1000000, "number of samples to print"},
@@ -43,9 +43,12 @@ int cmd_sample(int argc, char **argv) {
        "print the design space's sketches (as generated) instead of samples"},
       {"--check", CLI_OPT_FLAG, &check, 0, 0,
        "check each sample numerically through the C emulation of its launches"},
+      {"--max-tries", CLI_OPT_INT, &max_tries, -1, INT64_MAX,
+       "samples drawn at most before giving up (-1: 1000 + 200 per sample)"},
   };
   const cli_spec spec = {
-      "sample", "KERNEL [--count N] [--seed S] [--space-only] [--sketches] [--check]",
+      "sample",
+      "KERNEL [--count N] [--seed S] [--space-only] [--sketches] [--check] [--max-tries N]",
       "Generates MetaSchedule's CUDA design space of a kernel (a workload spec or alias\n"
       "such as GMM/0, a kernel-text file, or - for stdin) and prints samples of it, one\n"
       "trace JSON (TVM's layout, postprocessing included) per line. A sample is a sketch\n"
@@ -79,7 +82,7 @@ int cmd_sample(int argc, char **argv) {
   } else {
     dg_rng rng;
     dg_rng_seed(&rng, (uint64_t)seed);
-    int64_t max_tries = 100 + 50 * count;
+    if (max_tries < 0) max_tries = 1000 + 200 * count;
     dg_status last;
     dg_status_ok(&last);
     while (ok && printed < count && tried < max_tries) {

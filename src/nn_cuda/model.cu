@@ -257,11 +257,13 @@ extern "C" bool nn_cuda_model_init(nn_cuda_model **out, const nn_config *cfg, in
   if (B < 1 || T < 1 || T > cfg->max_seq_len)
     return dg_fail(st, DG_ERR_INVALID, "CUDA model: batch %dx%d is out of range (T <= %d)", B, T,
                    cfg->max_seq_len);
-  if ((double)B * cfg->n_heads > 65535 || (double)B * T > 2147483647.0 / 2)
+  if ((double)B * cfg->n_heads > 65535)
     return dg_fail(st, DG_ERR_INVALID,
                    "CUDA model: batch size %d with %d heads exceeds the kernels' grid (B * NH <= "
                    "65535)",
                    B, cfg->n_heads);
+  if ((double)B * T * cfg->vocab_size > 9.0e15 || (double)B * T > 1073741824.0)
+    return dg_fail(st, DG_ERR_INVALID, "CUDA model: batch %dx%d is too large", B, T);
   double sizes[ACT_COUNT], total = 0;
   act_bytes(cfg, (double)B * T, sizes);
   for (int i = 0; i < ACT_COUNT; i++) total += sizes[i];

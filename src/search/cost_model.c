@@ -14,6 +14,8 @@
  * num_warmup_samples candidates and a trained booster exist, predictions
  * are uniform random in [0, 1), as TVM's.
  *
+ * Threads: one by default (nthread); OpenMP's spinning workers slow
+ * training down by orders of magnitude on a loaded machine.
  * Deviations: base_score is 0 (XGBoost's default 0.5 would add 0.5 per row
  * to a pack sum); an RMSE improvement below 1e-6 does not reset the early
  * stopping count. Does not do: XGBoost's own evaluation logging.
@@ -45,7 +47,7 @@ void search_xgb_opts_default(search_xgb_opts *o) {
   o->min_child_weight = 0;
   o->eta = 0.2;
   o->seed = 43;
-  o->nthread = 0;
+  o->nthread = 1;
   o->num_warmup_samples = 100;
   o->num_boost_round = 10000;
   o->early_stopping_rounds = 50;

@@ -15,10 +15,14 @@
  * into one shared object (the compile path of rt_compare_cpu), then runs it
  * in a child process (rt_worker_call): check against the reference, then
  * `repeats` timed runs. The child's crash or hang fails that candidate only.
+ * With several workers, each takes a contiguous share of the candidates in
+ * a process of its own (compilation is the costly part).
  */
 #include "dragon/search.h"
 
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "dragon/codegen.h"
 #include "dragon/rt.h"
@@ -196,9 +200,8 @@ static bool cpu_job_run(void *ctx, const void *job, size_t len, dg_str *reply) {
   return true;
 }
 
-void search_measure_cpu(void *ctx, const dg_func *f, const search_cand *cand, int n,
-                        search_measure_result *out) {
-  const search_cpu_measure *m = ctx;
+static void measure_cpu_serial(const search_cpu_measure *m, const dg_func *f,
+                               const search_cand *cand, int n, search_measure_result *out) {
   int repeats = m && m->repeats > 0 ? m->repeats : 3;
   if (repeats > (int)DG_ARRAY_LEN(out[0].secs)) repeats = (int)DG_ARRAY_LEN(out[0].secs);
   double timeout = m && m->timeout_s > 0 ? m->timeout_s : 10;
@@ -237,6 +240,75 @@ void search_measure_cpu(void *ctx, const dg_func *f, const search_cand *cand, in
     rt_worker_result_free(&wr);
     rt_cpu_free(j.k[0]);
     rt_cpu_free(j.k[1]);
+  }
+}
+
+/* Splits the candidates over m->workers processes, each measuring its
+ * share serially and sending the results back through a pipe. A worker
+ * that dies loses its share's results: they become failures. */
+void search_measure_cpu(void *ctx, const dg_func *f, const search_cand *cand, int n,
+                        search_measure_result *out) {
+  const search_cpu_measure *m = ctx;
+  int k = m && m->workers > 1 ? m->workers : 1;
+  if (k > n) k = n;
+  if (k <= 1) {
+    measure_cpu_serial(m, f, cand, n, out);
+    return;
+  }
+  pid_t pids[64];
+  int fds[64];
+  if (k > 64) k = 64;
+  for (int w = 0; w < k; w++) {
+    int lo = n * w / k, hi = n * (w + 1) / k;
+    int p[2];
+    fds[w] = -1;
+    pids[w] = -1;
+    if (pipe(p) != 0) continue;
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(p[0]);
+      search_measure_result *r = dg_calloc((size_t)(hi - lo ? hi - lo : 1), sizeof *r);
+      measure_cpu_serial(m, f, cand + lo, hi - lo, r);
+      const char *b = (const char *)r;
+      size_t left = sizeof *r * (size_t)(hi - lo);
+      while (left > 0) {
+        ssize_t w2 = write(p[1], b, left);
+        if (w2 <= 0) break;
+        b += w2;
+        left -= (size_t)w2;
+      }
+      _exit(0);
+    }
+    close(p[1]);
+    if (pid < 0) {
+      close(p[0]);
+      continue;
+    }
+    pids[w] = pid;
+    fds[w] = p[0];
+  }
+  for (int w = 0; w < k; w++) {
+    int lo = n * w / k, hi = n * (w + 1) / k;
+    size_t want = sizeof *out * (size_t)(hi - lo), got = 0;
+    char *b = (char *)(out + lo);
+    if (fds[w] >= 0) {
+      while (got < want) {
+        ssize_t r = read(fds[w], b + got, want - got);
+        if (r <= 0) break;
+        got += (size_t)r;
+      }
+      close(fds[w]);
+    }
+    if (pids[w] > 0) waitpid(pids[w], NULL, 0);
+    if (got < want) {
+      if (pids[w] < 0) measure_cpu_serial(m, f, cand + lo, hi - lo, out + lo);
+      else
+        for (int i = lo; i < hi; i++) {
+          memset(&out[i], 0, sizeof out[i]);
+          snprintf(out[i].error, sizeof out[i].error, "measurement worker died");
+        }
+    }
   }
 }
 

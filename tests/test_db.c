@@ -1,0 +1,294 @@
+/* test_db.c: the tuning database: append and reload, dedup, torn and
+ * garbage lines, best records, TVM export, and a tuning run killed with
+ * SIGKILL and resumed (nothing lost, nothing measured twice). */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dragon/search.h"
+#include "dragon/wl.h"
+#include "test.h"
+
+static const char *tdir(const char *name) {
+  static char buf[4][512];
+  static int k;
+  char *b = buf[k++ % 4];
+  snprintf(b, 512, "%s/%s", dg_test_tmpdir(), name);
+  return b;
+}
+
+static const char *T1 = "[[[\"GetBlock\",[],[\"Z\",\"main\"],[\"b0\"]],[\"EnterPostproc\",[],[],[]]],[]]";
+static const char *T2 =
+    "[[[\"GetBlock\",[],[\"Z\",\"main\"],[\"b0\"]],[\"GetLoops\",[\"b0\"],[],[\"l1\",\"l2\",\"l3\",\"l4\"]],"
+    "[\"EnterPostproc\",[],[],[]]],[]]";
+static const char *T3 = "[[[\"EnterPostproc\",[],[],[]]],[]]";
+
+static bool add(search_db *db, const char *wl, const char *trace, double secs, const char *err,
+                bool *added, dg_status *st) {
+  search_record r = {wl, trace, &secs, err ? 0 : 1, err, "cpu", NULL, 0};
+  return search_db_add_record(db, &r, added, st);
+}
+
+DG_TEST(db_roundtrip_dedup_best) {
+  dg_status st;
+  const char *dir = tdir("db1");
+  search_db *db;
+  CHECK(search_db_open(dir, &db, &st));
+  dg_func *f = wl_build("batch_matmul:b=1,n=8,m=8,k=8,dtype=f32", &st);
+  CHECK_MSG(f, "%s", st.msg);
+  char h[21];
+  CHECK(search_db_add_workload(db, "batch_matmul:b=1,n=8,m=8,k=8,dtype=f32", f, h, &st));
+  char want[32];
+  snprintf(want, sizeof want, "%llu", (unsigned long long)ir_func_hash(f));
+  CHECK_STREQ(h, want);
+  bool added;
+  CHECK(add(db, h, T1, 3e-3, NULL, &added, &st));
+  CHECK(added);
+  CHECK(add(db, h, T2, 1e-3, NULL, &added, &st));
+  CHECK(add(db, h, T1, 5e-3, NULL, &added, &st)); /* same trace: not added */
+  CHECK(!added);
+  CHECK(add(db, h, T3, 0, "compile error: x", &added, &st));
+  CHECK(add(db, "other", T1, 1e-6, NULL, &added, &st));
+  CHECK_EQ(search_db_record_count(db), 4);
+  CHECK_EQ(search_db_workload_trials(db, h), 3);
+  const search_record *top[4];
+  CHECK_EQ(search_db_top_k(db, h, 4, top), 2); /* the failure is not valid */
+  CHECK(search_record_secs(top[0]) == 1e-3);
+  CHECK(search_record_secs(top[1]) == 3e-3);
+  search_db_close(db);
+
+  /* reload: the same records, the same dedup */
+  CHECK(search_db_open(dir, &db, &st));
+  CHECK_EQ(search_db_warning_count(db), 0);
+  CHECK_EQ(search_db_record_count(db), 4);
+  CHECK_EQ(search_db_workload_count(db), 1);
+  CHECK_STREQ(search_db_workload_spec(db, h), "batch_matmul:b=1,n=8,m=8,k=8,dtype=f32");
+  CHECK(add(db, h, T2, 9e-3, NULL, &added, &st));
+  CHECK(!added);
+  CHECK_EQ(search_db_top_k(db, h, 1, top), 1);
+  CHECK_STREQ(top[0]->trace, T2);
+  CHECK_STREQ(top[0]->target, "cpu");
+  CHECK(strlen(top[0]->date) == 20 && top[0]->date[10] == 'T');
+  const search_record *fail = NULL;
+  for (int i = 0; i < search_db_record_count(db); i++)
+    if (search_db_record_at(db, i)->error) fail = search_db_record_at(db, i);
+  CHECK(fail && fail->n_secs == 0);
+  CHECK_STREQ(fail->error, "compile error: x");
+  CHECK(search_record_secs(fail) == SEARCH_FAILED_SECS);
+  search_db_close(db);
+  ir_func_free(f);
+}
+
+DG_TEST(db_torn_and_garbage_lines) {
+  dg_status st;
+  const char *dir = tdir("db2");
+  search_db *db;
+  CHECK(search_db_open(dir, &db, &st));
+  bool added;
+  CHECK(add(db, "w", T1, 1e-3, NULL, &added, &st));
+  CHECK(add(db, "w", T2, 2e-3, NULL, &added, &st));
+  search_db_close(db);
+  char path[600];
+  snprintf(path, sizeof path, "%s/records.jsonl", dir);
+  size_t len;
+  char *text = dg_read_file(path, &len, &st);
+  CHECK(text);
+  /* a garbage line in the middle, a record without a trace, and a torn tail */
+  dg_str s;
+  dg_str_init(&s);
+  char *nl = strchr(text, '\n');
+  dg_str_putn(&s, text, (size_t)(nl - text) + 1);
+  dg_str_puts(&s, "this is not json\n{\"workload\":\"w\"}\n");
+  dg_str_puts(&s, nl + 1);
+  dg_str_puts(&s, "{\"workload\":\"w\",\"trace\":[[[\"GetBl");
+  CHECK(dg_write_file_atomic(path, s.s, s.len, &st));
+  dg_str_free(&s);
+  free(text);
+  CHECK(search_db_open(dir, &db, &st));
+  CHECK_EQ(search_db_warning_count(db), 3);
+  CHECK_EQ(search_db_record_count(db), 2);
+  /* the torn tail was cut: the next append is a line of its own */
+  CHECK(add(db, "w", T3, 0, "x", &added, &st));
+  CHECK(added);
+  search_db_close(db);
+  CHECK(search_db_open(dir, &db, &st));
+  CHECK_EQ(search_db_warning_count(db), 2); /* the two bad lines remain */
+  CHECK_EQ(search_db_record_count(db), 3);
+  search_db_close(db);
+}
+
+DG_TEST(db_garbage_warning_names_line) {
+  /* the warning names file:line: check through the CLI, which prints it */
+  const char *dir = tdir("db3");
+  dg_status st;
+  CHECK(dg_mkdirs(dir, &st));
+  char path[600];
+  snprintf(path, sizeof path, "%s/records.jsonl", dir);
+  CHECK(dg_write_file_atomic(path, "[1,2]\n", 6, &st));
+  char args[1024];
+  snprintf(args, sizeof args, "db best GMM/0 --db %s", dir);
+  char *out = NULL;
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK(out);
+  CHECK_MSG(strstr(out, "records.jsonl:1: not a JSON object"), "%s", out);
+  CHECK_EQ(rc, 1); /* no record of GMM/0 */
+  free(out);
+}
+
+DG_TEST(db_export_tvm) {
+  dg_status st;
+  const char *dir = tdir("db4");
+  search_db *db;
+  CHECK(search_db_open(dir, &db, &st));
+  dg_func *f = wl_build("batch_matmul:b=1,n=4,m=4,k=4,dtype=f32", &st);
+  CHECK_MSG(f, "%s", st.msg);
+  char h[21];
+  CHECK(search_db_add_workload(db, "batch_matmul:b=1,n=4,m=4,k=4,dtype=f32", f, h, &st));
+  bool added;
+  CHECK(add(db, h, T2, 0.25, NULL, &added, &st));
+  CHECK(add(db, h, T1, 0, "boom", &added, &st));
+  const char *out = tdir("db4_tvm");
+  CHECK(search_db_export_tvm(db, out, &st));
+  char p[600];
+  snprintf(p, sizeof p, "%s/database_workload.json", out);
+  size_t len;
+  char *wl = dg_read_file(p, &len, &st);
+  CHECK(wl);
+  char pre[64];
+  snprintf(pre, sizeof pre, "[\"%s\",\"", h);
+  CHECK(strncmp(wl, pre, strlen(pre)) == 0);
+  /* base64 of "kernel main(" */
+  CHECK_MSG(strstr(wl, "a2VybmVsIG1haW4o"), "%s", wl);
+  free(wl);
+  snprintf(p, sizeof p, "%s/database_tuning_record.json", out);
+  char *rec = dg_read_file(p, &len, &st);
+  CHECK(rec);
+  char *second = strchr(rec, '\n');
+  CHECK(second);
+  *second = 0;
+  CHECK_MSG(strncmp(rec, "[0,[[[[\"GetBlock\"", 17) == 0, "%s", rec);
+  CHECK_MSG(strstr(rec, "[0.25],{\"keys\":[\"cpu\"],\"kind\":\"c\",\"tag\":\"\"},"
+                        "[[\"TENSOR\",\"float32\",[1,4,4]],[\"TENSOR\",\"float32\",[1,4,4]],"
+                        "[\"TENSOR\",\"float32\",[1,4,4]]]]]"),
+            "%s", rec);
+  CHECK(strstr(second + 1, "[10000000000"));
+  free(rec);
+  search_db_close(db);
+  ir_func_free(f);
+}
+
+/* ---- killed and resumed --------------------------------------------------------- */
+
+typedef struct {
+  sched_trace *space;
+} space_ctx;
+
+static bool space_fn(void *ctx, const dg_func *f, sched_trace ***out, int *n, dg_status *st) {
+  (void)f;
+  (void)st;
+  *out = dg_malloc(sizeof(sched_trace *));
+  (*out)[0] = sched_trace_clone(((space_ctx *)ctx)->space);
+  *n = 1;
+  return true;
+}
+
+static void slow_measure(void *ctx, const dg_func *f, const search_cand *c, int n,
+                         search_measure_result *out) {
+  (void)f;
+  int delay_us = *(int *)ctx;
+  for (int i = 0; i < n; i++) {
+    memset(&out[i], 0, sizeof out[i]);
+    out[i].secs[0] = 1e-6 * (double)(1 + c[i].hash % 1000);
+    out[i].n_secs = 1;
+    if (delay_us) usleep((useconds_t)delay_us);
+  }
+}
+
+static int count_lines(const char *path) {
+  dg_status st;
+  size_t len;
+  char *t = dg_read_file(path, &len, &st);
+  if (!t) return 0;
+  int n = 0;
+  for (size_t i = 0; i < len; i++) n += t[i] == '\n';
+  free(t);
+  return n;
+}
+
+static bool tune(const char *dir, const dg_func *f, space_ctx *sc, int *delay, int trials,
+                 search_tune_result *res, dg_status *st) {
+  search_db *db;
+  if (!search_db_open(dir, &db, st)) return false;
+  search_tune_opts o;
+  search_tune_opts_default(&o);
+  o.evolve.population_size = 32;
+  o.evolve.init_min_unmeasured = 8;
+  o.evolve.num_trials_per_iter = 4;
+  o.spec = "batch_matmul:b=1,n=16,m=16,k=16,dtype=f32";
+  o.f = f;
+  o.max_trials = trials;
+  o.space = space_fn;
+  o.space_ctx = sc;
+  o.measure = slow_measure;
+  o.measure_ctx = delay;
+  bool ok = search_tune(db, &o, res, st);
+  search_db_close(db);
+  return ok;
+}
+
+DG_TEST(db_kill_and_resume) {
+  dg_status st;
+  dg_func *f = wl_build("batch_matmul:b=1,n=16,m=16,k=16,dtype=f32", &st);
+  CHECK_MSG(f, "%s", st.msg);
+  size_t len;
+  char *json = dg_read_file(dg_test_data("traces/gmm0_space.json"), &len, &st);
+  CHECK(json);
+  space_ctx sc = {sched_trace_from_json(json, &st)};
+  free(json);
+  CHECK(sc.space);
+  const char *dir = tdir("db_kill");
+  char recs[600];
+  snprintf(recs, sizeof recs, "%s/records.jsonl", dir);
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    int delay = 20000; /* 20 ms per candidate: the parent kills mid-run */
+    search_tune_result res;
+    dg_status cst;
+    tune(dir, f, &sc, &delay, 1000, &res, &cst);
+    _exit(0);
+  }
+  double t0 = dg_now();
+  while (count_lines(recs) < 10 && dg_now() - t0 < 60) usleep(5000);
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  int before = count_lines(recs);
+  CHECK(before >= 10 && before < 1000);
+
+  /* resume to 40 trials in total */
+  int delay = 0;
+  search_tune_result res;
+  CHECK(tune(dir, f, &sc, &delay, 40, &res, &st));
+  CHECK_OK(st);
+  CHECK_EQ(res.trials, 40);
+  CHECK_EQ(res.new_trials, 40 - before);
+  search_db *db;
+  CHECK(search_db_open(dir, &db, &st));
+  CHECK_EQ(search_db_warning_count(db), 0);
+  CHECK_EQ(search_db_record_count(db), 40);
+  CHECK_EQ(count_lines(recs), 40); /* nothing written twice */
+  for (int i = 0; i < 40; i++)
+    for (int j = i + 1; j < 40; j++)
+      CHECK(search_db_record_at(db, i)->kernel_hash != search_db_record_at(db, j)->kernel_hash);
+  search_db_close(db);
+  /* a rerun with the same budget measures nothing */
+  CHECK(tune(dir, f, &sc, &delay, 40, &res, &st));
+  CHECK_EQ(res.new_trials, 0);
+  sched_trace_free(sc.space);
+  ir_func_free(f);
+}
