@@ -343,6 +343,8 @@ DG_TEST(evolve_eps_greedy_counts) {
   int rnd = 0;
   for (int i = 0; i < n; i++) rnd += c[i].random;
   CHECK_EQ(rnd, 3);
+  /* the kernel handed out is the one that was hashed */
+  for (int i = 0; i < n; i++) CHECK(ir_func_hash(c[i].func) == c[i].hash);
   /* dedup within the round and against what is measured next */
   for (int i = 0; i < n; i++)
     for (int j = i + 1; j < n; j++) CHECK(c[i].hash != c[j].hash);
@@ -439,4 +441,35 @@ DG_TEST(evolve_cpu_measurement_runs) {
   search_db_close(db);
   sched_trace_free(sc.space);
   ir_func_free(f);
+}
+
+DG_TEST(evolve_cli_tune_resume) {
+  /* dragon tune with the CUDA design space, measured as C on the CPU; a
+   * rerun resumes; dragon db best reads the result */
+  char dir[512], args[1024];
+  snprintf(dir, sizeof dir, "%s/evolve_cli", dg_test_tmpdir());
+  const char *spec = "batch_matmul:b=1,n=8,m=8,k=8,dtype=f32";
+  snprintf(args, sizeof args, "tune %s --trials 4 --per-round 2 --population 16 --db %s --quiet",
+           spec, dir);
+  char *out = NULL;
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "%s", out ? out : "");
+  CHECK_MSG(strstr(out, "trials 4 (4 new)"), "%s", out);
+  free(out);
+  snprintf(args, sizeof args, "tune %s --trials 6 --per-round 2 --population 16 --db %s --quiet",
+           spec, dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "%s", out ? out : "");
+  CHECK_MSG(strstr(out, "trials 6 (2 new)"), "%s", out);
+  free(out);
+  snprintf(args, sizeof args, "db best %s --db %s", spec, dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "%s", out ? out : "");
+  CHECK_MSG(strstr(out, "best ") && strstr(out, "[[[\"GetBlock\""), "%s", out);
+  free(out);
+  snprintf(args, sizeof args, "tune %s --db %s --target cuda", spec, dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_EQ(rc, 1);
+  CHECK_MSG(strstr(out, "CUDA target not available in this build"), "%s", out);
+  free(out);
 }

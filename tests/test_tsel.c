@@ -217,7 +217,7 @@ DG_TEST(tsel_raw_unknown_kinds) {
               "t2 raw \"PadEinsum\" [t1 _ \"q\" [1 2.5]] [[1 2] true _] x2 decision=[7 \"x\"] kinds=\"lb\"\n"
               "t3 raw \"GetLoops\" [t2.1] [] x1 kinds=\"b\"\n"
               "t4 split t2.0 [_ 4] unit=0\n"
-              "t5 raw \"Fuse\" [t4.0] [1] x1\n"
+              "t5 fuse t4.0\n"
               "t6 sample_tile t4.1 [4 4] max=16\n"
               "t7 split t4.1 [t6.0 t6.1]\n"
               "t8 annotate t7.0 auto_unroll t6.0\n"

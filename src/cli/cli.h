@@ -69,5 +69,7 @@ int cmd_train(int argc, char **argv);
 int cmd_sample_model(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
+int cmd_db(int argc, char **argv);
 
 #endif

@@ -21,6 +21,8 @@ static const struct {
     {"sample-model", cmd_sample_model, "write TSEL graphs for a kernel with a trained model"},
     {"tokenizer", cmd_tokenizer, "train a BPE tokenizer, encode text, decode ids"},
     {"sample", cmd_sample, "print samples of a kernel's CUDA design space (TVM trace JSON lines)"},
+    {"tune", cmd_tune, "evolutionary search with a cost model; every measurement a database record"},
+    {"db", cmd_db, "tuning database: best record, export to TVM's format, cost-model recall"},
 };
 
 static void usage(FILE *out) {

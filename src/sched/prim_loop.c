@@ -117,7 +117,8 @@ bool prim_fuse(prim_call *c, dg_status *st) {
   dg_func *f = s->f;
   const sched_inst *in = c->inst;
   int n = in->n_inputs;
-  if (n < 2) return dg_fail(st, DG_ERR_INVALID, "needs at least two loops");
+  /* one loop is allowed, as in TVM: it is renamed <loop>_fused */
+  if (n < 1) return dg_fail(st, DG_ERR_INVALID, "needs at least one loop");
   if (n > 32) return dg_fail(st, DG_ERR_INVALID, "at most 32 loops");
   bool preserve = false;
   if (!attr_flag(&in->attrs[0], "preserve_unit_iters", &preserve, st)) return false;

@@ -353,7 +353,7 @@ bool tsel_env_step(tsel_env *env, const tsel_graph *g, const tsel_edit *e, dg_st
   /* edit-specific rules */
   switch (e->op) {
     case TSEL_OP_FUSE:
-      if (n < 2) return FAIL(c, "fuse needs at least two loops");
+      if (n < 1) return FAIL(c, "fuse needs at least one loop");
       /* fallthrough */
     case TSEL_OP_REORDER:
     case TSEL_OP_FUSE_BIND: {
