@@ -18,6 +18,7 @@
  */
 #include <math.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "dragon/nn.h"
@@ -473,9 +474,12 @@ DG_TEST(gpu_nn_two_gpus_match_one) {
     return;
   }
   /* the ranks are forked by train_bench, which has not touched CUDA */
+  /* train_bench sits beside the test binary (and beside $DRAGON_BIN) */
   const char *bin = getenv("DRAGON_BIN");
-  char dir[300], cmd[700];
-  snprintf(dir, sizeof dir, "%s", bin ? bin : "build/dragon");
+  char dir[300], cmd[700], self[300];
+  ssize_t sl = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (sl > 0) self[sl] = 0;
+  snprintf(dir, sizeof dir, "%s", bin ? bin : sl > 0 ? self : "build/dragon");
   char *slash = strrchr(dir, '/');
   if (slash) *slash = 0;
   else snprintf(dir, sizeof dir, ".");
