@@ -469,7 +469,8 @@ DG_TEST(evolve_cli_tune_resume) {
   free(out);
   snprintf(args, sizeof args, "tune %s --db %s --target cuda", spec, dir);
   rc = dg_test_run_dragon(args, NULL, &out);
+  /* on a machine without a GPU the cuda target says so and stops */
   CHECK_EQ(rc, 1);
-  CHECK_MSG(strstr(out, "CUDA target not available in this build"), "%s", out);
+  CHECK_MSG(strstr(out, "dragon tune: ") && (strstr(out, "cuda") || strstr(out, "nvrtc")), "%s", out);
   free(out);
 }

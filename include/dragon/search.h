@@ -318,6 +318,24 @@ typedef struct {
 void search_measure_cpu(void *ctx, const dg_func *f, const search_cand *cand, int n,
                         search_measure_result *out);
 
+/* Measurement on the GPU (measure_cuda.c): per workload the inputs and the
+ * float64 reference are computed once on the CPU; per round the candidates
+ * are lowered, emitted as CUDA and compiled by NVRTC on all cores, then run
+ * one by one by a crash-isolated worker: checked on the first run, then
+ * `repeats` runs timed with the L2 flushed before each (the median is
+ * recorded). Init fails clearly where there is no GPU or NVRTC. */
+typedef struct search_cuda_measure_state search_cuda_measure_state;
+typedef struct {
+  int repeats;      /* timed runs, 1..8 */
+  double timeout_s; /* per run of a candidate */
+  uint64_t seed;    /* data */
+  search_cuda_measure_state *state;
+} search_cuda_measure;
+bool search_cuda_measure_init(search_cuda_measure *m, dg_status *st);
+void search_cuda_measure_free(search_cuda_measure *m);
+void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, int n,
+                         search_measure_result *out);
+
 /* A design space read from a trace JSON file (the hand-written ones). */
 typedef struct {
   const char *path;
