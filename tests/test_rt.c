@@ -524,7 +524,7 @@ static void agree_all(dg_func **fs, int n, uint64_t seed) {
   dg_str src;
   dg_str_init(&src);
   dg_str_puts(&src, codegen_lang_c.preamble);
-  char names[32][8];
+  char names[32][16];
   const char *np[32];
   CHECK(n <= 16);
   dg_status s;
