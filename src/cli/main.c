@@ -31,7 +31,7 @@ static void usage(FILE *out) {
           "Little Dragon: a tensor-kernel compiler, schedule search and a model that\n"
           "writes schedules. Commands:\n\n");
   for (size_t i = 0; i < DG_ARRAY_LEN(commands); i++)
-    fprintf(out, "  %-12s %s\n", commands[i].name, commands[i].help);
+    fprintf(out, "  %-15s %s\n", commands[i].name, commands[i].help);
   fprintf(out, "\n`dragon COMMAND --help` describes each command and its flags.\n");
 }
 
