@@ -5,6 +5,7 @@
 #include "dragon/rt.h"
 #include "dragon/sched.h"
 #include "dragon/wl.h"
+#include "sched_support.h"
 #include "test.h"
 
 static const char *MATMUL =
@@ -18,79 +19,22 @@ static const char *MATMUL =
     "          C[vi, vj] = 0.0\n"
     "        C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]\n";
 
-static dg_func *parse(const char *text) {
-  dg_status st;
-  dg_func *f = ir_parse(text, "test", &st);
-  if (!f) fprintf(stderr, "%s\n", st.msg);
-  return f;
-}
-
-/* The scheduled kernel computes what the original computes (interpreter,
- * float64 reference of the original, fresh inputs, poisoned outputs). */
-static bool same_numbers(const dg_func *orig, const dg_func *g) {
-  rt_tensors ts;
-  dg_status st;
-  if (!rt_tensors_init(&ts, orig, &st)) return false;
-  rt_data_fill(&ts, 11, rt_data_dist_for(orig));
-  rt_data_poison(&ts);
-  bool ok = rt_interp_run(orig, ts.ref_args, true, &st) && rt_interp_run(g, ts.args, false, &st);
-  rt_check chk;
-  if (ok) {
-    rt_check_outputs(&ts, rt_check_reduce_len(orig), &chk);
-    ok = chk.pass;
-    if (!ok) fprintf(stderr, "mismatch: %s\n", chk.first_bad);
-  } else {
-    fprintf(stderr, "run failed: %s\n", st.msg);
-  }
-  rt_tensors_free(&ts);
-  return ok;
-}
-
-/* Trace -> JSON -> replay on a fresh schedule gives an equal kernel and the
- * same JSON. */
-static bool replays(const dg_func *orig, sched *s) {
-  dg_status st;
-  char *js = sched_trace_to_json(sched_get_trace(s));
-  sched_trace *t = sched_trace_from_json(js, &st);
-  bool ok = t != NULL;
-  sched *s2 = sched_new(orig, 1);
-  if (ok) ok = sched_replay(s2, t, false, false, &st);
-  if (!ok) fprintf(stderr, "replay: %s\n", st.msg);
-  if (ok) ok = ir_func_equal(sched_func(s), sched_func(s2));
-  char *js2 = ok ? sched_trace_to_json(sched_get_trace(s2)) : NULL;
-  if (ok) ok = strcmp(js, js2) == 0;
-  free(js);
-  free(js2);
-  sched_trace_free(t);
-  sched_free(s2);
-  return ok;
-}
-
-static bool verified(sched *s) {
-  dg_status st;
-  if (ir_verify(sched_func(s), &st)) return true;
-  fprintf(stderr, "verify: %s\n", st.msg);
-  return false;
-}
-
-static sched_val I(int64_t v) { return (sched_val){.kind = SV_INT, .i = v}; }
-static const sched_val NONE = {.kind = SV_NONE};
 
 DG_TEST(sched_split_perfect_and_imperfect) {
-  dg_func *f = parse(MATMUL);
+  dg_func *f = ts_parse(MATMUL);
   CHECK(f);
   sched *s = sched_new(f, 1);
   dg_status st;
   int b = sched_get_block(s, "C", NULL, &st);
   int l[3];
   CHECK_EQ(sched_get_loops(s, b, l, 3, &st), 3);
-  sched_val fi[2] = {NONE, I(4)};
+  sched_val fi[2] = {TS_NONE, ts_int(4)};
   int li[2];
   CHECK_EQ(sched_split(s, l[0], fi, 2, true, false, li, &st), 2);
-  sched_val fj[2] = {I(4), NONE}; /* 10 -> [4, 3]: imperfect, predicated */
+  sched_val fj[2] = {ts_int(4), TS_NONE}; /* 10 -> [4, 3]: imperfect, predicated */
   int lj[2];
   CHECK_EQ(sched_split(s, l[1], fj, 2, true, false, lj, &st), 2);
-  CHECK(verified(s));
+  CHECK(ts_verified(s));
   char *txt = ir_print(sched_func(s));
   CHECK_STREQ(txt,
               "kernel main(A: f32[12, 8], B: f32[8, 10], C: f32[12, 10]):\n"
@@ -104,19 +48,19 @@ DG_TEST(sched_split_perfect_and_imperfect) {
               "          C[vi, vj] = 0.0\n"
               "        C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]\n");
   free(txt);
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers(f, sched_func(s)));
+  CHECK(ts_replays(f, s));
   /* the consumed loops are stale now */
   CHECK(sched_split(s, l[0], fi, 2, true, false, li, &st) < 0);
   CHECK_ERR(st, "Split: loop: loop l1 (i) is stale");
   /* factors that do not cover the extent */
-  sched_val small[2] = {I(2), I(2)};
+  sched_val small[2] = {ts_int(2), ts_int(2)};
   CHECK(sched_split(s, l[2], small, 2, true, false, li, &st) < 0);
   CHECK_ERR(st, "factors of loop k multiply to 4, less than its extent 8");
-  sched_val two_none[2] = {NONE, NONE};
+  sched_val two_none[2] = {TS_NONE, TS_NONE};
   CHECK(sched_split(s, l[2], two_none, 2, true, false, li, &st) < 0);
   CHECK_ERR(st, "at most one factor may be None");
-  sched_val neg[2] = {NONE, I(0)};
+  sched_val neg[2] = {TS_NONE, ts_int(0)};
   CHECK(sched_split(s, l[2], neg, 2, true, false, li, &st) < 0);
   CHECK_ERR(st, "factors must be positive");
   sched_free(s);
@@ -124,7 +68,7 @@ DG_TEST(sched_split_perfect_and_imperfect) {
 }
 
 DG_TEST(sched_fuse_and_split_back) {
-  dg_func *f = parse(MATMUL);
+  dg_func *f = ts_parse(MATMUL);
   sched *s = sched_new(f, 1);
   dg_status st;
   int b = sched_get_block(s, "C", NULL, &st);
@@ -132,22 +76,22 @@ DG_TEST(sched_fuse_and_split_back) {
   sched_get_loops(s, b, l, 3, &st);
   int ij = sched_fuse(s, l, 2, true, &st);
   CHECK(ij >= 0);
-  CHECK(verified(s));
+  CHECK(ts_verified(s));
   char *txt = ir_print(sched_func(s));
   CHECK(strstr(txt, "for i_j_fused, k in grid(120, 8):") != NULL);
   CHECK(strstr(txt, "vi: S(12) = i_j_fused // 10, vj: S(10) = i_j_fused % 10") != NULL);
   free(txt);
-  CHECK(same_numbers(f, sched_func(s)));
+  CHECK(ts_same_numbers(f, sched_func(s)));
   /* split the fused loop by the inner extent: the bindings come back to
    * plain loop variables */
-  sched_val fs[2] = {NONE, I(10)};
+  sched_val fs[2] = {TS_NONE, ts_int(10)};
   int lo[2];
   CHECK_EQ(sched_split(s, ij, fs, 2, true, false, lo, &st), 2);
   txt = ir_print(sched_func(s));
   CHECK(strstr(txt, "vi: S(12) = i_j_fused_0, vj: S(10) = i_j_fused_1") != NULL);
   free(txt);
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers(f, sched_func(s)));
+  CHECK(ts_replays(f, s));
   /* loops that are not directly nested */
   int l2[3];
   sched_get_loops(s, b, l2, 3, &st);
@@ -163,7 +107,7 @@ DG_TEST(sched_fuse_and_split_back) {
 }
 
 DG_TEST(sched_reorder_keeps_handles) {
-  dg_func *f = parse(MATMUL);
+  dg_func *f = ts_parse(MATMUL);
   sched *s = sched_new(f, 1);
   dg_status st;
   int b = sched_get_block(s, "C", NULL, &st);
@@ -171,11 +115,11 @@ DG_TEST(sched_reorder_keeps_handles) {
   sched_get_loops(s, b, l, 3, &st);
   int order[3] = {l[2], l[0], l[1]};
   CHECK(sched_reorder(s, order, 3, &st));
-  CHECK(verified(s));
+  CHECK(ts_verified(s));
   char *txt = ir_print(sched_func(s));
   CHECK(strstr(txt, "for k, i, j in grid(8, 12, 10):") != NULL);
   free(txt);
-  CHECK(same_numbers(f, sched_func(s)));
+  CHECK(ts_same_numbers(f, sched_func(s)));
   /* handles still name the same loops */
   CHECK(sched_parallel(s, l[0], &st));
   txt = ir_print(sched_func(s));
@@ -187,8 +131,8 @@ DG_TEST(sched_reorder_keeps_handles) {
   txt = ir_print(sched_func(s));
   CHECK(strstr(txt, "for j in 10:\n      for i in 12 parallel:\n        for k in 8:") != NULL);
   free(txt);
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers(f, sched_func(s)));
+  CHECK(ts_replays(f, s));
   int dup[2] = {l[0], l[0]};
   CHECK(!sched_reorder(s, dup, 2, &st));
   CHECK_ERR(st, "loop i appears twice");
@@ -197,7 +141,7 @@ DG_TEST(sched_reorder_keeps_handles) {
 }
 
 DG_TEST(sched_add_unit_loop) {
-  dg_func *f = parse(MATMUL);
+  dg_func *f = ts_parse(MATMUL);
   sched *s = sched_new(f, 1);
   dg_status st;
   int b = sched_get_block(s, "C", NULL, &st);
@@ -206,12 +150,12 @@ DG_TEST(sched_add_unit_loop) {
   int l[4];
   CHECK_EQ(sched_get_loops(s, b, l, 4, &st), 4);
   CHECK(l[3] != u);
-  CHECK(verified(s));
+  CHECK(ts_verified(s));
   char *txt = ir_print(sched_func(s));
   CHECK(strstr(txt, "for i, j, k, u in grid(12, 10, 8, 1):") != NULL);
   free(txt);
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers(f, sched_func(s)));
+  CHECK(ts_replays(f, s));
   int root = sched_get_block(s, "root", NULL, &st);
   CHECK(sched_add_unit_loop(s, root, &st) < 0);
   CHECK_ERR(st, "cannot add a loop above the root block");
@@ -249,12 +193,12 @@ DG_TEST(sched_gmm_tiling) {
     CHECK(sched_bind(s, fl, tags[g], &st));
   }
   CHECK_OK(st);
-  CHECK(verified(s));
+  CHECK(ts_verified(s));
   char *txt = ir_print(sched_func(s));
   CHECK(strstr(txt, "bind(blockIdx.x)") && strstr(txt, "bind(vthread.x)") && strstr(txt, "bind(threadIdx.x)"));
   free(txt);
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers(f, sched_func(s)));
+  CHECK(ts_replays(f, s));
   sched_free(s);
   ir_func_free(f);
 }
@@ -262,7 +206,7 @@ DG_TEST(sched_gmm_tiling) {
 /* A loop that carries spatial and reduction variables at once may be split
  * but not reordered: the init would no longer run on the first visit. */
 DG_TEST(sched_reorder_rejects_mixed_loops) {
-  dg_func *f = parse(MATMUL);
+  dg_func *f = ts_parse(MATMUL);
   sched *s = sched_new(f, 1);
   dg_status st;
   int b = sched_get_block(s, "C", NULL, &st);
@@ -276,7 +220,7 @@ DG_TEST(sched_reorder_rejects_mixed_loops) {
   int swap[2] = {p[1], p[0]};
   CHECK(!sched_reorder(s, swap, 2, &st));
   CHECK_ERR(st, "loop j_k_fused_1 is bound to both spatial and reduction variables of block C");
-  CHECK(same_numbers(f, sched_func(s)));
+  CHECK(ts_same_numbers(f, sched_func(s)));
   sched_free(s);
   ir_func_free(f);
 }

@@ -8,6 +8,7 @@
 #include "dragon/rt.h"
 #include "dragon/sched.h"
 #include "dragon/wl.h"
+#include "sched_support.h"
 #include "test.h"
 
 static const char *MATMUL =
@@ -40,80 +41,11 @@ static char *row_kernel(const char *init, const char *update) {
   return dg_str_take(&s);
 }
 
-static dg_func *parse(const char *text) {
-  dg_status st;
-  dg_func *f = ir_parse(text, "test", &st);
-  if (!f) fprintf(stderr, "%s\n", st.msg);
-  return f;
-}
-
-/* The scheduled kernel computes what the original computes (interpreter,
- * float64 reference of the original, fresh inputs, poisoned outputs). */
-static bool same_numbers(const dg_func *orig, const dg_func *g) {
-  rt_tensors ts;
-  dg_status st;
-  if (!rt_tensors_init(&ts, orig, &st)) return false;
-  rt_data_fill(&ts, 7, rt_data_dist_for(orig));
-  rt_data_poison(&ts);
-  bool ok = rt_interp_run(orig, ts.ref_args, true, &st) && rt_interp_run(g, ts.args, false, &st);
-  rt_check chk;
-  if (ok) {
-    rt_check_outputs(&ts, rt_check_reduce_len(orig), &chk);
-    ok = chk.pass;
-    if (!ok) fprintf(stderr, "mismatch: %s\n", chk.first_bad);
-  } else {
-    fprintf(stderr, "run failed: %s\n", st.msg);
-  }
-  rt_tensors_free(&ts);
-  return ok;
-}
-
-/* Trace -> JSON -> replay on a fresh schedule gives an equal kernel and the
- * same JSON. */
-static bool replays(const dg_func *orig, sched *s) {
-  dg_status st;
-  char *js = sched_trace_to_json(sched_get_trace(s));
-  sched_trace *t = sched_trace_from_json(js, &st);
-  bool ok = t != NULL;
-  sched *s2 = sched_new(orig, 1);
-  if (ok) ok = sched_replay(s2, t, false, false, &st);
-  if (!ok) fprintf(stderr, "replay: %s\n", st.msg);
-  char why[256] = "";
-  if (ok && !ir_func_equal_explain(sched_func(s), sched_func(s2), why, sizeof why)) {
-    fprintf(stderr, "replayed kernel differs: %s\n", why);
-    ok = false;
-  }
-  char *js2 = ok ? sched_trace_to_json(sched_get_trace(s2)) : NULL;
-  if (ok) ok = strcmp(js, js2) == 0;
-  free(js);
-  free(js2);
-  sched_trace_free(t);
-  sched_free(s2);
-  return ok;
-}
-
-static bool verified(sched *s) {
-  dg_status st;
-  if (ir_verify(sched_func(s), &st)) return true;
-  fprintf(stderr, "verify: %s\n", st.msg);
-  return false;
-}
-
-static bool text_is(sched *s, const char *want) {
-  char *got = ir_print(sched_func(s));
-  bool ok = strcmp(got, want) == 0;
-  if (!ok) fprintf(stderr, "--- got\n%s--- want\n%s", got, want);
-  free(got);
-  return ok;
-}
-
-static sched_val I(int64_t v) { return (sched_val){.kind = SV_INT, .i = v}; }
-static const sched_val NONE = {.kind = SV_NONE};
 
 /* ---- DecomposeReduction ------------------------------------------------------ */
 
 DG_TEST(sched_reduction_decompose_matmul) {
-  dg_func *f = parse(MATMUL);
+  dg_func *f = ts_parse(MATMUL);
   CHECK(f);
   dg_status st;
   /* at the outermost loop: the init gets copies of both spatial loops */
@@ -124,8 +56,8 @@ DG_TEST(sched_reduction_decompose_matmul) {
   int ib = sched_decompose_reduction(s, b, l[0], &st);
   CHECK_OK(st);
   CHECK(ib >= 0 && sched_rv_get_kind(s, ib) == SCHED_RV_BLOCK);
-  CHECK(verified(s));
-  CHECK(text_is(s,
+  CHECK(ts_verified(s));
+  CHECK(ts_text_is(s,
                 "kernel main(A: f32[12, 8], B: f32[8, 10], C: f32[12, 10]):\n"
                 "  block root:\n"
                 "    for i_init, j_init in grid(12, 10):\n"
@@ -137,8 +69,8 @@ DG_TEST(sched_reduction_decompose_matmul) {
                 "        reads C[vi, vj], A[vi, vk], B[vk, vj]\n"
                 "        writes C[vi, vj]\n"
                 "        C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]\n"));
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   /* the block's handle names the update block, the output the init block;
    * the loops keep their handles */
   int out[4];
@@ -158,8 +90,8 @@ DG_TEST(sched_reduction_decompose_matmul) {
   b = sched_get_block(s, "C", NULL, &st);
   sched_get_loops(s, b, l, 3, &st);
   CHECK(sched_decompose_reduction(s, b, l[2], &st) >= 0);
-  CHECK(verified(s));
-  CHECK(text_is(s,
+  CHECK(ts_verified(s));
+  CHECK(ts_text_is(s,
                 "kernel main(A: f32[12, 8], B: f32[8, 10], C: f32[12, 10]):\n"
                 "  block root:\n"
                 "    for i, j in grid(12, 10):\n"
@@ -171,8 +103,8 @@ DG_TEST(sched_reduction_decompose_matmul) {
                 "          reads C[vi, vj], A[vi, vk], B[vk, vj]\n"
                 "          writes C[vi, vj]\n"
                 "          C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]\n"));
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   sched_free(s);
   ir_func_free(f);
 }
@@ -180,21 +112,21 @@ DG_TEST(sched_reduction_decompose_matmul) {
 /* Loops below the decomposition point that spatial bindings use are copied
  * (`<var>_init`); predicate conjuncts over the dropped loops go. */
 DG_TEST(sched_reduction_decompose_inner_loops_and_predicate) {
-  dg_func *f = parse(MATMUL);
+  dg_func *f = ts_parse(MATMUL);
   sched *s = sched_new(f, 1);
   dg_status st;
   int b = sched_get_block(s, "C", NULL, &st);
   int l[3];
   sched_get_loops(s, b, l, 3, &st);
-  sched_val fi[2] = {NONE, I(5)}, fk[2] = {I(3), NONE}; /* 12 -> 3x5, 8 -> 3x3: both predicated */
+  sched_val fi[2] = {TS_NONE, ts_int(5)}, fk[2] = {ts_int(3), TS_NONE}; /* 12 -> 3x5, 8 -> 3x3: both predicated */
   int li[2], lk[2];
   CHECK_EQ(sched_split(s, l[0], fi, 2, true, false, li, &st), 2);
   CHECK_EQ(sched_split(s, l[2], fk, 2, true, false, lk, &st), 2);
   int ord[2] = {lk[0], l[1]};
   CHECK(sched_reorder(s, ord, 2, &st)); /* i_0, i_1, k_0, j, k_1 */
   CHECK(sched_decompose_reduction(s, b, lk[0], &st) >= 0);
-  CHECK(verified(s));
-  CHECK(text_is(s,
+  CHECK(ts_verified(s));
+  CHECK(ts_text_is(s,
                 "kernel main(A: f32[12, 8], B: f32[8, 10], C: f32[12, 10]):\n"
                 "  block root:\n"
                 "    for i_0, i_1 in grid(3, 5):\n"
@@ -209,8 +141,8 @@ DG_TEST(sched_reduction_decompose_inner_loops_and_predicate) {
                 "          writes C[vi, vj]\n"
                 "          where i_0 * 5 + i_1 < 12 && k_0 * 3 + k_1 < 8\n"
                 "          C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]\n"));
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   sched_free(s);
   ir_func_free(f);
 }
@@ -233,7 +165,7 @@ DG_TEST(sched_reduction_decompose_invalid) {
   CHECK(sched_decompose_reduction(s, mx, le[0], &st) < 0);
   CHECK_ERR(st, "DecomposeReduction: loop i0_1 is not an ancestor of block T_softmax_maxelem");
   /* below a loop of the reduction */
-  sched_val fk[2] = {NONE, I(4)};
+  sched_val fk[2] = {TS_NONE, ts_int(4)};
   int lk[2];
   CHECK_EQ(sched_split(s, lm[1], fk, 2, true, false, lk, &st), 2);
   char *split = ir_print(sched_func(s));
@@ -256,7 +188,7 @@ DG_TEST(sched_reduction_decompose_invalid) {
   /* a predicate conjunct over a dropped loop and a kept one: dropping it
    * would run the init outside the block's domain, keeping it is not
    * possible without the dropped loop */
-  f = parse("kernel main(A: f32[6, 16], C: f32[6]):\n"
+  f = ts_parse("kernel main(A: f32[6, 16], C: f32[6]):\n"
             "  block root:\n"
             "    for i, k in grid(6, 16):\n"
             "      block C(vi: S(6) = i, vk: R(16) = k):\n"
@@ -274,13 +206,13 @@ DG_TEST(sched_reduction_decompose_invalid) {
   CHECK(sched_decompose_reduction(s, b, l[1], &st) < 0);
   CHECK_ERR(st, "DecomposeReduction: the predicate of block C ties loops the init block drops to "
                 "loops it keeps (i + k < 18); decompose_reduction cannot split it");
-  CHECK(verified(s));
+  CHECK(ts_verified(s));
   sched_free(s);
   ir_func_free(f);
 
   /* an init that reads the reduction variable cannot stand alone */
   char *text = row_kernel("A[vi, vk]", "C[vi] + A[vi, vk]");
-  f = parse(text);
+  f = ts_parse(text);
   free(text);
   CHECK(f);
   s = sched_new(f, 1);
@@ -310,10 +242,10 @@ DG_TEST(sched_reduction_decompose_workloads) {
       CHECK(n >= 2);
       CHECK(sched_decompose_reduction(s, b, l[1], &st) >= 0);
       CHECK_OK(st);
-      CHECK(verified(s));
+      CHECK(ts_verified(s));
     }
-    CHECK(same_numbers(f, sched_func(s)));
-    CHECK(replays(f, s));
+    CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+    CHECK(ts_replays(f, s));
     sched_free(s);
     ir_func_free(f);
   }
@@ -325,8 +257,8 @@ DG_TEST(sched_reduction_decompose_workloads) {
   int l[3];
   sched_get_loops(s, b, l, 3, &st);
   CHECK(sched_decompose_reduction(s, b, l[1], &st) >= 0);
-  CHECK(verified(s));
-  CHECK(text_is(s,
+  CHECK(ts_verified(s));
+  CHECK(ts_text_is(s,
                 "kernel main(A: f32[2, 3, 4], D: f32[2]):\n"
                 "  block root:\n"
                 "    alloc C: f32[2]\n"
@@ -344,7 +276,7 @@ DG_TEST(sched_reduction_decompose_workloads) {
                 "        reads C[v_b_1]\n"
                 "        writes D[v_b_1]\n"
                 "        D[v_b_1] = sqrt(C[v_b_1])\n"));
-  CHECK(same_numbers(f, sched_func(s)));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
   sched_free(s);
   ir_func_free(f);
 }
@@ -352,20 +284,20 @@ DG_TEST(sched_reduction_decompose_workloads) {
 /* ---- RFactor ---------------------------------------------------------------- */
 
 DG_TEST(sched_reduction_rfactor_matmul) {
-  dg_func *f = parse(MATMUL);
+  dg_func *f = ts_parse(MATMUL);
   sched *s = sched_new(f, 1);
   dg_status st;
   int b = sched_get_block(s, "C", NULL, &st);
   int l[3];
   sched_get_loops(s, b, l, 3, &st);
-  sched_val fk[2] = {NONE, I(4)};
+  sched_val fk[2] = {TS_NONE, ts_int(4)};
   int lk[2];
   CHECK_EQ(sched_split(s, l[2], fk, 2, true, false, lk, &st), 2);
   int rb = sched_rfactor(s, lk[1], 0, &st);
   CHECK_OK(st);
   CHECK(rb >= 0 && sched_rv_get_kind(s, rb) == SCHED_RV_BLOCK);
-  CHECK(verified(s));
-  CHECK(text_is(s,
+  CHECK(ts_verified(s));
+  CHECK(ts_text_is(s,
                 "kernel main(A: f32[12, 8], B: f32[8, 10], C: f32[12, 10]):\n"
                 "  block root:\n"
                 "    alloc C_rf: f32[4, 12, 10]\n"
@@ -383,8 +315,8 @@ DG_TEST(sched_reduction_rfactor_matmul) {
                 "        init:\n"
                 "          C[vi_1, vj_1] = 0.0\n"
                 "        C[vi_1, vj_1] = C[vi_1, vj_1] + C_rf[vk_1_1, vi_1, vj_1]\n"));
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   /* handles: b is the write-back block, the rf loop survives around it, the
    * other reduction loop is gone */
   int wl[4];
@@ -400,22 +332,22 @@ DG_TEST(sched_reduction_rfactor_matmul) {
   CHECK(sched_decompose_reduction(s, rb, rl[3], &st) < 0);
   CHECK_ERR(st, "loop k_1_1 is below loop k_0_1, which binds reduction variable vk_0 of block C_rf");
   CHECK(sched_decompose_reduction(s, rb, rl[2], &st) >= 0);
-  CHECK(verified(s));
+  CHECK(ts_verified(s));
   CHECK(sched_decompose_reduction(s, b, wl[2], &st) >= 0);
-  CHECK(verified(s));
+  CHECK(ts_verified(s));
   char *txt = ir_print(sched_func(s));
   CHECK(strstr(txt, "      block C_rf_init(vk_1_2: S(4) = k_1_1_init, vi_2: S(12) = i_1, vj_2: S(10) = j_1):\n") != NULL);
   CHECK(strstr(txt, "      block C_init(vi_1_1: S(12) = i, vj_1_1: S(10) = j):\n") != NULL);
   free(txt);
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   sched_free(s);
   ir_func_free(f);
 }
 
 /* factor_axis places the new axis; negative values count from the end. */
 DG_TEST(sched_reduction_rfactor_factor_axis) {
-  dg_func *f = parse(MATMUL);
+  dg_func *f = ts_parse(MATMUL);
   dg_status st;
   struct {
     int axis;
@@ -430,16 +362,16 @@ DG_TEST(sched_reduction_rfactor_factor_axis) {
     int b = sched_get_block(s, "C", NULL, &st);
     int l[3];
     sched_get_loops(s, b, l, 3, &st);
-    sched_val fk[2] = {NONE, I(4)};
+    sched_val fk[2] = {TS_NONE, ts_int(4)};
     int lk[2];
     CHECK_EQ(sched_split(s, l[2], fk, 2, true, false, lk, &st), 2);
     CHECK(sched_rfactor(s, lk[0], cases[c].axis, &st) >= 0); /* the outer part, extent 2 */
-    CHECK(verified(s));
+    CHECK(ts_verified(s));
     char *txt = ir_print(sched_func(s));
     CHECK_MSG(strstr(txt, cases[c].alloc) != NULL, "axis %d:\n%s", cases[c].axis, txt);
     free(txt);
-    CHECK(same_numbers(f, sched_func(s)));
-    CHECK(replays(f, s));
+    CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+    CHECK(ts_replays(f, s));
     sched_free(s);
   }
   ir_func_free(f);
@@ -455,8 +387,8 @@ DG_TEST(sched_reduction_rfactor_nrm_and_max) {
   int l[3];
   CHECK_EQ(sched_get_loops(s, b, l, 3, &st), 3);
   CHECK(sched_rfactor(s, l[2], 1, &st) >= 0);
-  CHECK(verified(s));
-  CHECK(text_is(s,
+  CHECK(ts_verified(s));
+  CHECK(ts_text_is(s,
                 "kernel main(A: f32[1, 4, 8], D: f32[1]):\n"
                 "  block root:\n"
                 "    alloc C: f32[1]\n"
@@ -480,8 +412,8 @@ DG_TEST(sched_reduction_rfactor_nrm_and_max) {
                 "        reads C[v_b_1]\n"
                 "        writes D[v_b_1]\n"
                 "        D[v_b_1] = sqrt(C[v_b_1])\n"));
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   sched_free(s);
   ir_func_free(f);
 
@@ -492,9 +424,9 @@ DG_TEST(sched_reduction_rfactor_nrm_and_max) {
   b = sched_get_block(s, "C", NULL, &st);
   CHECK_EQ(sched_get_loops(s, b, l, 3, &st), 3);
   CHECK(sched_rfactor(s, l[1], 0, &st) >= 0);
-  CHECK(verified(s));
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_verified(s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   sched_free(s);
   ir_func_free(f);
 
@@ -503,12 +435,12 @@ DG_TEST(sched_reduction_rfactor_nrm_and_max) {
   s = sched_new(f, 1);
   b = sched_get_block(s, "A_red", NULL, &st);
   CHECK_EQ(sched_get_loops(s, b, l, 2, &st), 2);
-  sched_val fk[2] = {I(2), NONE};
+  sched_val fk[2] = {ts_int(2), TS_NONE};
   int lk[2];
   CHECK_EQ(sched_split(s, l[1], fk, 2, true, false, lk, &st), 2);
   CHECK(sched_rfactor(s, lk[1], -1, &st) >= 0);
-  CHECK(verified(s));
-  CHECK(text_is(s,
+  CHECK(ts_verified(s));
+  CHECK(ts_text_is(s,
                 "kernel main(A: f32[4, 8], A_red: f32[4]):\n"
                 "  block root:\n"
                 "    alloc A_red_rf: f32[4, 4]\n"
@@ -526,8 +458,8 @@ DG_TEST(sched_reduction_rfactor_nrm_and_max) {
                 "        init:\n"
                 "          A_red[v_ax0_1] = -3.4028235e+38\n"
                 "        A_red[v_ax0_1] = max(A_red[v_ax0_1], A_red_rf[v_ax0_1, vk1_1_1])\n"));
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   sched_free(s);
   ir_func_free(f);
 }
@@ -553,14 +485,14 @@ DG_TEST(sched_reduction_rfactor_reducers) {
   };
   for (size_t c = 0; c < DG_ARRAY_LEN(cases); c++) {
     char *text = row_kernel(cases[c].init, cases[c].update);
-    dg_func *f = parse(text);
+    dg_func *f = ts_parse(text);
     free(text);
     CHECK(f);
     sched *s = sched_new(f, 1);
     int b = sched_get_block(s, "C", NULL, &st);
     int l[2];
     CHECK_EQ(sched_get_loops(s, b, l, 2, &st), 2);
-    sched_val fk[2] = {NONE, I(4)};
+    sched_val fk[2] = {TS_NONE, ts_int(4)};
     int lk[2];
     CHECK_EQ(sched_split(s, l[1], fk, 2, true, false, lk, &st), 2);
     char *before = ir_print(sched_func(s));
@@ -573,9 +505,9 @@ DG_TEST(sched_reduction_rfactor_reducers) {
       free(after);
     } else {
       CHECK_MSG(rb >= 0, "case %zu: %s", c, st.msg);
-      CHECK(verified(s));
-      CHECK(same_numbers(f, sched_func(s)));
-      CHECK(replays(f, s));
+      CHECK(ts_verified(s));
+      CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+      CHECK(ts_replays(f, s));
     }
     free(before);
     sched_free(s);
@@ -584,7 +516,7 @@ DG_TEST(sched_reduction_rfactor_reducers) {
 }
 
 DG_TEST(sched_reduction_rfactor_invalid) {
-  dg_func *f = parse(MATMUL);
+  dg_func *f = ts_parse(MATMUL);
   sched *s = sched_new(f, 1);
   dg_status st;
   int b = sched_get_block(s, "C", NULL, &st);
@@ -636,13 +568,13 @@ DG_TEST(sched_reduction_rfactor_invalid) {
   s = sched_new(f, 1);
   b = sched_get_block(s, "C", NULL, &st);
   sched_get_loops(s, b, l, 3, &st);
-  sched_val fk[2] = {NONE, I(4)};
+  sched_val fk[2] = {TS_NONE, ts_int(4)};
   int lk[2];
   CHECK_EQ(sched_split(s, l[2], fk, 2, true, false, lk, &st), 2);
   CHECK(sched_add_unit_loop(s, b, &st) >= 0); /* a unit loop under k_1 is fine */
   CHECK(sched_rfactor(s, lk[1], 0, &st) >= 0);
-  CHECK(verified(s));
-  CHECK(same_numbers(f, sched_func(s)));
+  CHECK(ts_verified(s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
   sched_free(s);
   ir_func_free(f);
 
@@ -662,7 +594,7 @@ DG_TEST(sched_reduction_rfactor_invalid) {
       "          init:\n"
       "            C[vi] = 0.0\n"
       "          C[vi] = C[vi] + A[vi, vk]\n";
-  f = parse(two);
+  f = ts_parse(two);
   CHECK(f);
   s = sched_new(f, 1);
   b = sched_get_block(s, "C", NULL, &st);
@@ -688,15 +620,15 @@ DG_TEST(sched_reduction_cross_thread) {
   CHECK_EQ(sched_get_loops(s, b, l, 3, &st), 3);
   int fu = sched_fuse(s, l + 1, 2, true, &st);
   CHECK(fu >= 0);
-  sched_val ft[2] = {NONE, I(32)};
+  sched_val ft[2] = {TS_NONE, ts_int(32)};
   int lt[2];
   CHECK_EQ(sched_split(s, fu, ft, 2, true, false, lt, &st), 2);
   CHECK(sched_bind(s, lt[1], DG_TAG_THREAD_X, &st));
   CHECK(sched_bind(s, l[0], DG_TAG_BLOCK_X, &st));
   CHECK(!sched_bind(s, lt[0], DG_TAG_BLOCK_Y, &st));
   CHECK_ERR(st, "Bind: loop i_j_fused_0 cannot be blockIdx.y: block C binds it to reduction variable v_i");
-  CHECK(verified(s));
-  CHECK(text_is(s,
+  CHECK(ts_verified(s));
+  CHECK(ts_text_is(s,
                 "kernel main(A: f32[2, 4, 16], D: f32[2]):\n"
                 "  block root:\n"
                 "    alloc C: f32[2]\n"
@@ -714,15 +646,15 @@ DG_TEST(sched_reduction_cross_thread) {
                 "        reads C[v_b_1]\n"
                 "        writes D[v_b_1]\n"
                 "        D[v_b_1] = sqrt(C[v_b_1])\n"));
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   /* TVM's DecomposeReduction primitive does not look at thread bindings and
    * neither does ours: it is RewriteReductionBlock that skips such blocks.
    * RFactor needs a serial loop, so the bound one is refused. */
   CHECK(sched_rfactor(s, lt[1], 0, &st) < 0);
   CHECK_ERR(st, "RFactor: loop i_j_fused_1 is threadIdx.x; rfactor needs a serial loop");
   CHECK(sched_decompose_reduction(s, b, lt[0], &st) >= 0);
-  CHECK(verified(s));
+  CHECK(ts_verified(s));
   char *txt = ir_print(sched_func(s));
   CHECK(strstr(txt,
                "    for b in 2 bind(blockIdx.x):\n"
@@ -733,8 +665,8 @@ DG_TEST(sched_reduction_cross_thread) {
                "        for i_j_fused_1 in 32 bind(threadIdx.x):\n"
                "          block C_update(") != NULL);
   free(txt);
-  CHECK(same_numbers(f, sched_func(s))); /* the interpreter runs threads one by one */
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7)); /* the interpreter runs threads one by one */
+  CHECK(ts_replays(f, s));
   sched_free(s);
   ir_func_free(f);
 
@@ -751,17 +683,17 @@ DG_TEST(sched_reduction_cross_thread) {
     CHECK_EQ(sched_split(s, rl[1], ft, 2, true, false, sp, &st), 2);
     CHECK(sched_bind(s, sp[1], DG_TAG_THREAD_X, &st));
     CHECK(sched_bind(s, rl[0], DG_TAG_BLOCK_X, &st));
-    CHECK(verified(s));
+    CHECK(ts_verified(s));
   }
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   sched_free(s);
   ir_func_free(f);
 }
 
 /* Trace JSON of the two kinds, in TVM's layout. */
 DG_TEST(sched_reduction_trace_json) {
-  dg_func *f = parse(MATMUL);
+  dg_func *f = ts_parse(MATMUL);
   dg_status st;
   sched_trace *t = sched_trace_from_json(
       "[[[\"GetBlock\",[],[\"C\",\"main\"],[\"b0\"]],[\"GetLoops\",[\"b0\"],[],[\"l1\",\"l2\",\"l3\"]],"
@@ -774,8 +706,8 @@ DG_TEST(sched_reduction_trace_json) {
   sched *s = sched_new(f, 1);
   CHECK(sched_replay(s, t, false, false, &st));
   CHECK_OK(st);
-  CHECK(verified(s));
-  CHECK(same_numbers(f, sched_func(s)));
+  CHECK(ts_verified(s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
   CHECK(ir_find_block(sched_func(s), "C_rf_init") && ir_find_block(sched_func(s), "C_rf_update"));
   CHECK(ir_find_block(sched_func(s), "C_init") && ir_find_block(sched_func(s), "C_update"));
   char *js = sched_trace_to_json(sched_get_trace(s));
@@ -811,16 +743,16 @@ DG_TEST(sched_reduction_rfactor_keeps_spatial_predicate) {
   CHECK(b >= 0);
   int l[2];
   CHECK_EQ(sched_get_loops(s, b, l, 2, &st), 2);
-  sched_val fs[2] = {I(4), NONE}; /* 45 -> [4, 12]: 48 > 45, predicated */
+  sched_val fs[2] = {ts_int(4), TS_NONE}; /* 45 -> [4, 12]: 48 > 45, predicated */
   int li[2];
   CHECK_EQ(sched_split(s, l[0], fs, 2, true, false, li, &st), 2);
-  sched_val fk[2] = {NONE, I(3)};
+  sched_val fk[2] = {TS_NONE, ts_int(3)};
   int lk[2];
   CHECK_EQ(sched_split(s, l[1], fk, 2, true, false, lk, &st), 2);
   CHECK(sched_rfactor(s, lk[1], 0, &st) >= 0);
-  CHECK(verified(s));
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_verified(s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   char *txt = ir_print(sched_func(s));
   int n_where = 0;
   for (const char *p = txt; (p = strstr(p, "where ")); p++) n_where++;

@@ -8,6 +8,7 @@
 #include "dragon/rt.h"
 #include "dragon/sched.h"
 #include "dragon/wl.h"
+#include "sched_support.h"
 #include "test.h"
 
 static const char *MATMUL =
@@ -21,70 +22,11 @@ static const char *MATMUL =
     "          C[vi, vj] = 0.0\n"
     "        C[vi, vj] = C[vi, vj] + A[vi, vk] * B[vk, vj]\n";
 
-static dg_func *parse(const char *text) {
-  dg_status st;
-  dg_func *f = ir_parse(text, "test", &st);
-  if (!f) fprintf(stderr, "%s\n", st.msg);
-  return f;
-}
-
-/* The scheduled kernel computes what the original computes (interpreter,
- * float64 reference of the original, fresh inputs, poisoned outputs). */
-static bool same_numbers(const dg_func *orig, const dg_func *g) {
-  rt_tensors ts;
-  dg_status st;
-  if (!rt_tensors_init(&ts, orig, &st)) return false;
-  rt_data_fill(&ts, 7, rt_data_dist_for(orig));
-  rt_data_poison(&ts);
-  bool ok = rt_interp_run(orig, ts.ref_args, true, &st) && rt_interp_run(g, ts.args, false, &st);
-  rt_check chk;
-  if (ok) {
-    rt_check_outputs(&ts, rt_check_reduce_len(orig), &chk);
-    ok = chk.pass;
-    if (!ok) fprintf(stderr, "mismatch: %s\n", chk.first_bad);
-  } else {
-    fprintf(stderr, "run failed: %s\n", st.msg);
-  }
-  rt_tensors_free(&ts);
-  return ok;
-}
-
-/* Trace -> JSON -> replay on a fresh schedule gives an equal kernel and the
- * same JSON. */
-static bool replays(const dg_func *orig, sched *s) {
-  dg_status st;
-  char *js = sched_trace_to_json(sched_get_trace(s));
-  sched_trace *t = sched_trace_from_json(js, &st);
-  bool ok = t != NULL;
-  sched *s2 = sched_new(orig, 1);
-  if (ok) ok = sched_replay(s2, t, false, false, &st);
-  if (!ok) fprintf(stderr, "replay: %s\n", st.msg);
-  char why[256] = "";
-  if (ok) ok = ir_func_equal_explain(sched_func(s), sched_func(s2), why, sizeof why);
-  if (!ok && why[0]) fprintf(stderr, "replay differs: %s\n", why);
-  char *js2 = ok ? sched_trace_to_json(sched_get_trace(s2)) : NULL;
-  if (ok) ok = strcmp(js, js2) == 0;
-  free(js);
-  free(js2);
-  sched_trace_free(t);
-  sched_free(s2);
-  return ok;
-}
-
-static bool verified(sched *s) {
-  dg_status st;
-  if (ir_verify(sched_func(s), &st)) return true;
-  fprintf(stderr, "verify: %s\n", st.msg);
-  return false;
-}
-
-static sched_val I(int64_t v) { return (sched_val){.kind = SV_INT, .i = v}; }
-static const sched_val NONE = {.kind = SV_NONE};
 
 /* Splits loop l into [None, f] (outputs in out[0..1]). */
 static bool split2(sched *s, int l, int64_t f, int *out) {
   dg_status st;
-  sched_val fs[2] = {NONE, I(f)};
+  sched_val fs[2] = {TS_NONE, ts_int(f)};
   if (sched_split(s, l, fs, 2, true, false, out, &st) == 2) return true;
   fprintf(stderr, "split: %s\n", st.msg);
   return false;
@@ -107,7 +49,7 @@ static bool split2(sched *s, int l, int64_t f, int *out) {
   } while (0)
 
 DG_TEST(sched_tensorize_blockize_matmul) {
-  dg_func *f = parse(MATMUL);
+  dg_func *f = ts_parse(MATMUL);
   CHECK(f);
   sched *s = sched_new(f, 1);
   dg_status st;
@@ -121,7 +63,7 @@ DG_TEST(sched_tensorize_blockize_matmul) {
   int o = sched_blockize(s, li[1], true, &st);
   CHECK_OK(st);
   CHECK(o >= 0);
-  CHECK(verified(s));
+  CHECK(ts_verified(s));
   char *txt = ir_print(sched_func(s));
   CHECK_STREQ(txt,
               "kernel main(A: f32[12, 8], B: f32[8, 10], C: f32[12, 10]):\n"
@@ -141,8 +83,8 @@ DG_TEST(sched_tensorize_blockize_matmul) {
               "            writes C[vi_i + vi_o * 4, vj_o]\n"
               "            C[vi_i + vi_o * 4, vj_o] = C[vi_i + vi_o * 4, vj_o] + A[vi_i + vi_o * 4, vk_i + vk_o * 4] * B[vk_i + vk_o * 4, vj_o]\n");
   free(txt);
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   /* the inner block and the loops kept their identity: the old handles work */
   int in[4];
   CHECK_EQ(sched_get_loops(s, b, in, 4, &st), 2);
@@ -151,13 +93,13 @@ DG_TEST(sched_tensorize_blockize_matmul) {
   /* blockize again, one level up: the outer block nests the first one */
   int o2 = sched_blockize(s, l[1], false, &st);
   CHECK_OK(st);
-  CHECK(o2 >= 0 && verified(s));
+  CHECK(o2 >= 0 && ts_verified(s));
   txt = ir_print(sched_func(s));
   CHECK(strstr(txt, "block C_o_o(vi_o_o: S(3) = i_0, vj_o_o: S(1) = 0, vk_o_o: R(1) = 0):") != NULL);
   CHECK(strstr(txt, "block C_o(vj_o_i: S(10) = j, vk_o_i: R(2) = k_0):") != NULL);
   free(txt);
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   sched_free(s);
   ir_func_free(f);
 }
@@ -174,7 +116,7 @@ static const char *ELEMWISE =
 /* TVM's test_blockize_outer_int64_shape, with and without unit iterators,
  * and test_blockize_outer (the whole nest). */
 DG_TEST(sched_tensorize_blockize_unit_iters) {
-  dg_func *f = parse(ELEMWISE);
+  dg_func *f = ts_parse(ELEMWISE);
   CHECK(f);
   for (int preserve = 0; preserve < 2; preserve++) {
     sched *s = sched_new(f, 1);
@@ -183,7 +125,7 @@ DG_TEST(sched_tensorize_blockize_unit_iters) {
     int l[4];
     CHECK_EQ(sched_get_loops(s, b, l, 4, &st), 4);
     CHECK(sched_blockize(s, l[2], preserve, &st) >= 0);
-    CHECK(verified(s));
+    CHECK(ts_verified(s));
     char *txt = ir_print(sched_func(s));
     const char *want =
         preserve ? "      block B_o(vi_o: S(1) = i0, vj_o: S(8) = j0):\n"
@@ -200,8 +142,8 @@ DG_TEST(sched_tensorize_blockize_unit_iters) {
                    "            reads A[vi_i, vj_i + vj_o * 16]\n";
     CHECK_MSG(strstr(txt, want) != NULL, "got\n%s", txt);
     free(txt);
-    CHECK(same_numbers(f, sched_func(s)));
-    CHECK(replays(f, s));
+    CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+    CHECK(ts_replays(f, s));
     sched_free(s);
   }
   sched *s = sched_new(f, 1);
@@ -216,13 +158,13 @@ DG_TEST(sched_tensorize_blockize_unit_iters) {
             "got\n%s", txt);
   CHECK(strstr(txt, "block B(vi_i: S(16) = i0 * 16 + i1, vj_i: S(128) = j0 * 16 + j1):") != NULL);
   free(txt);
-  CHECK(same_numbers(f, sched_func(s)));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
   sched_free(s);
   ir_func_free(f);
 }
 
 DG_TEST(sched_tensorize_blockize_errors) {
-  dg_func *f = parse(MATMUL);
+  dg_func *f = ts_parse(MATMUL);
   CHECK(f);
   sched *s = sched_new(f, 1);
   dg_status st;
@@ -250,7 +192,7 @@ DG_TEST(sched_tensorize_blockize_errors) {
   sched_free(s);
 
   /* two blocks under one loop */
-  dg_func *g = parse("kernel main(A: f32[4], B: f32[4], C: f32[4]):\n"
+  dg_func *g = ts_parse("kernel main(A: f32[4], B: f32[4], C: f32[4]):\n"
                      "  block root:\n"
                      "    for i in 4:\n"
                      "      block B(vi: S(4) = i):\n"
@@ -351,7 +293,7 @@ DG_TEST(sched_tensorize_wmma_gemm) {
   CHECK(afr >= 0 && bfr >= 0);
   int init = sched_decompose_reduction(s, b, lk[0], &st);
   CHECK(init >= 0);
-  CHECK(verified(s));
+  CHECK(ts_verified(s));
 
   /* mismatches: tile size, dtype, scope, pattern, name */
   CHECK_REJECTS(s, sched_tensorize(s, lj[1], "wmma_sync_16x16x16_f16f16f32", true, &st), st,
@@ -392,7 +334,7 @@ DG_TEST(sched_tensorize_wmma_gemm) {
   CHECK_OK(st);
   CHECK_REJECTS(s, sched_tensorize(s, so, "wmma_store_16x16x16_f32_global", true, &st), st,
                 "block C_wmma_accumulator_o is already tensorized");
-  CHECK(verified(s));
+  CHECK(ts_verified(s));
 
   dg_func *g = sched_func(s);
   static const char *const tagged[][2] = {
@@ -442,8 +384,8 @@ DG_TEST(sched_tensorize_wmma_gemm) {
   CHECK(intrin_bind(intrin_find("wmma_store_16x16x16_f32_global"), g, store, &bd, why, sizeof why));
   CHECK(bd.n == 2 && bd.ops[1].ldm == 64 && strcmp(bd.ops[1].buf->name, "C") == 0);
 
-  CHECK(same_numbers(f, g));
-  CHECK(replays(f, s));
+  CHECK(ts_same_numbers_seed(f, g, 7));
+  CHECK(ts_replays(f, s));
   sched_free(s);
   ir_func_free(f);
 }
@@ -451,7 +393,7 @@ DG_TEST(sched_tensorize_wmma_gemm) {
 /* Fragments written directly in kernel text: the transposed f16f16f16 mma,
  * and an s32 fill of a 32x32 accumulator in 16x16 tiles. */
 DG_TEST(sched_tensorize_kernel_text_fragments) {
-  dg_func *f = parse(
+  dg_func *f = ts_parse(
       "kernel main(A: f16[16, 16] wmma.matrix_a, B: f16[16, 16] wmma.matrix_b, "
       "C: f16[16, 16] wmma.accumulator):\n"
       "  block root:\n"
@@ -473,12 +415,12 @@ DG_TEST(sched_tensorize_kernel_text_fragments) {
   CHECK_REJECTS(s, sched_tensorize(s, o, "wmma_sync_16x16x16_f16f16f32_trans", true, &st), st,
                 "dtype mismatch: accumulator C is f16, the intrinsic needs f32");
   CHECK(sched_tensorize(s, o, "wmma_sync_16x16x16_f16f16f16_trans", false, &st));
-  CHECK(verified(s));
-  CHECK(replays(f, s));
+  CHECK(ts_verified(s));
+  CHECK(ts_replays(f, s));
   sched_free(s);
   ir_func_free(f);
 
-  f = parse("kernel main(C: i32[32, 32] wmma.accumulator):\n"
+  f = ts_parse("kernel main(C: i32[32, 32] wmma.accumulator):\n"
             "  block root:\n"
             "    for i, j in grid(32, 32):\n"
             "      block C(vi: S(32) = i, vj: S(32) = j):\n"
@@ -498,9 +440,9 @@ DG_TEST(sched_tensorize_kernel_text_fragments) {
   CHECK_REJECTS(s, sched_tensorize(s, lj[1], "wmma_fill_16x16x16_s32", true, &st), st,
                 "shape mismatch: the intrinsic computes a 16x16 tile, the block's loops are 16");
   CHECK(sched_tensorize(s, li[1], "wmma_fill_16x16x16_s32", true, &st));
-  CHECK(verified(s));
-  CHECK(same_numbers(f, sched_func(s)));
-  CHECK(replays(f, s));
+  CHECK(ts_verified(s));
+  CHECK(ts_same_numbers_seed(f, sched_func(s), 7));
+  CHECK(ts_replays(f, s));
   sched_free(s);
   ir_func_free(f);
 }

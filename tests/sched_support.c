@@ -1,0 +1,73 @@
+/* sched_support.c: the helpers of sched_support.h. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dragon/rt.h"
+#include "sched_support.h"
+
+dg_func *ts_parse(const char *text) {
+  dg_status st;
+  dg_func *f = ir_parse(text, "test", &st);
+  if (!f) fprintf(stderr, "%s\n", st.msg);
+  return f;
+}
+
+bool ts_same_numbers_seed(const dg_func *orig, const dg_func *g, uint64_t seed) {
+  rt_tensors ts;
+  dg_status st;
+  if (!rt_tensors_init(&ts, orig, &st)) return false;
+  rt_data_fill(&ts, seed, rt_data_dist_for(orig));
+  rt_data_poison(&ts);
+  bool ok = rt_interp_run(orig, ts.ref_args, true, &st) && rt_interp_run(g, ts.args, false, &st);
+  rt_check chk;
+  if (ok) {
+    rt_check_outputs(&ts, rt_check_reduce_len(orig), &chk);
+    ok = chk.pass;
+    if (!ok) fprintf(stderr, "mismatch: %s\n", chk.first_bad);
+  } else {
+    fprintf(stderr, "run failed: %s\n", st.msg);
+  }
+  rt_tensors_free(&ts);
+  return ok;
+}
+
+bool ts_same_numbers(const dg_func *orig, const dg_func *g) {
+  return ts_same_numbers_seed(orig, g, 11);
+}
+
+bool ts_replays(const dg_func *orig, sched *s) {
+  dg_status st;
+  char *js = sched_trace_to_json(sched_get_trace(s));
+  sched_trace *t = sched_trace_from_json(js, &st);
+  bool ok = t != NULL;
+  sched *s2 = sched_new(orig, 1);
+  if (ok) ok = sched_replay(s2, t, false, false, &st);
+  if (!ok) fprintf(stderr, "replay: %s\n", st.msg);
+  char why[256] = "";
+  if (ok && !ir_func_equal_explain(sched_func(s), sched_func(s2), why, sizeof why)) {
+    fprintf(stderr, "replayed kernel differs: %s\n", why);
+    ok = false;
+  }
+  char *js2 = ok ? sched_trace_to_json(sched_get_trace(s2)) : NULL;
+  if (ok) ok = strcmp(js, js2) == 0;
+  free(js);
+  free(js2);
+  sched_trace_free(t);
+  sched_free(s2);
+  return ok;
+}
+
+bool ts_verified(sched *s) {
+  dg_status st;
+  if (ir_verify(sched_func(s), &st)) return true;
+  fprintf(stderr, "verify: %s\n", st.msg);
+  return false;
+}
+
+bool ts_text_is(sched *s, const char *want) {
+  char *got = ir_print(sched_func(s));
+  bool ok = strcmp(got, want) == 0;
+  if (!ok) fprintf(stderr, "--- got\n%s--- want\n%s", got, want);
+  free(got);
+  return ok;
+}

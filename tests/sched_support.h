@@ -1,0 +1,26 @@
+/* sched_support.h: what the schedule tests share: parsing kernel text,
+ * checking a scheduled kernel's numbers against the unscheduled one,
+ * checking that its trace replays, and small value constructors. */
+#ifndef DRAGON_TEST_SCHED_SUPPORT_H
+#define DRAGON_TEST_SCHED_SUPPORT_H
+
+#include "dragon/sched.h"
+
+/* Parses kernel text; prints the error and returns NULL on failure. */
+dg_func *ts_parse(const char *text);
+/* g computes what orig computes: the interpreter on inputs from `seed`,
+ * outputs poisoned, orig in float64; prints the first mismatch. */
+bool ts_same_numbers_seed(const dg_func *orig, const dg_func *g, uint64_t seed);
+bool ts_same_numbers(const dg_func *orig, const dg_func *g); /* seed 11 */
+/* s's trace -> JSON -> replay on a fresh schedule of orig gives an equal
+ * kernel and the same JSON; prints why not. */
+bool ts_replays(const dg_func *orig, sched *s);
+/* The scheduled kernel passes the verifier; prints why not. */
+bool ts_verified(sched *s);
+/* The scheduled kernel prints as `want`; prints both if not. */
+bool ts_text_is(sched *s, const char *want);
+
+static inline sched_val ts_int(int64_t v) { return (sched_val){.kind = SV_INT, .i = v}; }
+static const sched_val TS_NONE = {.kind = SV_NONE};
+
+#endif
