@@ -204,7 +204,7 @@ dg_buffer *te_pad(te_ctx *c, const char *name, dg_buffer *in,
                   double pad_value) {
   int n = in->ndim;
   te_axis ax[DG_MAX_DIMS] = {{0}};
-  char names[DG_MAX_DIMS][8];
+  char names[DG_MAX_DIMS][16];
   for (int i = 0; i < n; i++) {
     snprintf(names[i], sizeof names[i], "i%d", i);
     ax[i] = (te_axis){names[i], in->shape[i] + before[i] + after[i]};
