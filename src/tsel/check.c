@@ -377,7 +377,8 @@ bool tsel_env_step(tsel_env *env, const tsel_graph *g, const tsel_edit *e, dg_st
       if (!check_int_list(c, &e->args[1], "the tile", true)) return false;
       break;
     case TSEL_OP_POSTPROC:
-      if (n == 1) return FAIL_AT(c, &e->args[0], "postproc default needs the postprocessors, not in this build");
+      if (n == 1 && c->num != c->g->n_edits)
+        return FAIL_AT(c, &e->args[0], "postproc default must be the last edit");
       break;
     case TSEL_OP_RAW: {
       const tsel_kw *kk = tsel_edit_kw(e, "kinds");

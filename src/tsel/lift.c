@@ -6,8 +6,9 @@
  * instructions it replaces (kinds, inputs, attrs, outputs, decisions), and
  * its hidden sampled values are used nowhere else in the trace; so
  * lower(lift(T)) == T holds by construction, and the first candidate that
- * passes makes the text unique. `postproc default` is never emitted (no
- * postprocessors in this build): EnterPostproc and what follows stay as
+ * passes makes the text unique. `postproc default` is emitted when the
+ * default postprocessors reproduce the tail exactly (postproc.c); otherwise
+ * EnterPostproc and what follows stay as
  * they are. */
 #include <string.h>
 
@@ -404,8 +405,8 @@ static bool try_cand(lifter *L, int i, cand *c, int *n_insts) {
   return true;
 }
 
-tsel_graph *tsel_lift(const sched_trace *t, const char *kernel_spec, const dg_func *kernel,
-                      const tsel_record *rec, dg_status *st) {
+static tsel_graph *lift_trace(const sched_trace *t, const char *kernel_spec,
+                              const dg_func *kernel, const tsel_record *rec, dg_status *st) {
   dg_status_ok(st);
   /* handles must be serial in order of definition and defined before use */
   int next = 0;
@@ -473,4 +474,23 @@ tsel_graph *tsel_lift(const sched_trace *t, const char *kernel_spec, const dg_fu
     return NULL;
   }
   return L.g;
+}
+
+tsel_graph *tsel_lift(const sched_trace *t, const char *kernel_spec, const dg_func *kernel,
+                      const tsel_record *rec, dg_status *st) {
+  int p = tsel_postproc_default_at(t, kernel_spec, kernel);
+  if (p < 0) return lift_trace(t, kernel_spec, kernel, rec, st);
+  /* the head and its EnterPostproc, lifted; then `postproc` becomes
+   * `postproc default`, standing for the whole postprocessing tail */
+  sched_trace *head = sched_trace_new();
+  for (int i = 0; i <= p; i++) sched_trace_append(head, &t->insts[i]);
+  tsel_graph *g = lift_trace(head, kernel_spec, kernel, rec, st);
+  sched_trace_free(head);
+  if (!g) return NULL;
+  tsel_edit *e = &g->edits[g->n_edits - 1];
+  DG_ASSERT(e->op == TSEL_OP_POSTPROC && e->n_args == 0);
+  e->args = DG_ANEWN(g->arena, tsel_val, 1);
+  e->args[0] = (tsel_val){.kind = TV_WORD, .s = "default"};
+  e->n_args = 1;
+  return g;
 }

@@ -4,9 +4,11 @@
  * decisions; handles are numbered by one serial counter in the order the
  * instructions define them, hidden sampled values included. Lowering runs
  * the kernel-free checker first, so expansion only meets well-typed edits;
- * `postproc default` is rejected there (no postprocessors in this build). */
+ * `postproc default` is expanded by replaying the edits before it on the
+ * graph's kernel and running the default postprocessors (postproc.c). */
 #include <string.h>
 
+#include "dragon/wl.h"
 #include "tsel/tsel_impl.h"
 
 typedef struct {
@@ -238,7 +240,7 @@ void tsel_expand_edit(const tsel_env *env, const tsel_edit *e, int num, sched_tr
       break;
     }
     case TSEL_OP_POSTPROC:
-      DG_ASSERT(n == 0); /* the checker rejects `postproc default` */
+      DG_ASSERT(n == 0); /* `postproc default` is expanded by tsel_lower */
       emit(lw, SCHED_INST_ENTER_POSTPROC, NULL, NULL, 0, NULL, 0, NULL, NULL, 0, NULL);
       break;
     case TSEL_OP_RAW: {
@@ -312,9 +314,23 @@ sched_trace *tsel_lower(const tsel_graph *g, dg_status *st) {
   /* handle ids never change once assigned, so one typing pass serves the
    * expansion of every edit */
   if (tsel_typecheck(g, &env, st)) {
+    /* `postproc default` (the last edit, the checker says) stands for what
+     * the default postprocessors record on the graph's kernel */
+    const tsel_edit *last = g->n_edits ? &g->edits[g->n_edits - 1] : NULL;
+    bool fold = last && last->op == TSEL_OP_POSTPROC && last->n_args == 1;
+    int n = fold ? g->n_edits - 1 : g->n_edits;
     t = sched_trace_new();
-    for (int i = 0; i < g->n_edits; i++) tsel_expand_edit(&env, &g->edits[i], i + 1, t);
+    for (int i = 0; i < n; i++) tsel_expand_edit(&env, &g->edits[i], i + 1, t);
     t->n_rvs = env.next_rv;
+    if (fold) {
+      dg_func *k = wl_build(g->kernel, st);
+      sched_trace *full = k ? tsel_postproc_expand(t, k, st) : NULL;
+      ir_func_free(k);
+      sched_trace_free(t);
+      t = full;
+      if (!t)
+        dg_status_prefix(st, "%d:%d: t%d postproc default", last->line, last->op_col, g->n_edits);
+    }
   }
   tsel_env_free(&env);
   return t;

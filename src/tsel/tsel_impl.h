@@ -224,4 +224,15 @@ void tsel_print_val(dg_str *o, const tsel_val *v);
 /* Shortest decimal that reads back exactly, always with '.' or 'e'. */
 void tsel_print_float(dg_str *o, double f);
 
+/* ---- the `postproc default` fold (postproc.c) ---------------------------- */
+
+/* head (no EnterPostproc) replayed on the kernel, then EnterPostproc and the
+ * default CUDA postprocessors: the whole trace, or NULL with st set. */
+sched_trace *tsel_postproc_expand(const sched_trace *head, const dg_func *kernel, dg_status *st);
+/* The index of t's EnterPostproc when everything from it on is exactly what
+ * the default postprocessors record on the kernel (kernel, or the workload
+ * of kernel_spec when NULL); -1 otherwise. */
+int tsel_postproc_default_at(const sched_trace *t, const char *kernel_spec,
+                             const dg_func *kernel);
+
 #endif
