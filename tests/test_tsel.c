@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "dragon/rt.h"
+#include "dragon/search.h"
 #include "dragon/tsel.h"
 #include "dragon/wl.h"
 #include "test.h"
@@ -502,4 +503,84 @@ DG_TEST(tsel_fuzz_regressions) {
   closedir(d);
   ir_func_free(k);
   CHECK(n > 0);
+}
+
+/* lower(lift(T)) == T and lift(lower(G)) == G over design-space samples
+ * (postprocessing tail included, folded into `postproc default`) of
+ * several MetaSchedule workloads, and over the hand-written GPU schedules. */
+static bool roundtrip_with_kernel(const sched_trace *t, const char *spec, const dg_func *f,
+                                  bool *folded) {
+  dg_status st;
+  tsel_graph *g = tsel_lift(t, spec, f, NULL, &st);
+  if (!g) {
+    fprintf(stderr, "%s: lift: %s\n", spec, st.msg);
+    return false;
+  }
+  char *text = tsel_print(g);
+  *folded = strstr(text, "postproc default") != NULL;
+  tsel_graph *g2 = tsel_parse(text, "rt", &st);
+  sched_trace *back = g2 ? tsel_lower(g2, &st) : NULL;
+  bool ok = back && sched_trace_equal(back, t);
+  if (!ok) fprintf(stderr, "%s: %s\n%s", spec, back ? "trace differs" : st.msg, text);
+  tsel_graph *g3 = ok ? tsel_lift(back, spec, f, NULL, &st) : NULL;
+  char *text3 = g3 ? tsel_print(g3) : NULL;
+  if (ok && (!text3 || strcmp(text3, text) != 0)) {
+    fprintf(stderr, "%s: lift(lower(G)) != G\n", spec);
+    ok = false;
+  }
+  free(text);
+  free(text3);
+  tsel_graph_free(g);
+  tsel_graph_free(g2);
+  tsel_graph_free(g3);
+  sched_trace_free(back);
+  return ok;
+}
+
+DG_TEST(tsel_roundtrip_design_spaces_and_hand_schedules) {
+  const char *specs[] = {"GMM/0", "C1D/0", "SFM/0", "NRM/0", "CBR/0", "TBG/0"};
+  int folded_n = 0;
+  for (size_t i = 0; i < DG_ARRAY_LEN(specs); i++) {
+    dg_status st;
+    dg_func *f = wl_build(specs[i], &st);
+    CHECK(f);
+    search_space sp;
+    search_space_opts o = {.seed = 3};
+    CHECK(search_space_generate(f, &o, &sp, &st));
+    dg_rng rng;
+    dg_rng_seed(&rng, 17 + i);
+    int got = 0;
+    search_postprocs pp = {0};
+    for (int tries = 0; tries < 200 && got < 2; tries++) {
+      sched *s = search_sample(f, &sp, &pp, &rng, NULL, &st);
+      if (!s) continue;
+      bool folded = false;
+      bool ok = roundtrip_with_kernel(sched_get_trace(s), specs[i], f, &folded);
+      sched_free(s);
+      CHECK_MSG(ok, "%s sample %d", specs[i], got);
+      folded_n += folded;
+      got++;
+    }
+    CHECK_MSG(got == 2, "%s: no accepted samples", specs[i]);
+    search_space_free(&sp);
+    ir_func_free(f);
+  }
+  CHECK_MSG(folded_n >= 6, "%d of 12 samples folded", folded_n); /* the tails are folded */
+  const char *hand[] = {"C1D", "C2D", "GMM", "NRM", "SFM", "TBG"};
+  for (size_t i = 0; i < DG_ARRAY_LEN(hand); i++) {
+    char path[128], spec[16];
+    snprintf(path, sizeof path, "schedules/%s.json", hand[i]);
+    snprintf(spec, sizeof spec, "%s/0", hand[i]);
+    dg_status st;
+    char *js = dg_read_file(path, NULL, &st);
+    CHECK_MSG(js, "%s", st.msg);
+    sched_trace *t = sched_trace_from_json(js, &st);
+    free(js);
+    CHECK(t);
+    dg_func *f = wl_build(spec, &st);
+    bool folded;
+    CHECK_MSG(roundtrip_with_kernel(t, spec, f, &folded), "%s", path);
+    sched_trace_free(t);
+    ir_func_free(f);
+  }
 }
