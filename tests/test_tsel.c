@@ -538,11 +538,11 @@ static bool roundtrip_with_kernel(const sched_trace *t, const char *spec, const 
 }
 
 DG_TEST(tsel_roundtrip_design_spaces_and_hand_schedules) {
-  const char *specs[] = {"GMM/0", "C1D/0", "SFM/0", "NRM/0", "CBR/0", "TBG/0"};
+  const char *names[] = {"GMM/0", "C1D/0", "SFM/0", "NRM/0", "CBR/0", "TBG/0"};
   int folded_n = 0;
-  for (size_t i = 0; i < DG_ARRAY_LEN(specs); i++) {
+  for (size_t i = 0; i < DG_ARRAY_LEN(names); i++) {
     dg_status st;
-    dg_func *f = wl_build(specs[i], &st);
+    dg_func *f = wl_build(names[i], &st);
     CHECK(f);
     search_space sp;
     search_space_opts o = {.seed = 3};
@@ -555,13 +555,13 @@ DG_TEST(tsel_roundtrip_design_spaces_and_hand_schedules) {
       sched *s = search_sample(f, &sp, &pp, &rng, NULL, &st);
       if (!s) continue;
       bool folded = false;
-      bool ok = roundtrip_with_kernel(sched_get_trace(s), specs[i], f, &folded);
+      bool ok = roundtrip_with_kernel(sched_get_trace(s), names[i], f, &folded);
       sched_free(s);
-      CHECK_MSG(ok, "%s sample %d", specs[i], got);
+      CHECK_MSG(ok, "%s sample %d", names[i], got);
       folded_n += folded;
       got++;
     }
-    CHECK_MSG(got == 2, "%s: no accepted samples", specs[i]);
+    CHECK_MSG(got == 2, "%s: no accepted samples", names[i]);
     search_space_free(&sp);
     ir_func_free(f);
   }

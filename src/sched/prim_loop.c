@@ -77,7 +77,7 @@ bool prim_split(prim_call *c, dg_status *st) {
                    l->loop_var->name, (long long)prod, (long long)extent);
   }
   /* new loops, innermost first */
-  dg_var *vars[32];
+  dg_var *vars[32] = {0};
   for (int k = 0; k < n; k++) {
     char base[256];
     snprintf(base, sizeof base, "%s_%d", l->loop_var->name, k);
@@ -85,7 +85,7 @@ bool prim_split(prim_call *c, dg_status *st) {
   }
   dg_stmt **slot = slot_of(f, l);
   dg_stmt *body = l->body;
-  dg_stmt *loops[32];
+  dg_stmt *loops[32] = {0};
   for (int k = n - 1; k >= 0; k--) {
     body = ir_for(f, vars[k], fac[k], DG_LOOP_SERIAL, DG_TAG_NONE, body);
     loops[k] = body;
