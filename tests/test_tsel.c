@@ -584,3 +584,35 @@ DG_TEST(tsel_roundtrip_design_spaces_and_hand_schedules) {
     ir_func_free(f);
   }
 }
+
+/* One design-space sample of every workload family (the family's example
+ * shape: nothing runs, only schedules) round-trips through TSEL. */
+DG_TEST(tsel_roundtrip_every_family) {
+  int families_done = 0;
+  for (int fam = 0; fam < wl_family_count(); fam++) {
+    const char *spec = wl_family_example(fam);
+    dg_status st;
+    dg_func *f = wl_build(spec, &st);
+    CHECK_MSG(f, "%s: %s", spec, st.msg);
+    search_space sp;
+    search_space_opts o = {.seed = 9};
+    CHECK_MSG(search_space_generate(f, &o, &sp, &st), "%s: %s", spec, st.msg);
+    dg_rng rng;
+    dg_rng_seed(&rng, 100 + (uint64_t)fam);
+    search_postprocs pp = {0};
+    sched *s = NULL;
+    for (int tries = 0; tries < 300 && !s; tries++) s = search_sample(f, &sp, &pp, &rng, NULL, &st);
+    if (s) {
+      bool folded;
+      CHECK_MSG(roundtrip_with_kernel(sched_get_trace(s), spec, f, &folded), "%s", spec);
+      families_done++;
+      sched_free(s);
+    }
+    search_space_free(&sp);
+    ir_func_free(f);
+  }
+  /* a family whose example rejects every sample (e.g. a huge conv3d) may
+   * be missing; nearly all must be there */
+  CHECK_MSG(families_done >= wl_family_count() - 2, "%d of %d families", families_done,
+            wl_family_count());
+}
