@@ -1,9 +1,11 @@
 /* test_sched.c: the schedule core: handles, the lookups, loop kinds,
  * annotations, sampling (distributions, decisions, TVM's tile repair), the
  * trace (Simplified, WithDecision) and TVM's trace JSON. */
+#include <dirent.h>
 #include <stdlib.h>
 
 #include "dragon/sched.h"
+#include "dragon/wl.h"
 #include "test.h"
 
 /* matmul 16x16x16 under a root block:
@@ -328,4 +330,43 @@ DG_TEST(sched_replay_and_simplify) {
   sched_free(s3);
   sched_free(s4);
   ir_func_free(f);
+}
+
+/* The inputs kept by the trace JSON fuzzer (tests/fuzz/trace_json/): each
+ * is refused with a message, or round-trips and replays (or is refused by
+ * replay with a message) without a crash, as fuzz/fuzz_trace_json.c checks. */
+DG_TEST(sched_trace_json_fuzz_regressions) {
+  DIR *d = opendir("tests/fuzz/trace_json");
+  CHECK(d);
+  dg_status st;
+  dg_func *k = wl_build("batch_matmul:b=1,n=16,m=16,k=16,dtype=f32", &st);
+  CHECK(k);
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    char path[512];
+    snprintf(path, sizeof path, "tests/fuzz/trace_json/%s", e->d_name);
+    char *text = dg_read_file(path, NULL, &st);
+    CHECK(text);
+    sched_trace *t = sched_trace_from_json(text, &st);
+    if (!t) {
+      CHECK_MSG(st.msg[0] != 0, "%s: refused without a message", path);
+    } else {
+      char *js = sched_trace_to_json(t);
+      sched_trace *t2 = sched_trace_from_json(js, &st);
+      CHECK_MSG(t2 && sched_trace_equal(t, t2), "%s: JSON round trip", path);
+      sched *s = sched_new(k, 1);
+      if (!sched_replay(s, t, false, false, &st)) CHECK(st.msg[0] != 0);
+      sched_free(s);
+      sched_trace_free(t2);
+      free(js);
+      sched_trace_free(t);
+    }
+    free(text);
+    n++;
+  }
+  closedir(d);
+  ir_func_free(k);
+  CHECK(n >= 2);
 }
