@@ -44,4 +44,22 @@ const char *codegen_em_value_type(const cg_emitter *e, dg_dtype t);
 bool codegen_em_is_ident(const char *s);
 bool codegen_em_name_usable(const cg_emitter *e, const char *s);
 
+/* The C math library's names, shared by the C and CUDA tables (both
+ * targets take the same functions; dg_* ones come from the preambles). */
+#define CODEGEN_MATH_F32                                                     \
+  {                                                                          \
+    [DG_MATH_EXP] = "expf", [DG_MATH_LOG] = "logf", [DG_MATH_SQRT] = "sqrtf", \
+    [DG_MATH_RSQRT] = "dg_rsqrtf", [DG_MATH_TANH] = "tanhf",                 \
+    [DG_MATH_ERF] = "erff", [DG_MATH_POW] = "powf", [DG_MATH_FABS] = "fabsf", \
+    [DG_MATH_SIGMOID] = "dg_sigmoidf", [DG_MATH_COS] = "cosf",               \
+    [DG_MATH_SIN] = "sinf",                                                  \
+  }
+#define CODEGEN_MATH_F64                                                     \
+  {                                                                          \
+    [DG_MATH_EXP] = "exp", [DG_MATH_LOG] = "log", [DG_MATH_SQRT] = "sqrt",   \
+    [DG_MATH_RSQRT] = "dg_rsqrt", [DG_MATH_TANH] = "tanh", [DG_MATH_ERF] = "erf", \
+    [DG_MATH_POW] = "pow", [DG_MATH_FABS] = "fabs",                          \
+    [DG_MATH_SIGMOID] = "dg_sigmoid", [DG_MATH_COS] = "cos", [DG_MATH_SIN] = "sin", \
+  }
+
 #endif

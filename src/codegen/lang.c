@@ -11,6 +11,7 @@
  * the same rounding in portable bit arithmetic otherwise).
  */
 #include "dragon/codegen.h"
+#include "codegen/emit_impl.h"
 
 #include <string.h>
 
@@ -115,34 +116,8 @@ const dg_lang codegen_lang_c = {
     .float4_type = NULL,
     .half2_type = NULL,
     .math_f16 = {NULL},
-    .math_f32 =
-        {
-            [DG_MATH_EXP] = "expf",
-            [DG_MATH_LOG] = "logf",
-            [DG_MATH_SQRT] = "sqrtf",
-            [DG_MATH_RSQRT] = "dg_rsqrtf",
-            [DG_MATH_TANH] = "tanhf",
-            [DG_MATH_ERF] = "erff",
-            [DG_MATH_POW] = "powf",
-            [DG_MATH_FABS] = "fabsf",
-            [DG_MATH_SIGMOID] = "dg_sigmoidf",
-            [DG_MATH_COS] = "cosf",
-            [DG_MATH_SIN] = "sinf",
-        },
-    .math_f64 =
-        {
-            [DG_MATH_EXP] = "exp",
-            [DG_MATH_LOG] = "log",
-            [DG_MATH_SQRT] = "sqrt",
-            [DG_MATH_RSQRT] = "dg_rsqrt",
-            [DG_MATH_TANH] = "tanh",
-            [DG_MATH_ERF] = "erf",
-            [DG_MATH_POW] = "pow",
-            [DG_MATH_FABS] = "fabs",
-            [DG_MATH_SIGMOID] = "dg_sigmoid",
-            [DG_MATH_COS] = "cos",
-            [DG_MATH_SIN] = "sin",
-        },
+    .math_f32 = CODEGEN_MATH_F32,
+    .math_f64 = CODEGEN_MATH_F64,
     .preamble = c_preamble,
     .floordiv_fn = "dg_floordiv",
     .floormod_fn = "dg_floormod",

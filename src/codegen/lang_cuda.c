@@ -14,6 +14,7 @@
  * store to are aligned to 32 bytes, dynamic shared memory to 128.
  */
 #include "dragon/codegen.h"
+#include "codegen/emit_impl.h"
 
 static const char cuda_preamble[] =
     "#include <cuda_fp16.h>\n"
@@ -107,34 +108,8 @@ const dg_lang codegen_lang_cuda = {
     .float4_type = "float4",
     .half2_type = "__half2",
     .math_f16 = {NULL},
-    .math_f32 =
-        {
-            [DG_MATH_EXP] = "expf",
-            [DG_MATH_LOG] = "logf",
-            [DG_MATH_SQRT] = "sqrtf",
-            [DG_MATH_RSQRT] = "dg_rsqrtf",
-            [DG_MATH_TANH] = "tanhf",
-            [DG_MATH_ERF] = "erff",
-            [DG_MATH_POW] = "powf",
-            [DG_MATH_FABS] = "fabsf",
-            [DG_MATH_SIGMOID] = "dg_sigmoidf",
-            [DG_MATH_COS] = "cosf",
-            [DG_MATH_SIN] = "sinf",
-        },
-    .math_f64 =
-        {
-            [DG_MATH_EXP] = "exp",
-            [DG_MATH_LOG] = "log",
-            [DG_MATH_SQRT] = "sqrt",
-            [DG_MATH_RSQRT] = "dg_rsqrt",
-            [DG_MATH_TANH] = "tanh",
-            [DG_MATH_ERF] = "erf",
-            [DG_MATH_POW] = "pow",
-            [DG_MATH_FABS] = "fabs",
-            [DG_MATH_SIGMOID] = "dg_sigmoid",
-            [DG_MATH_COS] = "cos",
-            [DG_MATH_SIN] = "sin",
-        },
+    .math_f32 = CODEGEN_MATH_F32,
+    .math_f64 = CODEGEN_MATH_F64,
     .preamble = cuda_preamble,
     .floordiv_fn = "dg_floordiv",
     .floormod_fn = "dg_floormod",
