@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "dragon/codegen.h"
+#include "dragon/rt.h"
 #include "test.h"
 
 /* B (2) = sum over k of A (2, 3): one block with a reduce iteration var. */
@@ -70,6 +71,60 @@ DG_TEST(codegen_c_reference_is_double) {
   CHECK(strstr(src, "const double *restrict A = (const double *)args[0];") != NULL);
   CHECK(strstr(src, "B[vi] = 0.0;") != NULL);
   CHECK(strstr(src, "float") == NULL);
+  free(src);
+}
+
+/* The reference's outermost loop that binds a spatial iterator indexing
+ * every store gets an OpenMP pragma; the same nest with the reduction loop
+ * outermost, and non-reference code, do not. Compiled with -fopenmp the
+ * reference gives the numbers it gives without. */
+DG_TEST(codegen_c_reference_parallel_loop) {
+  dg_func *f = rowsum();
+  dg_status st;
+  codegen_opts o = {.reference = true, .fn_name = "ref"};
+  char *src = codegen_emit(f, &codegen_lang_c, &o, &st);
+  CHECK(src != NULL);
+  CHECK(strstr(src, "  #pragma omp parallel for schedule(static)\n  for (int32_t i = 0;") != NULL);
+  char *plain = codegen_emit(f, &codegen_lang_c, NULL, &st);
+  CHECK(plain != NULL && strstr(plain, "pragma") == NULL);
+  free(plain);
+  /* swap the loops: k (reduce) outermost */
+  dg_stmt *outer = f->body->block->body, *inner = outer->body;
+  dg_var *vi = outer->loop_var;
+  int64_t ei = outer->extent;
+  outer->loop_var = inner->loop_var;
+  outer->extent = inner->extent;
+  inner->loop_var = vi;
+  inner->extent = ei;
+  char *swapped = codegen_emit(f, &codegen_lang_c, &o, &st);
+  CHECK(swapped != NULL && strstr(swapped, "pragma") == NULL);
+  free(swapped);
+  ir_func_free(f);
+  free(src);
+  f = rowsum();
+  src = codegen_emit_source(f, f, &codegen_lang_c, &st); /* with its prelude */
+  ir_func_free(f);
+  CHECK(src != NULL);
+
+  double a[6] = {1, 2, 3, 4, 5, 6}, b0[2] = {-1, -1}, b1[2] = {-1, -1};
+  const char *old = getenv("DRAGON_CFLAGS");
+  char *saved = old ? strdup(old) : NULL;
+  rt_cpu_kernel *k0 = NULL, *k1 = NULL;
+  CHECK(rt_cpu_compile(src, CODEGEN_REFERENCE_FN, &k0, &st));
+  setenv("DRAGON_CFLAGS", "-fopenmp", 1);
+  bool ok = rt_cpu_compile(src, CODEGEN_REFERENCE_FN, &k1, &st);
+  if (saved) setenv("DRAGON_CFLAGS", saved, 1);
+  else unsetenv("DRAGON_CFLAGS");
+  free(saved);
+  CHECK(ok);
+  if (k0 && k1) {
+    rt_cpu_call(k0, (void *[]){a, b0});
+    rt_cpu_call(k1, (void *[]){a, b1});
+    CHECK(b0[0] == 6 && b0[1] == 15);
+    CHECK(b1[0] == b0[0] && b1[1] == b0[1]);
+  }
+  rt_cpu_free(k0);
+  rt_cpu_free(k1);
   free(src);
 }
 

@@ -434,12 +434,65 @@ static void expr(emitter *e, const dg_expr *x) {
 
 static void stmt(emitter *e, const dg_stmt *s);
 
+/* ---- a parallel reference ------------------------------------------------ */
+
+/* Whether every store under s writes, at some index, exactly iteration
+ * variable v (so distinct values of v write distinct elements). */
+static bool stores_indexed_by(const dg_stmt *s, const dg_var *v) {
+  if (!s) return true;
+  switch (s->kind) {
+    case DG_STMT_FOR: return stores_indexed_by(s->body, v);
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++)
+        if (!stores_indexed_by(s->stmts[i], v)) return false;
+      return true;
+    case DG_STMT_BLOCK: return false; /* nested blocks: not judged */
+    case DG_STMT_STORE:
+      for (int i = 0; i < s->nidx; i++)
+        if (s->idx[i]->kind == DG_EXPR_VAR && s->idx[i]->var == v) return true;
+      return false;
+    case DG_STMT_IF: return stores_indexed_by(s->then_s, v) && stores_indexed_by(s->else_s, v);
+  }
+  return false;
+}
+
+/* The one block realize under a loop nest (through loops only), or NULL. */
+static const dg_block *sole_block(const dg_stmt *s) {
+  while (s && s->kind == DG_STMT_FOR) s = s->body;
+  return s && s->kind == DG_STMT_BLOCK ? s->block : NULL;
+}
+
+/* An outermost loop of the reference whose iterations are independent: its
+ * nest holds one block, which binds a spatial iterator to exactly this loop
+ * and indexes every store it makes by that iterator. Such a loop may run in
+ * parallel (an OpenMP pragma, in effect only where the C compiler is given
+ * -fopenmp: see rt_cpu_compile's DRAGON_CFLAGS), which is what makes the
+ * float64 reference of a large workload affordable. */
+static bool reference_loop_parallel(const emitter *e, const dg_stmt *s) {
+  if (!e->ref || e->for_depth != 0) return false;
+  if (s->loop_kind != DG_LOOP_SERIAL && s->loop_kind != DG_LOOP_PARALLEL) return false;
+  const dg_block *b = sole_block(s);
+  if (!b) return false;
+  for (int i = 0; i < b->n_iters; i++) {
+    const dg_iter *it = &b->iters[i];
+    if (it->kind != DG_ITER_SPATIAL || it->binding->kind != DG_EXPR_VAR ||
+        it->binding->var != s->loop_var)
+      continue;
+    return stores_indexed_by(b->init, it->var) && stores_indexed_by(b->body, it->var);
+  }
+  return false;
+}
+
 static void emit_for(emitter *e, const dg_stmt *s) {
   const char *idx = s->loop_kind == DG_LOOP_THREAD ? e->L->thread_index[s->tag] : NULL;
   if (s->extent <= 0 || s->extent > INT32_MAX) {
     fail(e, "loop %s has extent %" PRId64 " (must be in [1, 2^31))", s->loop_var->name,
          s->extent);
     return;
+  }
+  if (reference_loop_parallel(e, s)) {
+    put_indent(e);
+    dg_str_puts(&e->out, "#pragma omp parallel for schedule(static)\n");
   }
   put_indent(e);
   if (idx) {
@@ -467,7 +520,9 @@ static void emit_for(emitter *e, const dg_stmt *s) {
     dg_str_putc(&e->out, '\n');
     e->indent++;
   }
+  e->for_depth++;
   stmt(e, s->body);
+  e->for_depth--;
   e->indent--;
   put_indent(e);
   dg_str_puts(&e->out, "}\n");

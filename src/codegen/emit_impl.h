@@ -22,6 +22,7 @@ struct cg_emitter {
   DG_VEC(const dg_buffer *) live; /* buffers declared in scope */
   DG_VEC(const char *) buf_names;  /* every buffer's name (vars must differ) */
   int indent;
+  int for_depth; /* loops around the statement being emitted */
   /* Hooks (NULL: none). var_hook and load_hook print the node themselves
    * and return true, or return false to let the emitter print it;
    * offset_hook may print "base + " inside the brackets of an access. */
