@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# gpu_tune.sh LOGDIR: tunes the 13 MetaSchedule workloads (config /0, f32)
+# and the f16 GEMM 4096^3 with `dragon tune --target cuda` on every GPU of
+# this machine, and measures PyTorch eager, torch.compile and cuBLAS in the
+# same run (from the repository root, on the lent GPU machine).
+#
+# The workloads are dealt over the GPUs (one tuning process per GPU, each
+# with its own database LOGDIR/db<g>); each workload gets an equal share of
+# what is left of its GPU's BUDGET seconds, at most TRIALS trials, and is
+# stopped at its share (the database keeps every record measured before the
+# stop). The last GPU first measures the PyTorch anchors
+# (bench/torch_eager.py, and cuBLAS through torch.matmul for the GEMM).
+# Then each workload's best trace is measured again with `dragon run
+# --repeat 50` (checked against the float64 reference; the GEMM unchecked
+# there, its candidates were checked while tuning). Logs, the databases
+# (LOGDIR/db.tar.zst) and LOGDIR/summary.txt come back; bench/tune_report.py
+# makes the table from them.
+#
+#   TRIALS  trials per workload (default 1000)
+#   BUDGET  seconds of tuning per GPU (default 330)
+#   WORKLOADS  names (default the 13 and GEMM16)
+set -uo pipefail
+LOGDIR=${1:?usage: scripts/gpu_tune.sh LOGDIR}
+mkdir -p "$LOGDIR"
+BUILD=${BUILD:-build-gpu}
+TRIALS=${TRIALS:-1000}
+BUDGET=${BUDGET:-330}
+WORKLOADS=${WORKLOADS:-"GEMM16 C2D C3D DIL CBR GRP DEP C1D T2D CAP GMM TBG NRM SFM"}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+summary="$LOGDIR/summary.txt"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+spec_of() { if [ "$1" = GEMM16 ]; then echo "gemm:m=4096,n=4096,k=4096,dtype=f16"; else echo "$1/0"; fi; }
+
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
+  nproc
+} >"$LOGDIR/machine.txt" 2>&1
+if ls .debs/*.deb >/dev/null 2>&1; then
+  root=/tmp/dragon-debs
+  mkdir -p "$root"
+  for d in .debs/*.deb; do dpkg -x "$d" "$root"; done
+  libdirs=$(find "$root" -name '*.so*' -printf '%h\n' | sort -u | tr '\n' ':')
+  export CFLAGS="-I$root/usr/include ${CFLAGS:-}"
+  export LDFLAGS="$(echo "$libdirs" | tr ':' '\n' | sed '/^$/d; s/^/-L/' | tr '\n' ' ') ${LDFLAGS:-}"
+  export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}"
+fi
+t0=$(date +%s)
+make BUILD="$BUILD" -j"$(nproc)" "$BUILD/dragon" >"$LOGDIR/build.log" 2>&1 ||
+  { note "build FAILED"; tail -30 "$LOGDIR/build.log"; exit 1; }
+note "build: $(($(date +%s) - t0)) s"
+DRAGON=./$BUILD/dragon
+# The float64 references of large workloads run their outer loops on all cores.
+export DRAGON_CFLAGS="-fopenmp"
+
+for w in $WORKLOADS; do echo "$w $("$DRAGON" workloads --canonical "$(spec_of "$w")")"; done \
+  >"$LOGDIR/names.txt"
+
+NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+[ "$NGPU" -ge 1 ] || { note "no GPU"; exit 1; }
+THREADS=$(($(nproc) / NGPU))
+note "GPUs: $NGPU; tuning budget $BUDGET s per GPU, at most $TRIALS trials per workload"
+declare -a SHARD
+i=0
+for w in $WORKLOADS; do
+  g=$((i % NGPU))
+  SHARD[$g]="${SHARD[$g]:-} $w"
+  i=$((i + 1))
+done
+
+anchors() { # gpu
+  CUDA_VISIBLE_DEVICES=$1 OUT="$LOGDIR" PYTHONUNBUFFERED=1 timeout 300 python3 bench/torch_eager.py \
+    >"$LOGDIR/torch.txt" 2>"$LOGDIR/torch.log"
+  CUDA_VISIBLE_DEVICES=$1 timeout 120 python3 - >"$LOGDIR/cublas.txt" 2>&1 <<'PY'
+import torch, statistics
+n = 4096
+a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+for _ in range(3): a @ b
+ts = []
+for _ in range(50):
+    flush.zero_()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); a @ b; e.record(); torch.cuda.synchronize()
+    ts.append(s.elapsed_time(e) * 1e3)
+ts.sort()
+print("GEMM16 cublas_us %.3f min %.3f max %.3f" % (statistics.median(ts), ts[0], ts[-1]))
+PY
+}
+
+shard() { # gpu
+  local g=$1 start deadline left n per w spec
+  local ws=(${SHARD[$g]})
+  [ "$g" -eq $((NGPU - 1)) ] && anchors "$g"
+  start=$(date +%s)
+  deadline=$((t_tune + BUDGET))
+  n=${#ws[@]}
+  for w in "${ws[@]}"; do
+    left=$((deadline - $(date +%s)))
+    per=$((left / n))
+    [ $per -lt 15 ] && per=15
+    spec=$(spec_of "$w")
+    local t=$(date +%s)
+    CUDA_VISIBLE_DEVICES=$g timeout -s INT -k 10 $per "$DRAGON" tune "$spec" --trials "$TRIALS" \
+      --db "$LOGDIR/db$g" --target cuda --threads "$THREADS" >"$LOGDIR/tune_$w.log" 2>&1
+    echo "$w gpu $g rc $? wall $(($(date +%s) - t)) s (share $per s)" >>"$LOGDIR/tune_walls.txt"
+    n=$((n - 1))
+  done
+  for w in "${ws[@]}"; do
+    spec=$(spec_of "$w")
+    "$DRAGON" db best "$spec" --db "$LOGDIR/db$g" >"$LOGDIR/best_$w.json" 2>"$LOGDIR/best_$w.txt" ||
+      continue
+    local check=""
+    [ "$w" = GEMM16 ] && check="--no-check"
+    CUDA_VISIBLE_DEVICES=$g timeout 120 "$DRAGON" run "$spec" --trace "$LOGDIR/best_$w.json" \
+      --target cuda --repeat 50 $check >"$LOGDIR/rerun_$w.log" 2>&1
+  done
+}
+
+t_tune=$(date +%s)
+for ((g = 0; g < NGPU; g++)); do shard "$g" & done
+wait
+note "tuning and re-measuring: $(($(date +%s) - t_tune)) s"
+tar -C "$LOGDIR" -cf - $(cd "$LOGDIR" && ls -d db*/) | zstd -q -19 -T0 -o "$LOGDIR/db.tar.zst" 2>/dev/null ||
+  tar -C "$LOGDIR" -czf "$LOGDIR/db.tar.gz" $(cd "$LOGDIR" && ls -d db*/)
+tar -C "$LOGDIR" -czf "$LOGDIR/logs.tgz" --exclude='db*' .
+cat "$LOGDIR/tune_walls.txt"
+for w in $WORKLOADS; do
+  echo "$w: $(tail -1 "$LOGDIR/tune_$w.log" 2>/dev/null | cut -c1-160) | $(grep -E '^(time|check)' "$LOGDIR/rerun_$w.log" 2>/dev/null | tr '\n' ' ' | cut -c1-120)"
+done
+cat "$LOGDIR/torch.txt" "$LOGDIR/cublas.txt"
+cat "$summary"
