@@ -3,19 +3,20 @@
  * N variants of a tiled fp32 matmul (different tile constants, one
  * extern "C" kernel each, the tile code a template in a shared preamble, as
  * generated kernels share theirs) are compiled by NVRTC with 1, 4 and 16
- * kernels per compilation on all CPUs, then each is run on the GPU through
- * the crash-isolated worker pool, checked against the float64 CPU reference
- * and timed (warm-up, L2 flushed, median of repeats). Compilation of the
- * next chunk overlaps the GPU work of the current one, as a tuner would run
- * it. Prints one row per kernels-per-compilation setting: compile rate,
- * GPU rate, end-to-end candidates per second; then the empty kernel's
- * launch latency (the floor under any measured time).
+ * kernels per compilation on T threads, and each is handed to the
+ * crash-isolated worker pool as soon as its compilation is done, as the
+ * tuner's measurement does: run on the GPU, checked against the float64
+ * CPU reference and timed (warm-up, L2 flushed, median of repeats), the
+ * worker keeping the data set on the device across jobs. Prints one row per
+ * kernels-per-compilation setting: compile rate, GPU rate (jobs per second
+ * of the worker's own time), end-to-end candidates per second; the
+ * worker's time per job; then the empty kernel's time between events (the
+ * floor under any measured time).
  *
  * Without a GPU it measures the compile rate alone and says so.
  *
  * usage: bench_runtime [--variants N] [--size S] [--threads T] [--repeats R]
  */
-#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -104,25 +105,29 @@ static char *variant_kernel(const variant *v, int i, int size) {
   return dg_str_take(&s);
 }
 
+/* One compilation group: kernels [lo, hi) through NVRTC on one thread. */
 typedef struct {
   const char *const *kernels;
-  int lo, hi, per_call, threads;
-  rt_nvrtc_grouped g;
-  double seconds;
-} chunk_compile;
+  int n, per_call;
+  rt_nvrtc_grouped *g; /* (groups) */
+  double *seconds;     /* (groups) */
+} group_compile;
 
-static void *compile_chunk(void *arg) {
-  chunk_compile *c = arg;
+static void compile_group(void *p, int gi) {
+  group_compile *c = p;
+  int lo = gi * c->per_call, hi = lo + c->per_call < c->n ? lo + c->per_call : c->n;
   double t0 = dg_now();
-  rt_nvrtc_compile_grouped(preamble, c->kernels + c->lo, c->hi - c->lo, c->per_call, c->threads,
-                           "sm_90", &c->g);
-  c->seconds = dg_now() - t0;
-  return NULL;
+  rt_nvrtc_compile_grouped(preamble, c->kernels + lo, hi - lo, c->per_call, 1, "sm_90", &c->g[gi]);
+  c->seconds[gi] = dg_now() - t0;
 }
 
 typedef struct {
-  int n_ok_compile, n_ok_run, n_pass;
-  double t_compile, t_gpu, t_total;
+  int n_ok_compile, n_ran, n_pass, n_cached;
+  double t_compile_thread; /* thread-seconds */
+  double t_compile_wall;   /* start to the last compilation done */
+  double t_worker;         /* the worker's own seconds over all jobs */
+  double t_setup;          /* of that, building the data set's device buffers */
+  double t_total;
   double best_median;
   int best;
 } row;
@@ -214,8 +219,8 @@ int main(int argc, char **argv) {
     rt_cuda_bufs_for_params(&ts, bufs);
     rt_tensors_free(&ts);
     ir_func_free(f);
-    /* the pool forks before any compile thread exists */
-    if (!rt_cuda_pool_new(2, 1, 30, &pool, &st)) {
+    /* one worker, as the tuner's measurement has */
+    if (!rt_cuda_pool_new(1, 1, 30, &pool, &st)) {
       fprintf(stderr, "bench_runtime: %s\n", st.msg);
       return 1;
     }
@@ -229,27 +234,26 @@ int main(int argc, char **argv) {
     memset(rw, 0, sizeof *rw);
     rw->best = -1;
     int per_call = per_calls[pc];
-    /* a chunk keeps every thread busy, but at least four chunks are made
-     * so that compiling one overlaps the GPU work on another */
-    int chunk = threads * per_call;
-    int quarter = (n_var / 4 + per_call - 1) / per_call * per_call;
-    if (chunk > quarter) chunk = quarter > per_call ? quarter : per_call;
+    int n_groups = (n_var + per_call - 1) / per_call;
+    group_compile gc = {(const char *const *)kernels, n_var, per_call,
+                        dg_calloc((size_t)n_groups, sizeof(rt_nvrtc_grouped)),
+                        dg_calloc((size_t)n_groups, sizeof(double))};
     double t_all = dg_now();
-    chunk_compile cur = {(const char *const *)kernels, 0, chunk < n_var ? chunk : n_var, per_call, threads};
-    compile_chunk(&cur);
-    rw->t_compile += cur.seconds;
-    while (cur.lo < n_var) {
-      chunk_compile next = {(const char *const *)kernels, cur.hi, cur.hi + chunk < n_var ? cur.hi + chunk : n_var,
-                            per_call, threads};
-      pthread_t th;
-      bool started = next.lo < n_var && pthread_create(&th, NULL, compile_chunk, &next) == 0;
-      rw->n_ok_compile += cur.g.n_ok;
-      if (pool) {
-        double t0 = dg_now();
-        for (int i = 0; i < cur.g.n; i++) {
-          int b = cur.g.bin_of[i];
+    /* groups compile on the threads; each group's kernels go to the GPU
+     * queue the moment it is done, while the others still compile */
+    rt_tasks *tasks = rt_tasks_start(n_groups, threads, compile_group, &gc);
+    int groups_done = 0;
+    while (groups_done < n_groups || (pool && rt_worker_pool_pending(pool) > 0)) {
+      int gi = rt_tasks_next(tasks, !pool || rt_worker_pool_pending(pool) == 0);
+      if (gi >= 0) {
+        groups_done++;
+        if (groups_done == n_groups) rw->t_compile_wall = dg_now() - t_all;
+        const rt_nvrtc_grouped *g = &gc.g[gi];
+        rw->n_ok_compile += g->n_ok;
+        for (int i = 0; i < g->n && pool; i++) {
+          int b = g->bin_of[i];
           if (b < 0) continue;
-          int k = cur.lo + i;
+          int k = gi * per_call + i;
           char name[32];
           snprintf(name, sizeof name, "mm_%d", k);
           rt_cuda_arg args[3] = {{RT_CUDA_ARG_BUF, 0, 0, 0}, {RT_CUDA_ARG_BUF, 1, 0, 0},
@@ -258,55 +262,70 @@ int main(int argc, char **argv) {
           rt_cuda_launch l = {name, {size / v->bn, size / v->bm, 1}, {v->bn / v->tn, v->bm / v->tm, 1},
                               0, args, 3};
           rt_cuda_program prog = {bufs, 3, &l, 1};
-          rt_cuda_job job = {&cur.g.bins[b], &prog, data_path, 1, {2, repeats, true, 5.0}};
+          rt_cuda_job job = {&g->bins[b], &prog, data_path, 1, {2, repeats, true, 5.0}};
           dg_str msg;
           dg_str_init(&msg);
           rt_cuda_job_encode(&job, &msg);
           rt_worker_pool_submit(pool, (uint64_t)k, msg.s, msg.len, 0);
           dg_str_free(&msg);
         }
-        rt_worker_result wr;
-        while (rt_worker_pool_next(pool, &wr, &st)) {
-          rt_cuda_result r;
-          rt_cuda_result_from_worker(&wr, &r);
-          rt_worker_result_free(&wr);
-          if (r.fail == RT_FAIL_NONE) {
-            rw->n_ok_run++;
-            rw->n_pass += r.checked && r.check.pass;
-            if (rw->best < 0 || r.t.median < rw->best_median) {
-              rw->best = (int)wr.id;
-              rw->best_median = r.t.median;
-            }
-          } else if (++n_failed <= 5) {
-            fprintf(stderr, "  mm_%d: %s: %s\n", (int)wr.id, rt_fail_name(r.fail), r.reason);
-          }
-        }
-        rw->t_gpu += dg_now() - t0;
+        continue;
       }
-      if (started) pthread_join(th, NULL);
-      rw->t_compile += started ? next.seconds : 0;
-      rt_nvrtc_grouped_free(&cur.g);
-      cur = next;
-      if (!started) break;
+      if (!pool || rt_worker_pool_pending(pool) == 0) continue;
+      rt_worker_result wr;
+      if (!rt_worker_pool_next(pool, &wr, &st)) {
+        fprintf(stderr, "bench_runtime: %s\n", st.code != DG_OK ? st.msg : "the jobs were lost");
+        return 1;
+      }
+      int k = (int)wr.id;
+      rt_cuda_result r;
+      rt_cuda_result_from_worker(&wr, &r);
+      rt_worker_result_free(&wr);
+      rw->n_ran++;
+      rw->t_worker += r.worker_s;
+      rw->t_setup += r.setup_s;
+      rw->n_cached += r.data_cached;
+      if (r.fail == RT_FAIL_NONE) {
+        rw->n_pass += r.checked && r.check.pass;
+        if (rw->best < 0 || r.t.median < rw->best_median) {
+          rw->best = k;
+          rw->best_median = r.t.median;
+        }
+      } else if (++n_failed <= 5) {
+        fprintf(stderr, "  mm_%d: %s: %s\n", k, rt_fail_name(r.fail), r.reason);
+      }
     }
-    rt_nvrtc_grouped_free(&cur.g);
+    rt_tasks_free(tasks);
     rw->t_total = dg_now() - t_all;
+    for (int gi = 0; gi < n_groups; gi++) {
+      rw->t_compile_thread += gc.seconds[gi];
+      rt_nvrtc_grouped_free(&gc.g[gi]);
+    }
+    free(gc.g);
+    free(gc.seconds);
   }
 
-  printf("\ncompile/s: kernels compiled per second of compiling; gpu/s: candidates run, checked\n"
-         "and timed per second of GPU work; end-to-end/s: passed candidates per second of wall\n"
-         "time, compilation of the next chunk overlapping the GPU work on this one.\n");
-  printf("%-9s %8s %11s %11s %13s %9s %9s\n", "per_call", "kernels", "compile/s", "gpu/s",
-         "end-to-end/s", "compiled", "passed");
+  printf("\ncompile/s: kernels compiled per second of compiling (all threads); gpu/s: candidates\n"
+         "run, checked and timed per second of the worker's time; end-to-end/s: passed candidates\n"
+         "per second of wall time, each compiled group queued for the GPU as soon as it is done;\n"
+         "worker ms: the worker's time per job (its first job also builds the data set's device\n"
+         "buffers: setup); s/call: seconds per NVRTC compilation on its thread (rising with\n"
+         "--threads means the threads contend).\n");
+  printf("%-9s %8s %11s %8s %11s %13s %9s %9s %10s %10s\n", "per_call", "kernels", "compile/s",
+         "s/call", "gpu/s", "end-to-end/s", "compiled", "passed", "worker ms", "setup ms");
   for (int pc = 0; pc < 3; pc++) {
     const row *rw = &rows[pc];
+    int calls = (n_var + per_calls[pc] - 1) / per_calls[pc];
+    double per_call_s = rw->t_compile_thread / calls;
+    double compile_rate = n_var / (rw->t_compile_wall > 0 ? rw->t_compile_wall : 1);
     if (pool)
-      printf("%-9d %8d %11.1f %11.1f %13.1f %9d %9d\n", per_calls[pc], n_var,
-             n_var / rw->t_compile, rw->n_ok_run / (rw->t_gpu > 0 ? rw->t_gpu : 1),
-             rw->n_pass / rw->t_total, rw->n_ok_compile, rw->n_pass);
+      printf("%-9d %8d %11.1f %8.3f %11.1f %13.1f %9d %9d %10.2f %10.1f\n", per_calls[pc], n_var,
+             compile_rate, per_call_s, rw->n_ran / (rw->t_worker > 0 ? rw->t_worker : 1),
+             rw->n_pass / rw->t_total, rw->n_ok_compile, rw->n_pass,
+             rw->n_ran ? rw->t_worker / rw->n_ran * 1e3 : 0, rw->t_setup * 1e3);
     else
-      printf("%-9d %8d %11.1f %11s %13s %9d %9s\n", per_calls[pc], n_var, n_var / rw->t_compile,
-             "-", "-", rw->n_ok_compile, "-");
+      printf("%-9d %8d %11.1f %8.3f %11s %13s %9d %9s %10s %10s\n", per_calls[pc], n_var,
+             compile_rate, per_call_s, "-", "-", rw->n_ok_compile, "-", "-", "-");
   }
   if (pool) {
     const row *rw = &rows[2];
@@ -317,7 +336,8 @@ int main(int argc, char **argv) {
              rw->best, v->bm, v->bn, v->bk, v->tm, v->tn, rw->best_median * 1e6,
              flops / rw->best_median * 1e-12);
     }
-    /* the empty kernel: launch overhead between two events */
+    /* the empty kernel between its two events, the runs queued back to back
+     * (no host latency between them), alone and after an L2 flush */
     rt_cubin eb;
     if (rt_nvrtc_compile("extern \"C\" __global__ void empty() {}\n", "empty", "sm_90", &eb, &st)) {
       rt_cuda_launch l = {"empty", {1, 1, 1}, {32, 1, 1}, 0, NULL, 0};
@@ -336,7 +356,7 @@ int main(int argc, char **argv) {
         rt_worker_result_free(&wr);
         if (r.fail == RT_FAIL_NONE)
           printf("empty kernel%s: median %.2f us, IQR %.2f..%.2f us, min %.2f us (%d runs)\n",
-                 flush ? " after an L2 flush" : "", r.t.median * 1e6, r.t.q1 * 1e6, r.t.q3 * 1e6,
+                 flush ? " after an L2 flush" : ", back to back", r.t.median * 1e6, r.t.q1 * 1e6, r.t.q3 * 1e6,
                  r.t.min * 1e6, r.t.n);
         else
           printf("empty kernel: %s: %s\n", rt_fail_name(r.fail), r.reason);

@@ -96,6 +96,20 @@ void rt_nvrtc_grouped_free(rt_nvrtc_grouped *g);
 
 int rt_cpu_count(void); /* online CPUs, at least 1 */
 
+/* Tasks on background threads, handed back as they finish: work(ctx, i)
+ * for every i in [0, n), started lowest i first on `threads` threads (<= 0:
+ * one per CPU; none could start: each runs in the caller when it asks).
+ * What a compile pipeline needs: compile on the threads, take each module
+ * as soon as it is ready. */
+typedef struct rt_tasks rt_tasks;
+rt_tasks *rt_tasks_start(int n, int threads, void (*work)(void *ctx, int i), void *ctx);
+/* A finished task, each once, in the order they finished: -1 when none has
+ * finished yet (wait false) or every one has been handed back. With wait,
+ * blocks until one finishes. */
+int rt_tasks_next(rt_tasks *t, bool wait);
+/* Waits for every task to finish and frees t (NULL is allowed). */
+void rt_tasks_free(rt_tasks *t);
+
 /* ---- programs, runs and timing (cuda_run.c) -------------------------------- */
 
 /* Why a candidate failed; one list gives the enum and the names. */
@@ -184,6 +198,11 @@ typedef struct {
   bool checked;      /* the outputs were compared with a reference */
   rt_check check;
   bool ctx_broken;   /* a sticky error: the process must be replaced */
+  /* jobs with a data set: its device buffers were there from an earlier
+   * job of the same worker (false: built by this one, in setup_s) */
+  bool data_cached;
+  double setup_s;
+  double worker_s;   /* the job in the worker, from decoding to replying */
 } rt_cuda_result;
 
 typedef struct rt_cuda_ctx rt_cuda_ctx;
@@ -200,7 +219,10 @@ bool rt_cuda_ctx_broken(const rt_cuda_ctx *c);
  * outputs and intermediates (NaN bytes for floats, 0xA5 for integers), runs
  * the program once, copies every output with a host[i] back, then runs
  * warmup + repeats times, timing each repeat with events around the launches
- * only. The result says ok or why not; never a crash on a bad program. */
+ * only (the L2 flush before each, when asked, is outside the events). The
+ * timed runs are queued back to back and their events read as they finish,
+ * so the host does not stall the GPU between repeats. The result says ok
+ * or why not; never a crash on a bad program. */
 void rt_cuda_run(rt_cuda_ctx *c, const rt_cubin *bin, const rt_cuda_program *prog,
                  void **host, const rt_cuda_timing *tm, rt_cuda_result *res);
 
@@ -229,7 +251,17 @@ bool rt_cuda_data_write(const rt_tensors *ts, int64_t K, const char *path, dg_st
 
 /* A job: the module, the program, the timing, and either a data set file
  * (then the outputs are checked against its reference) or, with data_path
- * NULL, inputs drawn from seed in the worker and no check. */
+ * NULL, inputs drawn from seed in the worker and no check.
+ *
+ * A worker keeps the device side of the last data set it ran (keyed by the
+ * file's path, inode, size and modification time): working buffers and a
+ * pristine copy of the inputs, built on the first job. Each job restores
+ * every input from its pristine copy (device to device), poisons the
+ * outputs and intermediates again, runs, copies the outputs back and checks
+ * them on the CPU while the timed runs go on. A check that fails also
+ * verifies the pristine inputs; if an earlier job damaged them, they are
+ * rebuilt and the job is run again. A fault retires the worker and its
+ * buffers with it. */
 typedef struct {
   const rt_cubin *bin;
   const rt_cuda_program *prog;

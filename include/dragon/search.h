@@ -197,6 +197,11 @@ typedef struct {
   double eps_greedy;          /* 0.05 */
   int num_trials_per_iter;    /* 64 */
   int num_empty_iters_before_early_stop; /* 5 */
+  /* 0: all the CPUs the process may use. Threads that build schedules
+   * (replay, postprocessors, hash, features); a seed gives the same
+   * candidates whatever the count. The task's postproc callback runs on
+   * them concurrently, so it must be thread-safe (search_postproc_cuda is). */
+  int threads;
 } search_evolve_opts;
 
 void search_evolve_opts_default(search_evolve_opts *o);
@@ -320,16 +325,35 @@ void search_measure_cpu(void *ctx, const dg_func *f, const search_cand *cand, in
 
 /* Measurement on the GPU (measure_cuda.c): per workload the inputs and the
  * float64 reference are computed once on the CPU; per round the candidates
- * are lowered, emitted as CUDA and compiled by NVRTC on all cores, then run
- * one by one by a crash-isolated worker: checked on the first run, then
- * `repeats` runs timed with the L2 flushed before each (the median is
- * recorded). Init fails clearly where there is no GPU or NVRTC. */
+ * are lowered, emitted as CUDA and compiled by NVRTC on `threads` threads,
+ * each handed to a crash-isolated worker as soon as it is compiled (the
+ * worker keeps the workload's device buffers across candidates) and run
+ * one at a time on the GPU: checked on the first run, then `repeats` runs
+ * timed with the L2 flushed before each (the median is recorded). Init
+ * fails clearly where there is no GPU or NVRTC. */
 typedef struct search_cuda_measure_state search_cuda_measure_state;
 typedef struct {
   int repeats;      /* timed runs, 1..8 */
   double timeout_s; /* per run of a candidate */
   uint64_t seed;    /* data */
   search_cuda_measure_state *state;
+  int threads;      /* lowering and compiling; 0: one per CPU but one */
+  /* init succeeds where no GPU is seen: every candidate that compiles then
+   * fails with the worker's reason (tests of the pipeline without a GPU) */
+  bool allow_no_gpu;
+  /* Since init, over every call: where candidates got to and where the
+   * time went. Thread-seconds are summed over the threads; the waits are
+   * wall time of the calling thread, which waits either for the GPU worker
+   * (a job is running) or for a compile (none is ready to run). */
+  struct {
+    int64_t candidates, lowered, compiled, ran, passed;
+    double t_lower;        /* thread-seconds lowering and emitting CUDA */
+    double t_compile;      /* thread-seconds in NVRTC */
+    double t_gpu_wait;     /* waiting for a worker's result */
+    double t_compile_wait; /* the GPU idle, waiting for a compile */
+    double t_worker;       /* seconds in the worker's jobs, by its clock */
+    double t_wall;         /* seconds in search_measure_cuda */
+  } stats;
 } search_cuda_measure;
 bool search_cuda_measure_init(search_cuda_measure *m, dg_status *st);
 void search_cuda_measure_free(search_cuda_measure *m);

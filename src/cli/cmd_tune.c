@@ -12,6 +12,7 @@
  * measures on the GPU (search_measure_cuda: lowered, NVRTC, a crash-isolated
  * worker, checked, L2 flushed); without a GPU it says so and exits 1.
  */
+#include <malloc.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -20,6 +21,7 @@
 
 int cmd_tune(int argc, char **argv) {
   int64_t trials = 64, workers = 1, seed = 1, population = 512, per_round = 64, repeats = 3;
+  int64_t threads = 0;
   const char *db_dir = NULL, *target = "cpu", *space_path = NULL, *model_dir = NULL;
   bool quiet = false;
   const cli_opt opts[] = {
@@ -33,11 +35,13 @@ int cmd_tune(int argc, char **argv) {
       {"--population", CLI_OPT_INT, &population, 4, 65536, "population of the evolutionary search"},
       {"--per-round", CLI_OPT_INT, &per_round, 1, 4096, "candidates measured per round"},
       {"--repeats", CLI_OPT_INT, &repeats, 1, 8, "timed runs per candidate (cpu)"},
+      {"--threads", CLI_OPT_INT, &threads, 0, 1024,
+       "threads building candidates in the search (0: all cores; same results for any count)"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no progress lines"},
   };
   const cli_spec spec = {
       "tune",
-      "SPEC... --trials N --db DIR [--workers K] [--target cpu|cuda] [--space FILE]",
+      "SPEC... --trials N --db DIR [--workers K] [--threads T] [--target cpu|cuda] [--space FILE]",
       "Tunes each workload (a spec, an alias like GMM/0, or a kernel-text file) with\n"
       "MetaSchedule's evolutionary search and XGBoost cost model, recording every\n"
       "measured candidate in the database. Rerunning with the same database resumes:\n"
@@ -61,6 +65,12 @@ int cmd_tune(int argc, char **argv) {
     fprintf(stderr, "dragon tune: --target: '%s' is not cpu or cuda\n", target);
     return CLI_USAGE;
   }
+  /* Building a schedule allocates and frees a few MiB. glibc's defaults
+   * hand freed heap back to the kernel each time and fault it in again on
+   * the next build (a fifth of the search's time on one thread, and the
+   * search's threads each do it in their own arena): keep up to 32 MiB. */
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  mallopt(M_TRIM_THRESHOLD, 32 << 20);
   bool on_gpu = strcmp(target, "cuda") == 0;
   search_cuda_measure gm = {(int)repeats, 10, (uint64_t)seed, NULL};
   if (on_gpu && !search_cuda_measure_init(&gm, &st)) {
@@ -118,6 +128,7 @@ int cmd_tune(int argc, char **argv) {
     o.is_gpu = true; /* the schedules are GPU schedules, whatever runs them */
     o.evolve.population_size = (int)population;
     o.evolve.num_trials_per_iter = (int)per_round;
+    o.evolve.threads = (int)threads;
     if (o.evolve.init_min_unmeasured > population / 2) o.evolve.init_min_unmeasured = (int)(population / 2);
     o.seed = (uint64_t)seed + (uint64_t)i;
     o.progress = quiet ? NULL : stderr;

@@ -122,6 +122,11 @@ const rt_cu_api *rt_cu_api_load(dg_status *st) {
       SYM(lib, a->MemcpyDtoH, "cuMemcpyDtoH_v2");
       SYM(lib, a->MemsetD8, "cuMemsetD8_v2");
       SYM(lib, a->MemsetD32Async, "cuMemsetD32Async");
+      SYM(lib, a->MemsetD8Async, "cuMemsetD8Async");
+      SYM(lib, a->MemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+      SYM(lib, a->MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+      SYM(lib, a->MemAllocHost, "cuMemAllocHost_v2");
+      SYM(lib, a->MemFreeHost, "cuMemFreeHost");
       SYM(lib, a->StreamCreate, "cuStreamCreate");
       SYM(lib, a->StreamDestroy, "cuStreamDestroy_v2");
       SYM(lib, a->StreamSynchronize, "cuStreamSynchronize");

@@ -65,6 +65,11 @@ typedef struct {
   cu_result (*MemcpyDtoH)(void *dst, cu_devptr src, size_t bytes);
   cu_result (*MemsetD8)(cu_devptr dst, unsigned char v, size_t n);
   cu_result (*MemsetD32Async)(cu_devptr dst, unsigned v, size_t n, cu_handle stream);
+  cu_result (*MemsetD8Async)(cu_devptr dst, unsigned char v, size_t n, cu_handle stream);
+  cu_result (*MemcpyDtoDAsync)(cu_devptr dst, cu_devptr src, size_t bytes, cu_handle stream);
+  cu_result (*MemcpyDtoHAsync)(void *dst, cu_devptr src, size_t bytes, cu_handle stream);
+  cu_result (*MemAllocHost)(void **p, size_t bytes); /* page-locked */
+  cu_result (*MemFreeHost)(void *p);
   cu_result (*StreamCreate)(cu_handle *s, unsigned flags);
   cu_result (*StreamDestroy)(cu_handle s);
   cu_result (*StreamSynchronize)(cu_handle s);
@@ -114,6 +119,10 @@ void rt_cu_error_text(const rt_cu_api *cu, cu_result r, char *out, size_t n);
  * "cuda" runs rt_cuda_job messages (cuda_run.c), "cuda-probe" initialises
  * the driver and describes device 0 (cuda_api.c). */
 bool rt_cuda_job_handle(void *ctx, const void *job, size_t len, dg_str *reply);
+/* Run once by an exec'd "cuda" worker before its first job: brings CUDA up
+ * while the parent carries on (on failure, each job tries again and reports
+ * why it could not). */
+void rt_cuda_worker_init(void);
 bool rt_cuda_probe_handle(void *ctx, const void *job, size_t len, dg_str *reply);
 
 /* The one check for driver calls: on failure sets st to "WHAT: error text"

@@ -13,7 +13,9 @@
  * A group fails as a whole on one bad kernel, so a failed group is compiled
  * again kernel by kernel to pin the failure on the kernel that has it.
  *
- * NVRTC programs are independent, so compilations run on plain threads.
+ * NVRTC programs are independent, so compilations run on plain threads;
+ * rt_tasks hands finished ones back as they come, for a caller that
+ * starts using the first module while the others still compile.
  */
 #include "rt/cuda_api.h"
 
@@ -182,6 +184,96 @@ static void run_tasks(int n, int threads, void (*work)(void *, int), void *ctx) 
   for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
   free(th);
 }
+
+/* ---- tasks handed back as they finish ------------------------------------ */
+
+struct rt_tasks {
+  int n;
+  atomic_int next; /* the next task to start */
+  void (*work)(void *ctx, int i);
+  void *ctx;
+  pthread_t *th;
+  int n_threads; /* started */
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int *done;     /* (n) finished tasks, in order; under mu */
+  int n_done;    /* under mu */
+  int n_taken;   /* handed back so far (the caller's thread only) */
+};
+
+/* Claims and runs tasks until none is left; returns after each one when
+ * `one` (the caller running tasks itself). */
+static void tasks_run(rt_tasks *t, bool one) {
+  for (;;) {
+    int i = atomic_fetch_add(&t->next, 1);
+    if (i >= t->n) return;
+    t->work(t->ctx, i);
+    pthread_mutex_lock(&t->mu);
+    t->done[t->n_done++] = i;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    if (one) return;
+  }
+}
+
+static void *tasks_thread(void *arg) {
+  tasks_run(arg, false);
+  return NULL;
+}
+
+rt_tasks *rt_tasks_start(int n, int threads, void (*work)(void *ctx, int i), void *ctx) {
+  rt_tasks *t = dg_calloc(1, sizeof *t);
+  t->n = n > 0 ? n : 0;
+  t->work = work;
+  t->ctx = ctx;
+  atomic_init(&t->next, 0);
+  pthread_mutex_init(&t->mu, NULL);
+  pthread_cond_init(&t->cv, NULL);
+  t->done = dg_calloc((size_t)(t->n ? t->n : 1), sizeof(int));
+  if (threads <= 0) threads = rt_cpu_count();
+  if (threads > t->n) threads = t->n;
+  t->th = dg_calloc((size_t)(threads ? threads : 1), sizeof(pthread_t));
+  for (int k = 0; k < threads; k++) {
+    if (pthread_create(&t->th[t->n_threads], NULL, tasks_thread, t) != 0) break;
+    t->n_threads++;
+  }
+  return t;
+}
+
+int rt_tasks_next(rt_tasks *t, bool wait) {
+  pthread_mutex_lock(&t->mu);
+  for (;;) {
+    if (t->n_taken < t->n_done) {
+      int i = t->done[t->n_taken++];
+      pthread_mutex_unlock(&t->mu);
+      return i;
+    }
+    if (!wait || t->n_taken == t->n) break;
+    if (t->n_threads == 0) {
+      /* no thread could start: the caller runs the next task itself */
+      pthread_mutex_unlock(&t->mu);
+      tasks_run(t, true);
+      pthread_mutex_lock(&t->mu);
+      continue;
+    }
+    pthread_cond_wait(&t->cv, &t->mu);
+  }
+  pthread_mutex_unlock(&t->mu);
+  return -1;
+}
+
+void rt_tasks_free(rt_tasks *t) {
+  if (!t) return;
+  for (int k = 0; k < t->n_threads; k++) pthread_join(t->th[k], NULL);
+  tasks_run(t, false); /* what no thread was there to run */
+  pthread_mutex_destroy(&t->mu);
+  pthread_cond_destroy(&t->cv);
+  free(t->done);
+  free(t->th);
+  free(t);
+}
+
+/* ---- many sources on threads, all at once ---------------------------------- */
 
 typedef struct {
   const rt_nvrtc_job *jobs;

@@ -21,9 +21,20 @@
  * constructor here, before main, runs the handler registered under NAME on
  * socket FD; nothing of the parent survives, which is what CUDA needs (a
  * child forked after its parent used NVRTC cannot initialise the driver).
- * A worker stuck at start-up is caught by the job deadline like any other
- * hang. Workers exit with _exit (never the parent's atexit handlers) and die
- * with the parent (PR_SET_PDEATHSIG, kept across exec).
+ * A named handler may have an init, run as the worker starts, before its
+ * first job (CUDA comes up while the parent carries on). The parent may be
+ * compiling on other threads when it forks, so the exec'd child's
+ * environment is made before the fork and the child calls nothing but
+ * async-signal-safe functions until execve. A worker stuck at start-up is
+ * caught by the job deadline like any other hang. Workers exit with _exit
+ * (never the parent's atexit handlers) and die with the parent
+ * (PR_SET_PDEATHSIG, kept across exec).
+ *
+ * A job goes to the idle worker that has done the most jobs (its caches,
+ * such as a GPU worker's data set on the device, are warm), the longest
+ * running among equals, so that a spare started with the pool takes over
+ * from a worker that died while the replacement starts. When a job ends
+ * the next queued one is sent at once, before the caller sees the result.
  */
 #include "rt/cuda_api.h"
 
@@ -56,6 +67,8 @@ typedef struct {
   queued_job job; /* the job it runs (bytes freed once sent) */
   double t0, deadline;
   dg_str in; /* reply bytes received so far */
+  double started;    /* when the process was started */
+  int64_t jobs_done; /* replies it sent */
 } worker_slot;
 
 struct rt_worker_pool {
@@ -130,9 +143,10 @@ static void worker_main(const rt_worker_opts *o, int fd) {
 static const struct {
   const char *name;
   rt_worker_fn fn;
+  void (*init)(void); /* run once before the first job, or NULL */
 } named_handlers[] = {
-    {"cuda", rt_cuda_job_handle},
-    {"cuda-probe", rt_cuda_probe_handle},
+    {"cuda", rt_cuda_job_handle, rt_cuda_worker_init},
+    {"cuda-probe", rt_cuda_probe_handle, NULL},
 };
 
 /* Runs before main in every program linked with this file: a process
@@ -148,6 +162,7 @@ __attribute__((constructor)) static void worker_exec_entry(void) {
   unsetenv("DRAGON_WORKER"); /* not for the worker's own children */
   for (size_t i = 0; i < DG_ARRAY_LEN(named_handlers); i++) {
     if (strcmp(named_handlers[i].name, name) != 0 || fd < 0) continue;
+    if (named_handlers[i].init) named_handlers[i].init();
     rt_worker_opts o = {1, 1, 0, named_handlers[i].fn, NULL, NULL};
     worker_main(&o, fd);
   }
@@ -156,16 +171,37 @@ __attribute__((constructor)) static void worker_exec_entry(void) {
 
 /* ---- the parent ------------------------------------------------------------ */
 
+/* The environment of an exec'd worker: this one's, DRAGON_WORKER set. Made
+ * before fork: other threads of this process (compilers) may hold locks
+ * that malloc or setenv would need in the child, so between fork and exec
+ * the child makes only async-signal-safe calls. */
+static char **worker_env(const char *handler, int fd, char *val, size_t val_n) {
+  snprintf(val, val_n, "DRAGON_WORKER=%s:%d", handler, fd);
+  size_t n = 0;
+  while (environ[n]) n++;
+  char **env = dg_calloc(n + 2, sizeof *env);
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    if (strncmp(environ[i], "DRAGON_WORKER=", 14) != 0) env[m++] = environ[i];
+  env[m++] = val;
+  env[m] = NULL;
+  return env;
+}
+
 static bool spawn(rt_worker_pool *p, int k, dg_status *st) {
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     return dg_fail(st, DG_ERR_RUNTIME, "workers: socketpair failed: %s", strerror(errno));
   pid_t parent = getpid();
+  char val[128];
+  char **env = p->o.exec_handler ? worker_env(p->o.exec_handler, sv[1], val, sizeof val) : NULL;
+  char *const argv[] = {(char *)"dragon-worker", NULL};
   fflush(NULL); /* buffered output must not be written twice */
   pid_t pid = fork();
   if (pid < 0) {
     close(sv[0]);
     close(sv[1]);
+    free(env);
     return dg_fail(st, DG_ERR_RUNTIME, "workers: fork failed: %s", strerror(errno));
   }
   if (pid == 0) {
@@ -178,21 +214,20 @@ static bool spawn(rt_worker_pool *p, int k, dg_status *st) {
     signal(SIGPIPE, SIG_DFL);
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
-    if (p->o.exec_handler) {
-      char val[96];
-      snprintf(val, sizeof val, "%s:%d", p->o.exec_handler, sv[1]);
-      char *const argv[] = {(char *)"dragon-worker", NULL};
-      if (fcntl(sv[1], F_SETFD, 0) == 0 && setenv("DRAGON_WORKER", val, 1) == 0)
-        execv("/proc/self/exe", argv);
+    if (env) {
+      if (fcntl(sv[1], F_SETFD, 0) == 0) execve("/proc/self/exe", argv, env);
       _exit(127);
     }
     worker_main(&p->o, sv[1]);
   }
+  free(env);
   close(sv[1]);
   worker_slot *w = &p->w[k];
   w->pid = pid;
   w->fd = sv[0];
   w->busy = false;
+  w->started = dg_now();
+  w->jobs_done = 0;
   dg_str_clear(&w->in);
   return true;
 }
@@ -306,13 +341,35 @@ static bool replace(rt_worker_pool *p, int k, dg_status *st) {
   return spawn(p, k, st);
 }
 
+/* The idle worker to send a job to: a live one that has done the most
+ * jobs (its caches are warm), the longest running among equals (its start-up
+ * is behind it); an empty slot last. -1 if all are busy. */
+static int pick_idle(const rt_worker_pool *p) {
+  int k = -1;
+  for (int j = 0; j < p->o.n_workers; j++) {
+    const worker_slot *w = &p->w[j];
+    if (w->busy) continue;
+    if (k < 0) {
+      k = j;
+      continue;
+    }
+    const worker_slot *b = &p->w[k];
+    bool live = w->pid > 0, blive = b->pid > 0;
+    if (live != blive) {
+      if (live) k = j;
+    } else if (live && (w->jobs_done > b->jobs_done ||
+                        (w->jobs_done == b->jobs_done && w->started < b->started))) {
+      k = j;
+    }
+  }
+  return k;
+}
+
 /* Sends queued jobs to idle workers while the active limit allows. A worker
  * found dead on sending is replaced and the job sent to the replacement. */
 static bool dispatch(rt_worker_pool *p, dg_status *st) {
   while (p->head < p->queue.len && n_busy(p) < p->o.max_active) {
-    int k = -1;
-    for (int j = 0; j < p->o.n_workers && k < 0; j++)
-      if (!p->w[j].busy) k = j;
+    int k = pick_idle(p);
     if (k < 0) break;
     worker_slot *w = &p->w[k];
     queued_job q = p->queue.data[p->head];
@@ -394,6 +451,7 @@ static bool take_input(rt_worker_pool *p, int k, rt_worker_result *r, dg_status 
   }
   if (!whole) return false;
   finish(p, k, RT_WORKER_REPLIED, NULL, r);
+  w->jobs_done++;
   r->reply_len = whole - HDR_BYTES;
   r->reply = dg_malloc(r->reply_len + 1);
   memcpy(r->reply, w->in.s + HDR_BYTES, r->reply_len);
@@ -450,7 +508,9 @@ bool rt_worker_pool_next(rt_worker_pool *p, rt_worker_result *r, dg_status *st) 
     free(pf);
     free(slot);
     if (got) {
-      /* a failed replacement is retried at the next dispatch */
+      /* the next job starts now, not when the caller comes back; a failed
+       * replacement is retried at the next dispatch */
+      dispatch(p, st);
       dg_status_ok(st);
       return true;
     }

@@ -15,13 +15,28 @@
  *
  * Pool entries keep a candidate's trace, hash, features and score; only the
  * picked candidates get their kernel rebuilt (replaying the full trace),
- * which bounds memory by the population, not by the kernels. Single
- * threaded: the machine's cores go to measurement and XGBoost.
+ * which bounds memory by the population, not by the kernels.
+ *
+ * Building a schedule (replay, postprocessors, hash, features) is the
+ * costly part; it runs on opts.threads threads, and a seed gives the same
+ * candidates whatever their number. Every random draw comes from ev->rng
+ * in a fixed serial order, or from a per-item generator seeded that way;
+ * items are built in any order on any thread and merged in index order.
+ * A genetic slot runs its tries with its own generator until a mutant
+ * builds or it draws an unchanged copy; copies are then granted serially
+ * in slot order (a parent at most once per generation), and the slots
+ * refused one continue with their next try, until every slot is filled.
+ * Statistics are per item and added up after each parallel part. The cost
+ * model is queried on the calling thread only.
  */
 #include "dragon/search.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef struct {
   sched_trace *trace; /* full: design part + postprocessing */
@@ -80,6 +95,7 @@ static void hset_free(hset *s) {
 struct search_evolve {
   search_task t;
   search_evolve_opts o;
+  int threads; /* o.threads resolved: >= 1 */
   dg_rng rng;
   sched_trace **spaces;
   int n_spaces;
@@ -100,6 +116,15 @@ void search_evolve_opts_default(search_evolve_opts *o) {
   o->eps_greedy = 0.05;
   o->num_trials_per_iter = 64;
   o->num_empty_iters_before_early_stop = 5;
+  o->threads = 0;
+}
+
+/* The CPUs this process may run on. */
+static int cpu_count(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? (int)n : 1;
 }
 
 search_evolve *search_evolve_new(const search_task *task, const search_evolve_opts *o) {
@@ -107,6 +132,8 @@ search_evolve *search_evolve_new(const search_task *task, const search_evolve_op
   ev->t = *task;
   if (o) ev->o = *o;
   else search_evolve_opts_default(&ev->o);
+  ev->threads = ev->o.threads > 0 ? ev->o.threads : cpu_count();
+  if (ev->threads > 1024) ev->threads = 1024;
   dg_rng_seed(&ev->rng, task->seed);
   ev->n_spaces = task->n_spaces;
   ev->spaces = dg_calloc((size_t)(task->n_spaces ? task->n_spaces : 1), sizeof(sched_trace *));
@@ -149,35 +176,126 @@ void search_cands_free(search_cand *c, int n) {
   free(c);
 }
 
+/* ---- running items on several threads ---------------------------------------- */
+
+typedef void (*par_fn)(void *ctx, size_t i);
+
+typedef struct {
+  par_fn fn;
+  void *ctx;
+  size_t n;
+  atomic_size_t next; /* the next item to take */
+} par_job;
+
+static void *par_run(void *arg) {
+  par_job *j = arg;
+  for (size_t i; (i = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->n;)
+    j->fn(j->ctx, i);
+  return NULL;
+}
+
+/* fn(ctx, i) for every i in [0, n) on up to `threads` threads, the caller
+ * being one; items are taken one at a time, so which thread runs which is
+ * left to chance, and fn must not care. If a thread cannot be started the
+ * others do its share. */
+static void par_for(int threads, size_t n, par_fn fn, void *ctx) {
+  par_job j = {fn, ctx, n};
+  atomic_init(&j.next, 0);
+  size_t k = threads > 1 ? (size_t)threads : 1;
+  if (k > n) k = n;
+  pthread_t *tid = k > 1 ? dg_malloc(sizeof *tid * (k - 1)) : NULL;
+  size_t started = 0;
+  while (started + 1 < k && pthread_create(&tid[started], NULL, par_run, &j) == 0) started++;
+  par_run(&j);
+  for (size_t w = 0; w < started; w++) pthread_join(tid[w], NULL);
+  free(tid);
+}
+
 /* ---- building schedules --------------------------------------------------- */
 
-/* Replays the design part of t (decisions kept unless resample), then the
- * postprocessors. On success fills e (trace, hash) and, if func, the kernel. */
-static bool build(search_evolve *ev, const sched_trace *t, bool resample, ev_entry *e,
-                  dg_func **func) {
-  sched *s = sched_new(ev->t.f, dg_rng_next(&ev->rng));
+/* What building costs, per item; added to ev->stats after a parallel part. */
+typedef struct {
+  int64_t n_replayed, n_rejected;
+  double t_feat, t_all; /* seconds of feature extraction, of building */
+} ev_acct;
+
+static void acct_add(ev_acct *a, const ev_acct *b) {
+  a->n_replayed += b->n_replayed;
+  a->n_rejected += b->n_rejected;
+  a->t_feat += b->t_feat;
+  a->t_all += b->t_all;
+}
+
+/* Adds a parallel part's counts to the statistics; its wall time `wall` is
+ * shared out between the cost model (feature extraction) and the rest in
+ * proportion to the time the items spent in each. */
+static void acct_commit(search_evolve *ev, const ev_acct *a, double wall) {
+  ev->stats.n_replayed += a->n_replayed;
+  ev->stats.n_rejected += a->n_rejected;
+  if (a->t_all > 0) ev->stats.t_model += wall * (a->t_feat / a->t_all);
+}
+
+/* Replays the design part of t (decisions kept unless resample) on a
+ * schedule seeded with seed, then the postprocessors. On success fills e
+ * (trace, hash, features). Reads ev, never writes it: runs on any thread. */
+static bool build(const search_evolve *ev, const sched_trace *t, bool resample, uint64_t seed,
+                  ev_entry *e, ev_acct *acct) {
+  double t0 = dg_now();
+  sched *s = sched_new(ev->t.f, seed);
   dg_status st;
   bool ok = sched_replay(s, t, resample, true, &st);
   if (ok) ok = ev->t.postproc ? ev->t.postproc(s, ev->t.postproc_ctx, &st)
                               : sched_enter_postproc(s, &st);
-  ev->stats.n_replayed++;
+  acct->n_replayed++;
   if (!ok) {
-    ev->stats.n_rejected++;
+    acct->n_rejected++;
     sched_free(s);
+    acct->t_all += dg_now() - t0;
     return false;
   }
   memset(e, 0, sizeof *e);
   e->trace = sched_trace_clone(sched_get_trace(s));
   e->hash = ir_func_hash(sched_func(s));
-  if (func) *func = ir_func_clone(sched_func(s));
   if (ev->t.model) {
-    double t0 = dg_now();
+    double t1 = dg_now();
     dg_status fst;
     if (!search_features_extract(sched_func(s), ev->t.is_gpu, &e->feats, &fst)) e->feats.n = 0;
-    ev->stats.t_model += dg_now() - t0;
+    acct->t_feat += dg_now() - t1;
   }
   sched_free(s);
+  acct->t_all += dg_now() - t0;
   return true;
+}
+
+/* One schedule to build: the inputs are drawn serially, a worker fills the
+ * rest. */
+typedef struct {
+  const sched_trace *trace; /* NULL: nothing to build */
+  bool resample;
+  uint64_t seed;
+  bool ok;
+  ev_entry e; /* when ok */
+  ev_acct acct;
+} ev_job;
+
+typedef struct {
+  const search_evolve *ev;
+  ev_job *jobs;
+} jobs_ctx;
+
+static void job_run(void *ctx, size_t i) {
+  jobs_ctx *c = ctx;
+  ev_job *j = &c->jobs[i];
+  j->ok = j->trace && build(c->ev, j->trace, j->resample, j->seed, &j->e, &j->acct);
+}
+
+static void build_all(search_evolve *ev, ev_job *jobs, size_t n) {
+  double t0 = dg_now();
+  jobs_ctx c = {ev, jobs};
+  par_for(ev->threads, n, job_run, &c);
+  ev_acct sum = {0};
+  for (size_t i = 0; i < n; i++) acct_add(&sum, &jobs[i].acct);
+  acct_commit(ev, &sum, dg_now() - t0);
 }
 
 static void entry_free(ev_entry *e) {
@@ -232,21 +350,10 @@ static int cmp_score(const void *a, const void *b) {
   return x > y ? -1 : x < y;
 }
 
-static size_t pick_parent(search_evolve *ev, const ev_entries *pop) {
-  double *w = dg_malloc(sizeof(double) * pop->len);
-  double sum = 0;
-  for (size_t i = 0; i < pop->len; i++) sum += w[i] = pop->data[i].score;
-  size_t k;
-  if (sum > 0) k = dg_rng_weighted(&ev->rng, w, pop->len);
-  else k = (size_t)dg_rng_below(&ev->rng, pop->len);
-  free(w);
-  return k;
-}
-
-static search_mutator pick_mutator(search_evolve *ev) {
-  double u = dg_rng_uniform(&ev->rng);
+static search_mutator pick_mutator(const double *mut_cum, dg_rng *r) {
+  double u = dg_rng_uniform(r);
   for (int m = 0; m < SEARCH_MUT_COUNT; m++)
-    if (u < ev->mut_cum[m]) return (search_mutator)m;
+    if (u < mut_cum[m]) return (search_mutator)m;
   return (search_mutator)(SEARCH_MUT_COUNT - 1);
 }
 
@@ -269,6 +376,178 @@ static void entries_free(ev_entries *v) {
   DG_VEC_FREE(v);
 }
 
+/* PickBestFromDatabase: the best measured schedules, rebuilt, until pop
+ * holds want of them or the pool is used up. Built in batches of what is
+ * still missing, so no schedule past the last one kept is built. */
+static void pick_best_from_db(search_evolve *ev, int want, ev_entries *pop) {
+  if (ev->pool.len > 1) qsort(ev->pool.data, ev->pool.len, sizeof *ev->pool.data, cmp_measured);
+  size_t next = 0;
+  while ((int)pop->len < want && next < ev->pool.len) {
+    size_t k = (size_t)want - pop->len;
+    if (k > ev->pool.len - next) k = ev->pool.len - next;
+    ev_job *jobs = dg_calloc(k, sizeof *jobs);
+    for (size_t i = 0; i < k; i++) {
+      jobs[i].trace = ev->pool.data[next + i].design;
+      jobs[i].seed = dg_rng_next(&ev->rng);
+    }
+    build_all(ev, jobs, k);
+    for (size_t i = 0; i < k; i++)
+      if (jobs[i].ok) DG_VEC_PUSH(pop, jobs[i].e);
+    free(jobs);
+    next += k;
+  }
+}
+
+/* SampleInitPopulation: rounds of `need` schedules, each of a design
+ * space drawn uniformly with every decision drawn anew, until min of them
+ * built or max_fail_count rounds built none. */
+static void sample_init_population(search_evolve *ev, int need, ev_entries *inits) {
+  const search_evolve_opts *o = &ev->o;
+  int fails = 0;
+  size_t n = need > 0 ? (size_t)need : 0;
+  while ((int)inits->len < o->init_min_unmeasured && fails < o->max_fail_count) {
+    size_t before = inits->len;
+    ev_job *jobs = dg_calloc(n ? n : 1, sizeof *jobs);
+    for (size_t i = 0; i < n; i++) {
+      int sp = (int)dg_rng_below(&ev->rng, (uint64_t)(ev->n_spaces ? ev->n_spaces : 1));
+      jobs[i].trace = ev->n_spaces ? ev->spaces[sp] : NULL;
+      jobs[i].resample = true;
+      jobs[i].seed = dg_rng_next(&ev->rng);
+    }
+    build_all(ev, jobs, n);
+    for (size_t i = 0; i < n; i++)
+      if (jobs[i].ok) DG_VEC_PUSH(inits, jobs[i].e);
+    free(jobs);
+    if (inits->len == before) fails++;
+  }
+}
+
+/* A slot of the next generation. */
+typedef enum {
+  SLOT_PENDING,   /* tries left to run */
+  SLOT_WANTS,     /* drew an unchanged copy of parent, not yet granted */
+  SLOT_COPIED,    /* the copy was granted */
+  SLOT_BUILT,     /* a mutant of parent built: e */
+  SLOT_EXHAUSTED, /* every try failed: the last parent, copied */
+} slot_state;
+
+typedef struct {
+  dg_rng rng;
+  int tries;     /* run so far */
+  size_t parent; /* the last one drawn */
+  slot_state state;
+  ev_entry e;
+  ev_acct acct;
+} ev_slot;
+
+typedef struct {
+  const search_evolve *ev;
+  const ev_entries *pop;
+  const double *w; /* parents' weights (their scores); NULL: uniform */
+  ev_slot *slots;
+  const size_t *todo; /* the slots to run */
+} gen_ctx;
+
+/* Runs a slot's tries from where it stopped: draw a parent, then either
+ * an unchanged copy (stops: the copy is granted serially) or a mutant,
+ * built; stops at the first mutant that builds or when tries run out. */
+static void slot_run(void *ctx, size_t k) {
+  const gen_ctx *c = ctx;
+  const search_evolve_opts *o = &c->ev->o;
+  ev_slot *sl = &c->slots[c->todo[k]];
+  size_t n = c->pop->len;
+  while (sl->tries <= o->genetic_max_fail_count) {
+    sl->tries++;
+    sl->parent = c->w ? dg_rng_weighted(&sl->rng, c->w, n) : (size_t)dg_rng_below(&sl->rng, n);
+    if (dg_rng_uniform(&sl->rng) >= o->genetic_mutate_prob) {
+      sl->state = SLOT_WANTS;
+      return;
+    }
+    search_mutator m = pick_mutator(c->ev->mut_cum, &sl->rng);
+    sched_trace *t = search_mutate(m, c->pop->data[sl->parent].trace, &sl->rng);
+    if (!t) continue;
+    bool ok = build(c->ev, t, false, dg_rng_next(&sl->rng), &sl->e, &sl->acct);
+    sched_trace_free(t);
+    if (ok) {
+      sl->state = SLOT_BUILT;
+      return;
+    }
+  }
+  sl->state = SLOT_EXHAUSTED;
+}
+
+/* One generation: pop_size slots filled from pop (scored, non-empty). */
+static void next_generation(search_evolve *ev, const ev_entries *pop, int pop_size,
+                            ev_entries *next) {
+  size_t n = pop_size > 0 ? (size_t)pop_size : 0;
+  ev_slot *slots = dg_calloc(n ? n : 1, sizeof *slots);
+  size_t *todo = dg_malloc(sizeof(size_t) * (n ? n : 1));
+  for (size_t i = 0; i < n; i++) {
+    dg_rng_seed(&slots[i].rng, dg_rng_next(&ev->rng));
+    todo[i] = i;
+  }
+  DG_ASSERT(pop->len > 0);
+  double *w = dg_malloc(sizeof(double) * pop->len);
+  double sum = 0;
+  for (size_t i = 0; i < pop->len; i++) sum += w[i] = pop->data[i].score;
+  bool *copied = dg_calloc(pop->len, 1);
+  gen_ctx c = {ev, pop, sum > 0 ? w : NULL, slots, todo};
+  double t0 = dg_now();
+  for (size_t n_todo = n; n_todo > 0;) {
+    par_for(ev->threads, n_todo, slot_run, &c);
+    size_t left = 0;
+    for (size_t k = 0; k < n_todo; k++) {
+      ev_slot *sl = &slots[todo[k]];
+      if (sl->state != SLOT_WANTS) continue;
+      if (!copied[sl->parent]) {
+        copied[sl->parent] = true;
+        sl->state = SLOT_COPIED;
+      } else {
+        sl->state = SLOT_PENDING; /* refused: the next try */
+        todo[left++] = todo[k];
+      }
+    }
+    n_todo = left;
+  }
+  ev_acct sum_acct = {0};
+  for (size_t i = 0; i < n; i++) {
+    ev_slot *sl = &slots[i];
+    acct_add(&sum_acct, &sl->acct);
+    if (sl->state == SLOT_BUILT) DG_VEC_PUSH(next, sl->e);
+    else DG_VEC_PUSH(next, entry_copy(&pop->data[sl->parent]));
+  }
+  acct_commit(ev, &sum_acct, dg_now() - t0);
+  free(copied);
+  free(w);
+  free(todo);
+  free(slots);
+}
+
+/* A candidate picked: its kernel is rebuilt from the full trace. */
+typedef struct {
+  const ev_entry *e;
+  bool random;
+  dg_func *func; /* NULL: the replay failed */
+} ev_pick;
+
+typedef struct {
+  const search_evolve *ev;
+  ev_pick *picks;
+} picks_ctx;
+
+static void pick_run(void *ctx, size_t i) {
+  const picks_ctx *c = ctx;
+  ev_pick *p = &c->picks[i];
+  sched *s = sched_new(c->ev->t.f, 0);
+  dg_status st;
+  if (sched_replay(s, p->e->trace, false, false, &st)) p->func = ir_func_clone(sched_func(s));
+  sched_free(s);
+}
+
+static bool taken(const search_evolve *ev, const hset *picked, uint64_t h) {
+  return hset_has(&ev->measured, h) || hset_has(picked, h);
+}
+
 int search_evolve_generate(search_evolve *ev, int max, search_cand **out, dg_status *st) {
   dg_status_ok(st);
   *out = NULL;
@@ -279,25 +558,9 @@ int search_evolve_generate(search_evolve *ev, int max, search_cand **out, dg_sta
   ev_entries pop = {0}, inits = {0}, best = {0};
   hset seen = {0};
 
-  /* PickBestFromDatabase */
   double t0 = dg_now();
-  int n_best_db = (int)floor(pop_size * o->init_measured_ratio);
-  if (ev->pool.len > 1) qsort(ev->pool.data, ev->pool.len, sizeof *ev->pool.data, cmp_measured);
-  for (size_t i = 0; i < ev->pool.len && (int)pop.len < n_best_db; i++) {
-    ev_entry e;
-    if (build(ev, ev->pool.data[i].design, false, &e, NULL)) DG_VEC_PUSH(&pop, e);
-  }
-  /* SampleInitPopulation */
-  int need = pop_size - (int)pop.len, fails = 0;
-  while ((int)inits.len < o->init_min_unmeasured && fails < o->max_fail_count) {
-    size_t before = inits.len;
-    for (int i = 0; i < need; i++) {
-      ev_entry e;
-      int sp = (int)dg_rng_below(&ev->rng, (uint64_t)(ev->n_spaces ? ev->n_spaces : 1));
-      if (ev->n_spaces && build(ev, ev->spaces[sp], true, &e, NULL)) DG_VEC_PUSH(&inits, e);
-    }
-    if (inits.len == before) fails++;
-  }
+  pick_best_from_db(ev, (int)floor(pop_size * o->init_measured_ratio), &pop);
+  sample_init_population(ev, pop_size - (int)pop.len, &inits);
   ev->stats.t_sample += dg_now() - t0;
   if (inits.len == 0) {
     entries_free(&pop);
@@ -320,32 +583,7 @@ int search_evolve_generate(search_evolve *ev, int max, search_cand **out, dg_sta
     if (iter == o->genetic_num_iters) break;
     double t1 = dg_now();
     ev_entries next = {0};
-    bool *copied = dg_calloc(pop.len ? pop.len : 1, 1);
-    for (int slot = 0; slot < pop_size && pop.len; slot++) {
-      size_t parent = 0;
-      bool done = false;
-      for (int tries = 0; tries <= o->genetic_max_fail_count && !done; tries++) {
-        parent = pick_parent(ev, &pop);
-        if (dg_rng_uniform(&ev->rng) >= o->genetic_mutate_prob) {
-          if (!copied[parent]) {
-            copied[parent] = true;
-            DG_VEC_PUSH(&next, entry_copy(&pop.data[parent]));
-            done = true;
-          }
-          continue;
-        }
-        sched_trace *m = search_mutate(pick_mutator(ev), pop.data[parent].trace, &ev->rng);
-        if (!m) continue;
-        ev_entry e;
-        if (build(ev, m, false, &e, NULL)) {
-          DG_VEC_PUSH(&next, e);
-          done = true;
-        }
-        sched_trace_free(m);
-      }
-      if (!done) DG_VEC_PUSH(&next, entry_copy(&pop.data[parent]));
-    }
-    free(copied);
+    next_generation(ev, &pop, pop_size, &next);
     ev->stats.t_evolve += dg_now() - t1;
     entries_free(&pop);
     pop = next;
@@ -364,7 +602,8 @@ int search_evolve_generate(search_evolve *ev, int max, search_cand **out, dg_sta
     best.len = (size_t)sample_num;
   }
 
-  /* PickWithEpsGreedy */
+  /* PickWithEpsGreedy: the picks are chosen serially, then their kernels
+   * rebuilt in parallel */
   int num_rands = (int)floor(sample_num * o->eps_greedy);
   int num_bests = sample_num - num_rands;
   for (size_t i = inits.len; i > 1; i--) { /* shuffle the random initial population */
@@ -373,21 +612,22 @@ int search_evolve_generate(search_evolve *ev, int max, search_cand **out, dg_sta
     inits.data[i - 1] = inits.data[j];
     inits.data[j] = tmp;
   }
-  search_cand *picks = dg_calloc((size_t)sample_num, sizeof *picks);
-  int n = 0;
+  ev_pick *sel = dg_calloc((size_t)sample_num, sizeof *sel);
+  hset picked = {0};
+  int n_sel = 0;
   size_t ib = 0, ir = 0;
   for (int i = 0; i < sample_num; i++) {
     const ev_entry *e = NULL;
     bool random = false;
     if (i < num_bests) {
-      while (ib < best.len && hset_has(&ev->measured, best.data[ib].hash)) {
+      while (ib < best.len && taken(ev, &picked, best.data[ib].hash)) {
         ib++;
         ev->stats.n_dup_skipped++;
       }
       if (ib < best.len) e = &best.data[ib++];
     }
     if (!e) {
-      while (ir < inits.len && hset_has(&ev->measured, inits.data[ir].hash)) {
+      while (ir < inits.len && taken(ev, &picked, inits.data[ir].hash)) {
         ir++;
         ev->stats.n_dup_skipped++;
       }
@@ -397,29 +637,39 @@ int search_evolve_generate(search_evolve *ev, int max, search_cand **out, dg_sta
       }
     }
     if (!e) {
-      while (ib < best.len && hset_has(&ev->measured, best.data[ib].hash)) ib++;
+      while (ib < best.len && taken(ev, &picked, best.data[ib].hash)) ib++;
       if (ib < best.len) e = &best.data[ib++];
     }
     if (!e) break;
-    /* the kernel, rebuilt from the full trace (postprocessing included) */
-    sched *s = sched_new(ev->t.f, 0);
-    dg_status rst;
-    if (!sched_replay(s, e->trace, false, false, &rst)) {
-      sched_free(s);
+    hset_add(&picked, e->hash);
+    sel[n_sel].e = e;
+    sel[n_sel].random = random;
+    n_sel++;
+  }
+  hset_free(&picked);
+  double t2 = dg_now();
+  picks_ctx pc = {ev, sel};
+  par_for(ev->threads, (size_t)n_sel, pick_run, &pc);
+  ev->stats.t_sample += dg_now() - t2;
+  search_cand *picks = dg_calloc((size_t)sample_num, sizeof *picks);
+  int n = 0;
+  for (int i = 0; i < n_sel; i++) {
+    const ev_entry *e = sel[i].e;
+    if (!sel[i].func) { /* a kernel whose full trace no longer replays */
       ev->stats.n_rejected++;
       continue;
     }
     hset_add(&ev->measured, e->hash);
     picks[n].trace = sched_trace_clone(e->trace);
-    picks[n].func = ir_func_clone(sched_func(s));
+    picks[n].func = sel[i].func;
     picks[n].hash = e->hash;
     picks[n].score = e->score;
-    picks[n].random = random;
-    if (random) ev->stats.n_picked_random++;
+    picks[n].random = sel[i].random;
+    if (sel[i].random) ev->stats.n_picked_random++;
     else ev->stats.n_picked_best++;
     n++;
-    sched_free(s);
   }
+  free(sel);
   entries_free(&inits);
   entries_free(&best);
   if (n == 0) {

@@ -2,14 +2,23 @@
  *
  * Per workload, once: the inputs are drawn from the seed, the unscheduled
  * kernel's float64 reference is computed on the CPU (compiled C), and both
- * are written to a data file that the GPU workers map. Per round: every
- * candidate is lowered and emitted as CUDA, the sources are compiled by
- * NVRTC on all cores at once, and the programs are run by one long-lived
- * worker process (crash-isolated: a fault or a hang costs that candidate,
- * the worker is replaced), checked against the reference on their first
- * run, then timed with the L2 flushed before each repeat. A candidate that
- * does not lower, compile, run or match costs a failure reason, never the
- * run. */
+ * are written to a data file that the GPU workers map (and keep on the
+ * device across candidates). Per round, a pipeline: threads lower each
+ * candidate, emit CUDA, compile it with NVRTC and encode its job; the
+ * calling thread hands each job to the worker pool as soon as it is ready
+ * and collects results as they come, matched by job id, so the GPU works
+ * while the rest still compiles. One long-lived worker process runs the
+ * jobs one at a time (crash-isolated: a fault or a hang costs that
+ * candidate, the worker is replaced): checked
+ * against the reference on their first run, then timed with the L2 flushed
+ * before each repeat. A candidate that does not lower, compile, run or
+ * match costs a failure reason, never the run.
+ *
+ * The threads share nothing but the read-only round description: each
+ * candidate's kernel is read by its own thread only (lower_program works
+ * on a private copy), and lowering, emission and NVRTC keep no global
+ * state of their own.
+ */
 #include <string.h>
 #include <unistd.h>
 
@@ -22,6 +31,7 @@ struct search_cuda_measure_state {
   struct rt_worker_pool *pool;
   uint64_t hash;  /* the workload the data file holds */
   char path[64];
+  uint64_t next_id; /* job ids are never reused, so a stale result is known */
 };
 
 static bool prepare(search_cuda_measure *m, const dg_func *f, dg_status *st) {
@@ -56,10 +66,21 @@ static bool prepare(search_cuda_measure *m, const dg_func *f, dg_status *st) {
   return ok;
 }
 
+/* One worker, one job at a time. No warm spare: where the GPU is in an
+ * exclusive compute mode a second process could not hold a context. A
+ * fault costs the replacement's start (CUDA and the data set again). */
+static bool pool_start(search_cuda_measure *m, dg_status *st) {
+  return rt_cuda_pool_new(1, 1, m->timeout_s, &m->state->pool, st);
+}
+
 bool search_cuda_measure_init(search_cuda_measure *m, dg_status *st) {
-  if (!rt_nvrtc_available(st) || !rt_cuda_available(st)) return false;
+  m->state = NULL;
+  memset(&m->stats, 0, sizeof m->stats);
+  if (!rt_nvrtc_available(st)) return false;
+  if (!rt_cuda_available(st) && !m->allow_no_gpu) return false;
   m->state = dg_calloc(1, sizeof *m->state);
-  if (!rt_cuda_pool_new(1, 1, m->timeout_s, &m->state->pool, st)) {
+  m->state->next_id = 1;
+  if (!pool_start(m, st)) {
     free(m->state);
     m->state = NULL;
     return false;
@@ -83,95 +104,212 @@ static void fail(search_measure_result *r, const char *why) {
   r->error[n] = 0;
 }
 
-void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, int n,
-                         search_measure_result *out) {
-  search_cuda_measure *m = ctx;
+/* ---- the round ------------------------------------------------------------ */
+
+/* What a thread makes of one candidate. */
+typedef struct {
+  dg_str msg;        /* the encoded job; empty: it failed before the GPU */
+  char error[256];   /* why, then */
+  bool lowered, compiled;
+  double t_lower, t_compile;
+} cand_job;
+
+typedef struct {
+  const search_cand *cand;
+  const char *data_path;
+  uint64_t seed;
+  rt_cuda_timing timing;
+  cand_job *jobs; /* (n) jobs[i] written by candidate i's thread only */
+} round_ctx;
+
+static void set_error(char *dst, size_t n, const char *why) {
+  if (!why || !*why) why = "failed";
+  size_t len = strlen(why);
+  if (len > n - 1) len = n - 1;
+  memcpy(dst, why, len);
+  dst[len] = 0;
+}
+
+/* On a thread: lower, verify, emit, compile, encode candidate i. */
+static void cand_prepare(void *p, int i) {
+  round_ctx *r = p;
+  cand_job *j = &r->jobs[i];
   dg_status st;
-  for (int i = 0; i < n; i++) memset(&out[i], 0, sizeof out[i]);
-  if (!m->state || !prepare(m, f, &st)) {
-    for (int i = 0; i < n; i++) fail(&out[i], m->state ? st.msg : "GPU measurement not set up");
+  dg_status_ok(&st);
+  double t0 = dg_now();
+  lw_program *lp = lower_program(r->cand[i].func, NULL, &st);
+  if (lp && !lower_verify(lp, &lower_limits_sm90, &st)) {
+    lower_program_free(lp);
+    lp = NULL;
+  }
+  char *src = lp ? codegen_emit_program(lp, &codegen_lang_cuda, &st) : NULL;
+  double t1 = dg_now();
+  j->t_lower = t1 - t0;
+  if (!src) {
+    set_error(j->error, sizeof j->error, st.msg);
+    lower_program_free(lp);
     return;
   }
-  /* lower and emit every candidate, then compile them all at once */
-  lw_program **progs = dg_calloc((size_t)n, sizeof *progs);
-  char **srcs = dg_calloc((size_t)n, sizeof *srcs);
-  rt_nvrtc_job *jobs = dg_calloc((size_t)n, sizeof *jobs);
-  int *job_of = dg_calloc((size_t)n, sizeof *job_of);
-  int nj = 0;
-  for (int i = 0; i < n; i++) {
-    job_of[i] = -1;
-    progs[i] = lower_program(cand[i].func, NULL, &st);
-    if (progs[i] && !lower_verify(progs[i], &lower_limits_sm90, &st)) {
-      lower_program_free(progs[i]);
-      progs[i] = NULL;
-    }
-    if (progs[i]) srcs[i] = codegen_emit_program(progs[i], &codegen_lang_cuda, &st);
-    if (!srcs[i]) {
-      fail(&out[i], st.msg);
-      continue;
-    }
-    jobs[nj] = (rt_nvrtc_job){srcs[i], "cand", "sm_90"};
-    job_of[i] = nj++;
-  }
-  rt_cubin *bins = dg_calloc((size_t)(nj ? nj : 1), sizeof *bins);
-  dg_status *sts = dg_calloc((size_t)(nj ? nj : 1), sizeof *sts);
-  if (nj) rt_nvrtc_compile_batch(jobs, nj, rt_cpu_count(), bins, sts);
-  /* run one at a time on the GPU through the worker */
-  for (int i = 0; i < n; i++) {
-    if (job_of[i] < 0) continue;
-    int j = job_of[i];
-    if (sts[j].code != DG_OK) {
-      fail(&out[i], sts[j].msg);
-      continue;
-    }
+  j->lowered = true;
+  rt_cubin bin;
+  bool ok = rt_nvrtc_compile(src, "cand", "sm_90", &bin, &st);
+  j->t_compile = dg_now() - t1;
+  free(src);
+  if (!ok) {
+    set_error(j->error, sizeof j->error, st.msg);
+  } else {
+    j->compiled = true;
     dg_arena *a = dg_arena_new();
     rt_cuda_program prog;
-    if (!rt_cuda_program_from_lowered(progs[i], a, &prog, &st)) {
-      fail(&out[i], st.msg);
-      dg_arena_free(a);
-      continue;
-    }
-    int reps = m->repeats < 1 ? 1 : m->repeats > 8 ? 8 : m->repeats;
-    rt_cuda_job job = {.bin = &bins[j],
-                       .prog = &prog,
-                       .data_path = m->state->path,
-                       .seed = m->seed,
-                       .timing = {.warmup = 1, .repeats = reps, .flush_l2 = true,
-                                  .timeout_s = m->timeout_s}};
-    dg_str msg;
-    dg_str_init(&msg);
-    rt_cuda_job_encode(&job, &msg);
-    rt_worker_pool_submit(m->state->pool, (uint64_t)i, msg.s, msg.len, m->timeout_s * (reps + 3));
-    dg_str_free(&msg);
-    rt_worker_result wr;
-    if (!rt_worker_pool_next(m->state->pool, &wr, &st)) {
-      fail(&out[i], st.msg);
-      dg_arena_free(a);
-      continue;
-    }
-    rt_cuda_result res;
-    rt_cuda_result_from_worker(&wr, &res);
-    rt_worker_result_free(&wr);
-    if (res.fail != RT_FAIL_NONE) {
-      char why[256];
-      snprintf(why, sizeof why, "%s: %.200s", rt_fail_name(res.fail), res.reason);
-      fail(&out[i], why);
+    /* the program's names live in lp: encode before it is freed */
+    if (!rt_cuda_program_from_lowered(lp, a, &prog, &st)) {
+      set_error(j->error, sizeof j->error, st.msg);
     } else {
-      /* the repeats' spread is summarised; the median stands for each */
-      out[i].n_secs = reps;
-      for (int r = 0; r < reps; r++) out[i].secs[r] = res.t.median;
+      rt_cuda_job job = {&bin, &prog, r->data_path, r->seed, r->timing};
+      rt_cuda_job_encode(&job, &j->msg);
     }
     dg_arena_free(a);
   }
-  for (int j = 0; j < nj; j++) rt_cubin_free(&bins[j]);
-  for (int i = 0; i < n; i++) {
-    lower_program_free(progs[i]);
-    free(srcs[i]);
+  rt_cubin_free(&bin);
+  lower_program_free(lp);
+}
+
+/* The calling thread's side of one round. */
+typedef struct {
+  search_cuda_measure *m;
+  round_ctx *r;
+  int n, reps;
+  uint64_t base;         /* candidate i is job base + i */
+  bool *submitted, *done;
+  search_measure_result *out;
+  char pool_err[256];    /* the workers could not be started: why */
+} round_run;
+
+/* Candidate i is compiled (or failed): fail it, or queue its job. Returns
+ * how many candidates this resolved (0 or 1). */
+static int hand_over(round_run *rr, int i) {
+  search_cuda_measure_state *s = rr->m->state;
+  cand_job *j = &rr->r->jobs[i];
+  if (j->msg.len == 0 || !s->pool) {
+    fail(&rr->out[i], j->msg.len == 0 ? j->error : rr->pool_err);
+    rr->done[i] = true;
+    return 1;
   }
-  free(bins);
-  free(sts);
-  free(progs);
-  free(srcs);
-  free(jobs);
-  free(job_of);
+  /* the checked run, the warm-up, the repeats, and room for loading */
+  double timeout = rr->m->timeout_s * (rr->reps + 4);
+  rt_worker_pool_submit(s->pool, rr->base + (uint64_t)i, j->msg.s, j->msg.len, timeout);
+  dg_str_free(&j->msg);
+  dg_str_init(&j->msg);
+  rr->submitted[i] = true;
+  return 0;
+}
+
+/* A worker's result. Returns how many candidates it resolved (0 or 1). */
+static int take_result(round_run *rr, const rt_worker_result *wr) {
+  if (wr->id < rr->base || wr->id - rr->base >= (uint64_t)rr->n) return 0; /* stale */
+  int i = (int)(wr->id - rr->base);
+  if (rr->done[i]) return 0;
+  rt_cuda_result res;
+  rt_cuda_result_from_worker(wr, &res);
+  search_cuda_measure *m = rr->m;
+  m->stats.ran++;
+  m->stats.t_worker += res.worker_s;
+  if (res.fail != RT_FAIL_NONE) {
+    char why[256];
+    snprintf(why, sizeof why, "%s: %.200s", rt_fail_name(res.fail), res.reason);
+    fail(&rr->out[i], why);
+  } else {
+    /* the repeats' spread is summarised; the median stands for each */
+    m->stats.passed++;
+    rr->out[i].n_secs = rr->reps;
+    for (int r = 0; r < rr->reps; r++) rr->out[i].secs[r] = res.t.median;
+  }
+  rr->done[i] = true;
+  return 1;
+}
+
+/* The workers could not be started: every queued candidate fails with the
+ * reason, and the pool is started afresh on the next round. Returns how
+ * many candidates this resolved. */
+static int pool_lost(round_run *rr, const char *why) {
+  search_cuda_measure_state *s = rr->m->state;
+  snprintf(rr->pool_err, sizeof rr->pool_err, "GPU workers: %.240s", why);
+  int k = 0;
+  for (int i = 0; i < rr->n; i++)
+    if (rr->submitted[i] && !rr->done[i]) {
+      fail(&rr->out[i], rr->pool_err);
+      rr->done[i] = true;
+      k++;
+    }
+  rt_worker_pool_free(s->pool);
+  s->pool = NULL;
+  return k;
+}
+
+void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, int n,
+                         search_measure_result *out) {
+  search_cuda_measure *m = ctx;
+  double t_start = dg_now();
+  dg_status st;
+  dg_status_ok(&st);
+  for (int i = 0; i < n; i++) memset(&out[i], 0, sizeof out[i]);
+  if (n <= 0) return;
+  m->stats.candidates += n;
+  if (!m->state || !prepare(m, f, &st)) {
+    for (int i = 0; i < n; i++) fail(&out[i], m->state ? st.msg : "GPU measurement not set up");
+    m->stats.t_wall += dg_now() - t_start;
+    return;
+  }
+  search_cuda_measure_state *s = m->state;
+  int reps = m->repeats < 1 ? 1 : m->repeats > 8 ? 8 : m->repeats;
+  round_ctx r = {cand, s->path, m->seed, {1, reps, true, m->timeout_s}, NULL};
+  r.jobs = dg_calloc((size_t)n, sizeof *r.jobs);
+  for (int i = 0; i < n; i++) dg_str_init(&r.jobs[i].msg);
+  round_run rr = {m, &r, n, reps, s->next_id, dg_calloc((size_t)n, sizeof(bool)),
+                  dg_calloc((size_t)n, sizeof(bool)), out, ""};
+  s->next_id += (uint64_t)n;
+  if (!s->pool && !pool_start(m, &st))
+    snprintf(rr.pool_err, sizeof rr.pool_err, "GPU workers: %.240s", st.msg);
+
+  /* one core is left to the worker and this thread */
+  int threads = m->threads > 0 ? m->threads : rt_cpu_count() - 1;
+  if (threads < 1) threads = 1;
+  rt_tasks *tasks = rt_tasks_start(n, threads, cand_prepare, &r);
+  int resolved = 0;
+  while (resolved < n) {
+    int i;
+    while ((i = rt_tasks_next(tasks, false)) >= 0) resolved += hand_over(&rr, i);
+    if (resolved >= n) break;
+    if (s->pool && rt_worker_pool_pending(s->pool) > 0) {
+      rt_worker_result wr;
+      double t0 = dg_now();
+      bool got = rt_worker_pool_next(s->pool, &wr, &st);
+      m->stats.t_gpu_wait += dg_now() - t0;
+      if (got) {
+        resolved += take_result(&rr, &wr);
+        rt_worker_result_free(&wr);
+      } else {
+        resolved += pool_lost(&rr, st.code != DG_OK ? st.msg : "the jobs were lost");
+      }
+    } else {
+      double t0 = dg_now();
+      i = rt_tasks_next(tasks, true);
+      m->stats.t_compile_wait += dg_now() - t0;
+      if (i < 0) break; /* every task was handed back: nothing more will come */
+      resolved += hand_over(&rr, i);
+    }
+  }
+  rt_tasks_free(tasks);
+  for (int i = 0; i < n; i++) {
+    if (!rr.done[i]) fail(&out[i], "GPU measurement: the job was lost");
+    m->stats.lowered += r.jobs[i].lowered;
+    m->stats.compiled += r.jobs[i].compiled;
+    m->stats.t_lower += r.jobs[i].t_lower;
+    m->stats.t_compile += r.jobs[i].t_compile;
+    dg_str_free(&r.jobs[i].msg);
+  }
+  free(r.jobs);
+  free(rr.submitted);
+  free(rr.done);
+  m->stats.t_wall += dg_now() - t_start;
 }

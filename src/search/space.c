@@ -85,16 +85,18 @@ bool search_postproc_apply(search_postproc p, sched *s, const search_target *t, 
   return true;
 }
 
+/* The counts are added atomically: the evolutionary search calls this from
+ * several threads at once with one ctx. */
 bool search_postproc_cuda(sched *s, void *ctx, dg_status *st) {
   search_postprocs *pp = ctx;
   const search_target *t = pp && pp->target ? pp->target : &search_target_sm90;
   if (!sched_enter_postproc(s, st)) return false;
   for (int p = 0; p < SEARCH_POSTPROC_COUNT; p++)
     if (!search_postproc_apply((search_postproc)p, s, t, st)) {
-      if (pp) pp->rejected[p]++;
+      if (pp) __atomic_fetch_add(&pp->rejected[p], 1, __ATOMIC_RELAXED);
       return false;
     }
-  if (pp) pp->accepted++;
+  if (pp) __atomic_fetch_add(&pp->accepted, 1, __ATOMIC_RELAXED);
   return true;
 }
 

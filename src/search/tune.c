@@ -144,8 +144,19 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
       else
         fprintf(o->progress, "round %d  trials %lld/%lld  best none  %.1f cand/s  ETA %.0f s",
                 out->rounds, (long long)out->trials, (long long)o->max_trials, rate, eta);
-      fprintf(o->progress, "  [round %.2f s: sample %.2f  evolve %.2f  model %.2f  measure %.2f]\n",
+      fprintf(o->progress, "  [round %.2f s: sample %.2f  evolve %.2f  model %.2f  measure %.2f]",
               dt, s->t_sample, s->t_evolve, s->t_model, t_measure);
+      if (o->measure == search_measure_cuda && o->measure_ctx) {
+        /* where measurement time went, since the start (thread-seconds for
+         * lowering and NVRTC, wall time for the two waits) */
+        const search_cuda_measure *gm = o->measure_ctx;
+        fprintf(o->progress, "  [gpu: %lld/%lld passed; lower %.1f  nvrtc %.1f thr-s; wait gpu %.1f"
+                "  wait nvrtc %.1f  worker %.1f s]",
+                (long long)gm->stats.passed, (long long)gm->stats.candidates, gm->stats.t_lower,
+                gm->stats.t_compile, gm->stats.t_gpu_wait, gm->stats.t_compile_wait,
+                gm->stats.t_worker);
+      }
+      fputc('\n', o->progress);
       fflush(o->progress);
     }
   }

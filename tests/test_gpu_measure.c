@@ -1,0 +1,159 @@
+/* test_gpu_measure.c: the tuner's GPU measurement (search_measure_cuda)
+ * end to end: candidates lowered, emitted and compiled on threads, each
+ * handed to the worker as soon as it is compiled, results matched back to
+ * their candidates.
+ *
+ * search_cuda_measure_pipeline runs anywhere NVRTC is: copies of a
+ * hand-written schedule and a candidate that cannot lower. Without a GPU
+ * (allow_no_gpu) every compiled candidate comes back with the worker's
+ * reason, which proves the pipeline delivers each job and matches each
+ * reply; with one, each passes with a time. gpu_measure_cuda_rounds (GPU
+ * only): two rounds of one workload (the data file and the worker's device
+ * buffers reused), then another workload, every candidate checked and
+ * timed, the stats adding up.
+ */
+#include "dragon/rt_cuda.h"
+#include "dragon/sched.h"
+#include "dragon/search.h"
+#include "dragon/wl.h"
+#include "test.h"
+
+/* n candidates: copies of schedules/NAME.json replayed on spec, then, with
+ * unlowerable, the unscheduled kernel (no loop bound to the GPU). *f_out
+ * is the workload. NULL after a failed CHECK. */
+static search_cand *cands_of(const char *name, const char *spec, int n, bool unlowerable,
+                             dg_func **f_out) {
+  char path[64];
+  snprintf(path, sizeof path, "schedules/%s.json", name);
+  dg_status st;
+  char *text = dg_read_file(path, NULL, &st);
+  sched_trace *t = text ? sched_trace_from_json(text, &st) : NULL;
+  free(text);
+  dg_func *f = t ? wl_build(spec, &st) : NULL;
+  sched *s = f ? sched_new(f, 0) : NULL;
+  bool ok = s && sched_replay(s, t, false, false, &st);
+  if (!ok) dg_test_fail(__FILE__, __LINE__, "%s on %s: %s", path, spec, st.msg);
+  search_cand *c = NULL;
+  if (ok) {
+    int total = n + (unlowerable ? 1 : 0);
+    c = dg_calloc((size_t)total, sizeof *c);
+    for (int i = 0; i < n; i++) {
+      c[i].trace = sched_trace_clone(t);
+      c[i].func = ir_func_clone(sched_func(s));
+      c[i].hash = ir_func_hash(c[i].func);
+    }
+    if (unlowerable) {
+      c[n].trace = sched_trace_clone(t);
+      c[n].func = ir_func_clone(f);
+      c[n].hash = ir_func_hash(c[n].func);
+    }
+    *f_out = f;
+  } else {
+    ir_func_free(f);
+  }
+  sched_free(s);
+  if (t) sched_trace_free(t);
+  return c;
+}
+
+/* Measures the candidates; checks each result: the unlowerable one (last,
+ * with unlowerable) names the lowering; the others pass with `reps` times
+ * (on_gpu) or carry the worker's reason (no GPU). */
+static void measure_and_check(search_cuda_measure *m, const dg_func *f, const search_cand *c,
+                              int n, bool unlowerable, bool on_gpu) {
+  int total = n + (unlowerable ? 1 : 0);
+  search_measure_result *out = dg_calloc((size_t)total, sizeof *out);
+  search_measure_cuda(m, f, c, total, out);
+  for (int i = 0; i < n; i++) {
+    if (on_gpu) {
+      CHECK_MSG(out[i].n_secs == m->repeats, "candidate %d: %s", i, out[i].error);
+      for (int k = 0; k < out[i].n_secs; k++) CHECK(out[i].secs[k] > 0 && out[i].secs[k] < 1);
+    } else {
+      CHECK_MSG(out[i].n_secs == 0 && strstr(out[i].error, "setup error: ") &&
+                    strstr(out[i].error, "cuda"),
+                "candidate %d: %s", i, out[i].error);
+    }
+  }
+  if (unlowerable)
+    CHECK_MSG(out[n].n_secs == 0 && strstr(out[n].error, "lower: ") &&
+                  strstr(out[n].error, "blockIdx"),
+              "%s", out[n].error);
+  if (on_gpu) printf("  %d candidates: %.3f us (first)\n", n, n ? out[0].secs[0] * 1e6 : 0);
+  free(out);
+}
+
+static void print_stats(const search_cuda_measure *m) {
+  printf("  stats: %lld candidates, %lld lowered, %lld compiled, %lld ran, %lld passed; "
+         "lower %.2f, nvrtc %.2f thread-s; waits: gpu %.2f, nvrtc %.2f; worker %.2f, wall %.2f s\n",
+         (long long)m->stats.candidates, (long long)m->stats.lowered,
+         (long long)m->stats.compiled, (long long)m->stats.ran, (long long)m->stats.passed,
+         m->stats.t_lower, m->stats.t_compile, m->stats.t_gpu_wait, m->stats.t_compile_wait,
+         m->stats.t_worker, m->stats.t_wall);
+}
+
+DG_TEST(search_cuda_measure_pipeline) {
+  dg_status st;
+  if (!rt_nvrtc_available(&st)) {
+    printf("  note: NVRTC is not here, test skipped: %s\n", st.msg);
+    return;
+  }
+  bool on_gpu = rt_cuda_available(&st);
+  search_cuda_measure m = {3, 10, 1, NULL};
+  m.threads = 2;
+  m.allow_no_gpu = true;
+  CHECK_MSG(search_cuda_measure_init(&m, &st), "%s", st.msg);
+  dg_func *f = NULL;
+  enum { N = 3 };
+  search_cand *c = cands_of("GMM", "GMM/0", N, true, &f);
+  CHECK(c != NULL);
+  measure_and_check(&m, f, c, N, true, on_gpu);
+  print_stats(&m);
+  CHECK_EQ(m.stats.candidates, N + 1);
+  CHECK_EQ(m.stats.lowered, N);
+  CHECK_EQ(m.stats.compiled, N);
+  CHECK_EQ(m.stats.ran, N);
+  CHECK_EQ(m.stats.passed, on_gpu ? N : 0);
+  CHECK(m.stats.t_lower > 0 && m.stats.t_compile > 0 && m.stats.t_wall > 0);
+  CHECK(m.stats.t_gpu_wait + m.stats.t_compile_wait <= m.stats.t_wall);
+  search_cuda_measure_free(&m);
+  CHECK(m.state == NULL);
+  search_cands_free(c, N + 1);
+  ir_func_free(f);
+
+  /* without allow_no_gpu, init says where there is no GPU */
+  if (!on_gpu) {
+    search_cuda_measure m2 = {3, 10, 1, NULL};
+    CHECK(!search_cuda_measure_init(&m2, &st));
+    CHECK_ERR(st, "cuda");
+    CHECK(m2.state == NULL);
+  }
+}
+
+DG_TEST(gpu_measure_cuda_rounds) {
+  dg_status st;
+  if (!rt_cuda_available(&st) || !rt_nvrtc_available(&st)) {
+    printf("  note: no GPU or NVRTC, test skipped: %s\n", st.msg);
+    return;
+  }
+  search_cuda_measure m = {3, 10, 1, NULL};
+  CHECK_MSG(search_cuda_measure_init(&m, &st), "%s", st.msg);
+  dg_func *gmm = NULL, *nrm = NULL;
+  enum { N = 8 };
+  search_cand *cg = cands_of("GMM", "GMM/0", N, true, &gmm);
+  search_cand *cn = cands_of("NRM", "NRM/0", N, false, &nrm);
+  CHECK(cg != NULL && cn != NULL);
+  measure_and_check(&m, gmm, cg, N, true, true);
+  measure_and_check(&m, gmm, cg, N, true, true); /* the same workload again */
+  measure_and_check(&m, nrm, cn, N, false, true);
+  measure_and_check(&m, gmm, cg, 2, false, true); /* and back */
+  print_stats(&m);
+  CHECK_EQ(m.stats.candidates, 3 * N + 4);
+  CHECK_EQ(m.stats.passed, 3 * N + 2);
+  CHECK_EQ(m.stats.ran, 3 * N + 2);
+  CHECK(m.stats.t_worker > 0 && m.stats.t_worker <= m.stats.t_wall);
+  search_cuda_measure_free(&m);
+  search_cands_free(cg, N + 1);
+  search_cands_free(cn, N);
+  ir_func_free(gmm);
+  ir_func_free(nrm);
+}
