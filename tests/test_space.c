@@ -413,10 +413,12 @@ DG_TEST(space_sample_every_family) {
 }
 
 DG_TEST(space_tensor_core_fallback) {
-  /* an f16 GEMM matches the f16·f16→f32 WMMA group; TVM's sketch for it
-   * needs TransformLayout, so MultiLevelTiling tiles it: the space is the
-   * one without the tensor-core rule, and the fallback is reported */
-  dg_func *f = build("gemm:m=64,n=64,k=64,trans_a=0,trans_b=0,dtype=f16");
+  /* an f16 GEMM matches the f16·f16→f32 WMMA group; with k = 72, not a
+   * multiple of 16, TVM's sketch would pad it with TransformLayout, so
+   * MultiLevelTiling tiles it: the space is the one without the
+   * tensor-core rule, and the fallback is reported (tests/test_space_tc.c
+   * has the tensor-core sketch itself) */
+  dg_func *f = build("gemm:m=64,n=64,k=72,trans_a=0,trans_b=0,dtype=f16");
   CHECK(f);
   dg_status st;
   search_space with, without;
@@ -431,6 +433,7 @@ DG_TEST(space_tensor_core_fallback) {
   CHECK_EQ(with.n_fallbacks, 1);
   CHECK_EQ(without.n_fallbacks, 0);
   CHECK(strstr(with.fallback, "block C matches wmma_sync_16x16x16_f16f16f32_trans"));
+  CHECK(strstr(with.fallback, "is not a multiple of 16"));
   CHECK(with.n == without.n && with.n == 3);
   for (int i = 0; i < with.n; i++) CHECK(sched_trace_equal(with.sketches[i], without.sketches[i]));
   /* f16 inputs are fetched with 1, 2, 4 or 8 lanes */
