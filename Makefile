@@ -4,7 +4,8 @@
 #   make test-asan   the same under ASan+UBSan (build-asan/)
 #   make test-gpu    the gpu_ tests (on a machine with a GPU; skipped elsewhere)
 #   make bench       bench/ programs (build/bench_runtime: NVRTC + GPU throughput;
-#                    build/train_bench: the CUDA model's training throughput)
+#                    build/train_bench: the CUDA model's training throughput,
+#                    build/sample_bench: its KV-cache generation throughput)
 #   make fuzz        libFuzzer targets under ASan+UBSan (clang), FUZZ_SECONDS each
 # CI=1 turns warnings into errors. BUILD=dir keeps object files apart.
 
@@ -81,6 +82,11 @@ $(BUILD)/bench_%: $(BUILD)/bench/bench_%.o $(BUILD)/libdragon.a
 # check (says so and exits 1 in a build without CUDA).
 TRAIN_BENCH := $(BUILD)/train_bench
 $(TRAIN_BENCH): $(BUILD)/bench/train_bench.o $(BUILD)/libdragon.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# bench/sample_bench: KV-cache generation throughput of the CUDA model
+# (says so and exits 1 in a build without CUDA).
+$(BUILD)/sample_bench: $(BUILD)/bench/sample_bench.o $(BUILD)/libdragon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The CUDA model (src/nn_cuda/*.cu), only where nvcc is found: compiled for

@@ -1,8 +1,9 @@
 /* nn_cuda.h: the Llama-style decoder of nn.h on an NVIDIA GPU: bf16
  * matmuls (cuBLASLt) with fp32 master weights, fp32 gradients and fp32
  * AdamW state; fused RMSNorm, RoPE, SwiGLU and classifier kernels; a tiled
- * (flash-style) causal attention that never holds a T x T matrix; and data
- * parallel training over NCCL, one process per GPU.
+ * (flash-style) causal attention that never holds a T x T matrix; data
+ * parallel training over NCCL, one process per GPU; and batched KV-cache
+ * generation with sampling on the device, from the same weights.
  *
  * The model is the C reference's (nn.h, docs/model.md): the same parameter
  * order and layout, so parameters move between the two with
@@ -95,9 +96,85 @@ bool nn_cuda_copy_losses(const nn_cuda_model *m, float *out, dg_status *st);
 bool nn_cuda_copy_params(const nn_cuda_model *m, float *out, dg_status *st);
 bool nn_cuda_copy_grads(const nn_cuda_model *m, float *out, dg_status *st);
 
+/* The attention kernels alone, for checks against a reference: causal
+ * grouped-query attention of host arrays q (B, T, NH, HD), k and v (B, T,
+ * NKV, HD), each rounded to bf16 on the way in, into out (B, T, NH, HD)
+ * and lse (B, NH, T), the natural log-sum-exp of each row of scores
+ * scaled by 1/sqrt(HD). With dout non-NULL also the backward into dq, dk,
+ * dv; with rope_cos and rope_sin (T, HD/2) non-NULL as well, dq and dk
+ * come out rotated back by RoPE as in training (q and k are taken as
+ * already rotated). Outputs are the kernels' bf16 values as floats. */
+bool nn_cuda_attention_run(const float *q, const float *k, const float *v, const float *dout,
+                           int B, int T, int NH, int NKV, int HD, const float *rope_cos,
+                           const float *rope_sin, float *out, float *lse, float *dq, float *dk,
+                           float *dv, dg_status *st);
+
 /* cuBLASLt bf16 matmul rate on the current device: n x n x n, fp32
  * accumulate, median of reps timed products after warm-up, in TFLOP/s. */
 bool nn_cuda_matmul_tflops(int n, int reps, double *tflops, dg_status *st);
+
+/* ---- KV-cache decoding and sampling (decode.cu) -------------------------- */
+
+/* Batched incremental decoding with the weights of a CUDA model (the
+ * current ones: a model being trained generates with its latest update).
+ * Each of up to B rows keeps the keys (after RoPE) and values of its
+ * positions in a bf16 cache on the device, (L, B, T, KVD) each. A prefill
+ * runs the prompts, right-padded to the longest, through the training
+ * forward's kernels (padding sits after a row's tokens, so causal attention
+ * never reads it) and fills the cache; each step then feeds one token per
+ * row at that row's own position (RoPE and attention length per row).
+ * Logits are fp32 (B, V). docs/model-cuda.md has the precision and the
+ * tolerances against the C reference's nn_kv_cache. */
+typedef struct nn_cuda_kv nn_cuda_kv;
+
+/* A cache for B rows of up to T positions (T <= max_seq_len) on m's
+ * device; m must outlive it. Fails with a message when it does not fit in
+ * the free device memory. */
+bool nn_cuda_kv_init(nn_cuda_kv **out, nn_cuda_model *m, int B, int T, dg_status *st);
+void nn_cuda_kv_free(nn_cuda_kv *c);
+/* Rows 0..n-1 (n <= B) restart with prompts[b] (lens[b] >= 1 tokens, ids
+ * in [0, V), lens[b] <= T) at positions 0..lens[b]-1; the logits of each
+ * row are then those after its last prompt token. Later steps run n rows. */
+bool nn_cuda_kv_prefill(nn_cuda_kv *c, const int32_t *const *prompts, const int *lens, int n,
+                        dg_status *st);
+/* Feeds tokens[b] to each active row b < n (active NULL: all) at its next
+ * position (which must be < T). Inactive rows keep their cache and
+ * position; their logits afterwards are meaningless. */
+bool nn_cuda_kv_step(nn_cuda_kv *c, const int32_t *tokens, const bool *active, dg_status *st);
+/* Tokens (rows x padded prompt length) a prefill runs through the model
+ * at once, default 32768: prompts go in groups of consecutive rows within
+ * it (a longer prompt goes alone). Smaller saves device memory. */
+void nn_cuda_kv_set_prefill_tokens(nn_cuda_kv *c, int tokens);
+/* Positions filled in row b. */
+int nn_cuda_kv_pos(const nn_cuda_kv *c, int b);
+/* The next-token logits of rows 0..n-1, (n, V) fp32, to the host. */
+bool nn_cuda_kv_logits(const nn_cuda_kv *c, float *out, dg_status *st);
+/* Draws one token per active row (b < n; active NULL: all) on the device
+ * from its logits with nn_sample_token's rule (src/nn_cuda/sample_rule.h):
+ * greedy (temperature <= 0: argmax, lowest id on ties; u unused, may be
+ * NULL), else softmax(logits / temperature) cut to top-k then top-p,
+ * drawing with u[b] in [0, 1) as nn_sample_token draws with
+ * dg_rng_uniform. tokens[b] is -1 for inactive rows. */
+bool nn_cuda_kv_sample(nn_cuda_kv *c, const nn_sample_opts *o, const double *u, const bool *active,
+                       int32_t *tokens, dg_status *st);
+
+typedef struct {
+  double prefill_s;      /* prompts in, first logits out */
+  double decode_s;       /* sampling and the token-by-token steps */
+  int64_t prompt_tokens; /* sum of the prompt lengths */
+  int64_t new_tokens;    /* tokens generated (the stop tokens not counted) */
+  int64_t steps;         /* decode steps (each feeds every running row) */
+} nn_cuda_gen_stats;
+
+/* nn_generate on the GPU: the same arguments, limits and per-row RNGs
+ * (row i draws from the i-th fork of seed), all n prompts in one batch;
+ * a row stops at o->stop_token (not included), o->max_tokens or the
+ * model's max_seq_len. Tokens match the C reference's where the logits
+ * agree to the precision of bf16 (near-ties can differ). stats may be
+ * NULL. */
+bool nn_cuda_generate(nn_cuda_model *m, const int32_t *const *prompts, const int *prompt_lens,
+                      int n, const nn_sample_opts *o, uint64_t seed, int32_t *out, int *out_lens,
+                      nn_cuda_gen_stats *stats, dg_status *st);
 
 /* ---- data parallel ------------------------------------------------------- */
 

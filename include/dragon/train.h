@@ -153,10 +153,36 @@ typedef struct {
   float (*update)(void *ctx, int64_t step); /* returns the gradient norm */
   bool (*save)(void *ctx, const char *model_path, const char *state_path, int64_t step,
                dg_status *st);
+  /* The first failure since creation (a GPU fault), or true; the calls
+   * above do nothing after one. NULL for a back end that cannot fail. */
+  bool (*check)(void *ctx, dg_status *st);
 } train_backend;
 
 /* The C reference as a back end over a training model. */
 train_backend train_backend_cpu(nn_model *m);
+
+/* Where the model trains (and samples): the C reference or the CUDA model. */
+typedef enum { TRAIN_DEVICE_CPU, TRAIN_DEVICE_CUDA } train_device;
+
+const char *train_device_name(train_device d);
+/* "cpu" or "cuda"; anything else is a DG_ERR_USAGE naming --device. */
+bool train_device_parse(const char *name, train_device *d, dg_status *st);
+/* True when the device can be used here; else a message that says why (no
+ * CUDA in this build, no driver, no GPU). Initialises CUDA for "cuda". */
+bool train_device_available(train_device d, dg_status *st);
+
+/* The CUDA model as a back end (src/train/backend_cuda.c). host is a
+ * training model (parameters, AdamW m and v) whose contents are copied to
+ * the GPU at creation and which receives the GPU's parameters and AdamW
+ * state at every save (then written with nn_checkpoint_save and
+ * nn_state_save, as the CPU back end writes them). Batches up to B x T.
+ * Fails with a message where the build has no CUDA or there is no GPU. */
+typedef struct train_cuda train_cuda;
+bool train_cuda_init(train_cuda **out, nn_model *host, int B, int T, dg_status *st);
+void train_cuda_free(train_cuda *c);
+/* The back end; takes host->opt as the optimizer settings (set them
+ * first). */
+train_backend train_backend_cuda(train_cuda *c);
 
 /* ---- the SFT run --------------------------------------------------------- */
 
@@ -170,6 +196,7 @@ typedef struct {
   int64_t steps;         /* > 0: overrides the config's steps */
   int64_t stop_after;    /* > 0: end this session after so many steps (as if interrupted) */
   bool quiet;            /* no progress line */
+  train_device device;   /* default (zero) the CPU */
 } train_sft_args;
 
 typedef struct {

@@ -1,7 +1,9 @@
 /* cmd_sample_model.c: `dragon sample-model`: loads a checkpoint (a run
  * directory's latest, or a model file) and its tokenizer, lays out the
  * prompt as <|kernel|> text [<|prior|> graph] <|graph|>, and prints N
- * samples generated with the KV cache until <|end|> (src/nn/sample.c). */
+ * samples generated with the KV cache until <|end|>: on the CPU with the C
+ * reference (src/nn/sample.c), or with --device cuda all N at once on the
+ * GPU (src/nn_cuda/decode.cu). */
 #include <string.h>
 #include <sys/stat.h>
 
@@ -9,6 +11,9 @@
 #include "dragon/nn.h"
 #include "dragon/tokenizer.h"
 #include "dragon/train.h"
+#ifdef DG_HAVE_CUDA
+#include "dragon/nn_cuda.h"
+#endif
 
 static bool is_dir(const char *p) {
   struct stat sb;
@@ -57,8 +62,24 @@ static bool add_text(tok_tokenizer *t, tok_ids *ids, const char *special, const 
   return ok;
 }
 
+/* The samples on the chosen device (its availability already checked). */
+static bool generate(train_device dev, const nn_model *m, const int32_t *const *prompts,
+                     const int *lens, int n, const nn_sample_opts *o, uint64_t seed, int32_t *out,
+                     int *out_lens, dg_status *st) {
+  if (dev == TRAIN_DEVICE_CPU) return nn_generate(m, prompts, lens, n, o, seed, out, out_lens, st);
+#ifdef DG_HAVE_CUDA
+  nn_cuda_model *g = NULL;
+  bool ok = nn_cuda_model_init(&g, &m->cfg, 1, 1, st) && nn_cuda_model_load(g, m, false, st) &&
+            nn_cuda_generate(g, prompts, lens, n, o, seed, out, out_lens, NULL, st);
+  nn_cuda_model_free(g);
+  return ok;
+#else
+  return train_device_available(dev, st);
+#endif
+}
+
 int cmd_sample_model(int argc, char **argv) {
-  const char *ckpt = NULL, *prompt = NULL, *prior = NULL, *tokp = NULL;
+  const char *ckpt = NULL, *prompt = NULL, *prior = NULL, *tokp = NULL, *device = "cpu";
   int64_t n = 1, top_k = 0, max_tokens = 512, seed = 0;
   double temperature = 1.0, top_p = 1.0;
   const cli_opt opts[] = {
@@ -72,12 +93,15 @@ int cmd_sample_model(int argc, char **argv) {
       {"--top-p", CLI_OPT_F64, &top_p, 0, 0, "keep the most likely tokens up to this mass, in (0, 1]"},
       {"--max-tokens", CLI_OPT_INT, &max_tokens, 1, 1 << 20, "tokens per sample at most"},
       {"--seed", CLI_OPT_INT, &seed, 0, INT64_MAX, "random seed (same seed, same samples)"},
+      {"--device", CLI_OPT_STR, &device, 0, 0, "cpu (the C reference) or cuda (all samples in one batch on the GPU)"},
   };
   const cli_spec spec = {
-      "sample-model", "--ckpt DIR|FILE --prompt FILE [--n N] [--temperature T] [--top-k K] [--top-p P] ...",
-      "Writes TSEL graphs for a kernel with a trained model (C reference, KV cache),\n"
-      "each until <|end|> or --max-tokens. With --n > 1 every sample is preceded by a\n"
-      "'# sample I/N' line.",
+      "sample-model", "--ckpt DIR|FILE --prompt FILE [--n N] [--temperature T] [--top-k K] [--top-p P] [--device cpu|cuda] ...",
+      "Writes TSEL graphs for a kernel with a trained model (KV cache; the C reference,\n"
+      "or the CUDA model with --device cuda), each until <|end|> or --max-tokens. With\n"
+      "--n > 1 every sample is preceded by a '# sample I/N' line. The same seed gives\n"
+      "the same samples on one device; the devices agree where bf16 rounding does not\n"
+      "tip a near-tie.",
       opts, DG_ARRAY_LEN(opts), 0, 0};
   char **pos;
   int npos;
@@ -94,6 +118,8 @@ int cmd_sample_model(int argc, char **argv) {
   }
   dg_status st;
   dg_status_ok(&st);
+  train_device dev;
+  if (!train_device_parse(device, &dev, &st)) return cli_report("sample-model", &st);
   char *model_path = NULL, *tok_path = NULL;
   tok_tokenizer *t = NULL;
   nn_model m;
@@ -102,6 +128,7 @@ int cmd_sample_model(int argc, char **argv) {
   int32_t *out = NULL;
   int *lens = NULL;
   int ret = CLI_OK;
+  if (!train_device_available(dev, &st)) goto fail;
   if (!resolve(ckpt, tokp, &model_path, &tok_path, &st)) goto fail;
   if (!(t = tok_load(tok_path, &st))) goto fail;
   if (!nn_checkpoint_load(&m, model_path, false, &st)) goto fail;
@@ -137,7 +164,7 @@ int cmd_sample_model(int argc, char **argv) {
   }
   out = dg_malloc(sizeof(int32_t) * (size_t)n * (size_t)max_tokens);
   lens = dg_malloc(sizeof(int) * (size_t)n);
-  bool ok = nn_generate(&m, prompts, plens, (int)n, &o, (uint64_t)seed, out, lens, &st);
+  bool ok = generate(dev, &m, prompts, plens, (int)n, &o, (uint64_t)seed, out, lens, &st);
   free(prompts);
   free(plens);
   if (!ok) {

@@ -7,7 +7,7 @@
 #include "dragon/train.h"
 
 static int sub_sft(int argc, char **argv) {
-  const char *data = NULL, *config = "tiny", *out = NULL, *tokenizer = NULL;
+  const char *data = NULL, *config = "tiny", *out = NULL, *tokenizer = NULL, *device = "cpu";
   bool resume = false, quiet = false;
   int64_t steps = 0, stop_after = 0, vocab = 1024;
   const cli_opt opts[] = {
@@ -19,16 +19,19 @@ static int sub_sft(int argc, char **argv) {
       {"--tokenizer", CLI_OPT_STR, &tokenizer, 0, 0, "tokenizer file; default: trained on the examples"},
       {"--vocab", CLI_OPT_INT, &vocab, 262, 1 << 20, "vocabulary size when training the tokenizer"},
       {"--stop-after", CLI_OPT_INT, &stop_after, 0, 1000000000000, "end this session after N steps (checkpointed); 0: run to the end"},
+      {"--device", CLI_OPT_STR, &device, 0, 0, "cpu (the C reference) or cuda (the GPU model; resumes either way)"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no progress lines on stderr"},
   };
   const cli_spec spec = {
-      "train sft", "--data D --out DIR [--config tiny|FILE] [--resume] [--steps N] ...",
+      "train sft", "--data D --out DIR [--config tiny|FILE] [--resume] [--steps N] [--device cpu|cuda] ...",
       "Supervised fine-tuning of the schedule-writing model on (prompt, target)\n"
       "examples, with per-segment loss weights (edit 1.0, expect 0.5, why 0.2, prompt 0\n"
-      "by default). Runs on the CPU with the C reference model. Writes config.txt,\n"
-      "tokenizer.bin, data.shard, model_<step>.bin, state_<step>.bin, latest and\n"
-      "log.jsonl into --out; progress (loss, val loss, tokens/s, MFU, ETA) on stderr.\n"
-      "docs/training.md describes the config keys and the formats.",
+      "by default). Runs on the CPU with the C reference model, or with --device cuda\n"
+      "on the GPU with the CUDA model (bf16 matmuls); checkpoints are the same files,\n"
+      "so a run resumes on either. Writes config.txt, tokenizer.bin, data.shard,\n"
+      "model_<step>.bin, state_<step>.bin, latest and log.jsonl into --out; progress\n"
+      "(loss, val loss, tokens/s, MFU, ETA) on stderr. docs/training.md describes the\n"
+      "config keys and the formats.",
       opts, DG_ARRAY_LEN(opts), 0, 0};
   char **pos;
   int npos;
@@ -39,10 +42,12 @@ static int sub_sft(int argc, char **argv) {
     fprintf(stderr, "dragon train sft: --out is required\n");
     return CLI_USAGE;
   }
-  train_sft_args a = {data, config, tokenizer, (int)vocab, out, resume, steps, stop_after, quiet};
   train_result res;
   dg_status st;
   dg_status_ok(&st);
+  train_device dev;
+  if (!train_device_parse(device, &dev, &st)) return cli_report("train sft", &st);
+  train_sft_args a = {data, config, tokenizer, (int)vocab, out, resume, steps, stop_after, quiet, dev};
   if (!train_sft_run(&a, &res, &st)) {
     train_result_free(&res);
     return cli_report("train sft", &st);

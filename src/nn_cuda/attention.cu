@@ -1,378 +1,662 @@
-/* attention.cu: causal grouped-query attention, tiled in the manner of
- * FlashAttention-2, so no T x T matrix is ever stored: the forward keeps
- * one 64 x 64 tile of scores per block in shared memory, a running row
- * max and sum, and the row's log-sum-exp for the backward.
+/* attention.cu: causal grouped-query attention in the manner of
+ * FlashAttention-2: no T x T matrix is ever stored, score tiles live in
+ * registers, the softmax is online, and the backward recomputes the
+ * probabilities from the forward's row log-sum-exp.
  *
- * Tensor cores through WMMA (bf16 16x16x16, fp32 accumulation). Each block
- * has 4 warps; a warp owns 16 rows of the block's 64-row tile. Scores go
- * through shared memory for the softmax (WMMA fragments have no public
- * element layout), the output accumulator too, so every step is plain and
- * checkable.
+ * Tensor cores through mma.sync m16n8k16 (bf16 operands, fp32
+ * accumulators), fed by ldmatrix from shared memory; K/V (forward, dQ) and
+ * Q/dO (dK/dV) tiles are double-buffered with cp.async, so the next tile
+ * loads while the current one is multiplied. Tiles are 64 rows; a block
+ * has 4 warps and each warp owns 16 rows of the block's tile, so a warp
+ * computes its 16 x 64 tile of scores, their softmax and its share of the
+ * products without any exchange with the other warps. Shared rows are
+ * padded to HD + 8 elements, which makes every ldmatrix phase hit 8
+ * distinct 16-byte bank groups.
  *
- * Backward without atomics, so it is deterministic: one kernel per key
- * tile for dK and dV (looping over the query heads of its group and the
- * query tiles at or after it), one per query tile for dQ (looping over the
- * key tiles up to it). This recomputes QK^T and dO V^T once more than an
- * atomic version would; in return there is no float atomic anywhere.
+ * Forward: grid (B*NH, query tiles), the heaviest (last) query tiles
+ * first. Scores are scaled by scale*log2(e) so the softmax uses exp2;
+ * only the diagonal tile is masked and no tile past it is visited. The
+ * row's natural log-sum-exp goes to lse for the backward.
  *
- * Assumes HD in {16, 32, 64, 128} (nc_attention_supported); scale
- * 1/sqrt(HD); query head h reads kv head h / (NH/NKV) as the C reference.
- * q (B, T, NH, HD), k, v (B, T, NKV, HD), out (B, T, NH, HD) bf16; lse and
- * delta (B, NH, T) fp32.
+ * Backward, deterministic (no atomics): a dQ kernel per query tile (which
+ * first computes delta = rowsum(dO * O) of its rows, for itself and for
+ * the dK/dV kernel) loops over the key tiles up to the diagonal; then a
+ * dK/dV kernel per key tile of one kv head loops over the query heads of
+ * its group and the query tiles from the diagonal on. This recomputes
+ * Q K^T and dO V^T once more than an atomic dQ would. When RoPE tables
+ * are given, dQ and dK leave the kernels rotated back (the RoPE backward),
+ * applied to the fp32 accumulators before the one rounding to bf16.
+ *
+ * Fragment layouts (PTX ISA, mma.m16n8k16 with .bf16; lane l, g = l / 4,
+ * t = l % 4): A (16 x 16, row-major) in 4 registers of 2 elements: rows
+ * g, g+8, g, g+8 and columns 2t..2t+1, 2t..2t+1, 2t+8.., 2t+8..; B (16 x
+ * 8, "col") in 2 registers: k rows 2t..2t+1 and 2t+8..2t+9 of column g;
+ * C (16 x 8, fp32) in 4: (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). The
+ * lower half of a register holds the lower column (A) or row (B). Hence a
+ * C tile of scores over 16 keys is, pair by pair, the A operand of P V
+ * without any data movement.
+ *
+ * Assumes HD in {16, 32, 64, 128} (nc_attention_supported); head dims up
+ * to 64 keep the warp's Q (K, V in dK/dV) fragments in registers, 128
+ * reads them from shared memory at each use. Scale 1/sqrt(HD); query
+ * head h reads kv head h / (NH/NKV) as the C reference. q (B, T, NH, HD),
+ * k, v (B, T, NKV, HD), out (B, T, NH, HD) bf16; lse, delta (B, NH, T)
+ * fp32; RoPE tables (max T, HD/2) fp32.
  */
 #include <math.h>
-#include <mma.h>
+#include <stdint.h>
+#include <stdlib.h>
 
 #include "common.cuh"
 
-using namespace nvcuda;
-
-enum { TILE = 64, WARPS = 4, THREADS = WARPS * 32 };
-enum { LDS = TILE + 4, LDP = TILE + 8 }; /* fp32 and bf16 rows of a 64-wide tile */
-
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> frag_a;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> frag_b_row;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> frag_b_col;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
+enum { TILE = 64, WARPS = 4, THREADS = WARPS * 32, NB = TILE / 8, KBT = TILE / 16 };
+static constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
 bool nc_attention_supported(int HD) { return HD == 16 || HD == 32 || HD == 64 || HD == 128; }
 
-static constexpr size_t align128(size_t x) { return (x + 127) / 128 * 128; }
+/* ---- PTX ----------------------------------------------------------------- */
 
-/* 64 rows of HD bf16 from global rows `stride` elements apart (nvalid of
- * them real, the rest zero) into shared rows HD + 8 apart, 16 bytes at a
- * time. */
+static __device__ __forceinline__ uint32_t smem_addr(const void *p) {
+  return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* Four 8 x 8 b16 matrices; lanes 8i..8i+7 give the row addresses of
+ * matrix i, r[i] receives it: lane l holds row l/4, elements 2(l%4) and
+ * 2(l%4)+1 (with .trans: of the transposed matrix). */
+static __device__ __forceinline__ void ldsm_x4(uint32_t r[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+static __device__ __forceinline__ void ldsm_x4_trans(uint32_t r[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+/* c (16 x 8) += a (16 x 16) . b (16 x 8) */
+static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0,
+                                                uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 16 bytes global -> shared, or 16 zero bytes when !valid (src is then
+ * not read but must still be a mapped address). */
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+
+static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 4 : 0)
+               : "memory");
+}
+
+static __device__ __forceinline__ void cp_async_commit(void) {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+/* Waits for all of this thread's committed copies. */
+static __device__ __forceinline__ void cp_async_wait_all(void) {
+  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* ---- end PTX ------------------------------------------------------------- */
+
+/* Two floats as a bf16 pair, the first in the lower half. */
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16(lo)) |
+         ((uint32_t)__bfloat16_as_ushort(__float2bfloat16(hi)) << 16);
+}
+
+/* Element offsets of lane l's ldmatrix.x4 row address in a tile with rows
+ * LDH apart, for a 16 x 16 block at the tile's origin:
+ * - a_lane: matrices (rows 0-7, cols 0-7), (8-15, 0-7), (0-7, 8-15),
+ *   (8-15, 8-15): an A operand (rows m, cols k) without .trans, or with
+ *   .trans a B operand stored with k as rows: (r[0], r[1]) is B for
+ *   columns 0-7, (r[2], r[3]) for columns 8-15;
+ * - b_lane: matrices (rows 0-7, cols 0-7), (0-7, 8-15), (8-15, 0-7),
+ *   (8-15, 8-15): a B operand stored with n as rows and k as columns,
+ *   without .trans: (r[0], r[1]) is B for n rows 0-7, (r[2], r[3]) for 8-15. */
+template <int LDH>
+static __device__ __forceinline__ int a_lane(int l) {
+  return (l & 15) * LDH + (l >> 4) * 8;
+}
+template <int LDH>
+static __device__ __forceinline__ int b_lane(int l) {
+  return ((l & 7) + (l >> 4) * 8) * LDH + ((l >> 3) & 1) * 8;
+}
+
+/* 64 rows of HD bf16 from global rows `stride` elements apart (the first
+ * nvalid real, the rest zero) into shared rows HD + 8 apart, by cp.async;
+ * the caller commits. */
 template <int HD>
-static __device__ void load_tile(bf16 *dst, const bf16 *src, int stride, int nvalid) {
-  constexpr int VPR = HD / 8, LDH = HD + 8;
-  for (int i = threadIdx.x; i < TILE * VPR; i += THREADS) {
-    int r = i / VPR, c = (i % VPR) * 8;
-    uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (r < nvalid) val = *(const uint4 *)(src + (size_t)r * stride + c);
-    *(uint4 *)(dst + r * LDH + c) = val;
+static __device__ __forceinline__ void tile_async(bf16 *dst, const bf16 *src, size_t stride,
+                                                  int nvalid) {
+  constexpr int CPR = HD / 8, LDH = HD + 8;
+#pragma unroll
+  for (int i = threadIdx.x; i < TILE * CPR; i += THREADS) {
+    int r = i / CPR, c = (i % CPR) * 8;
+    bool ok = r < nvalid;
+    cp_async16(smem_addr(dst + r * LDH + c), src + (size_t)(ok ? r : 0) * stride + c, ok);
   }
 }
 
-/* Per-row values (lse, delta) of a 64-row tile; 0 past T. */
-static __device__ void load_rows(float *dst, const float *src, int nvalid) {
-  for (int i = threadIdx.x; i < TILE; i += THREADS) dst[i] = i < nvalid ? src[i] : 0.0f;
+/* c[0..N) (each 16 x 8) += a (16 x 16 of the warp's rows) times the 16 x
+ * (8N) B operand stored in shared rows (n) of 16 k-columns: one ldmatrix
+ * per pair of n-blocks. */
+template <int LDH, int N>
+static __device__ __forceinline__ void mma_row_b(float (*c)[4], const uint32_t a[4],
+                                                 const bf16 *b, int lane) {
+#pragma unroll
+  for (int np = 0; np < N / 2; np++) {
+    uint32_t r[4];
+    ldsm_x4(r, smem_addr(b + np * 16 * LDH + b_lane<LDH>(lane)));
+    mma_bf16(c[2 * np], a, r[0], r[1]);
+    mma_bf16(c[2 * np + 1], a, r[2], r[3]);
+  }
 }
 
-/* Scores of one warp: out (16 x 64, fp32, ld LDS) = A (16 x HD, shared,
- * ld HD + 8) . Bt^T where Bt holds 64 rows of HD (shared, ld HD + 8). */
-template <int HD>
-static __device__ void warp_scores(float *out, const bf16 *a, const bf16 *bt) {
-  constexpr int LDH = HD + 8;
-  for (int nc = 0; nc < TILE / 16; nc++) {
-    frag_c acc;
-    wmma::fill_fragment(acc, 0.0f);
+/* c[0..N) += a (16 x 16) times the 16 x (8N) B operand stored with its 16
+ * k as shared rows and n as columns (.trans). */
+template <int LDH, int N>
+static __device__ __forceinline__ void mma_trans_b(float (*c)[4], const uint32_t a[4],
+                                                   const bf16 *b, int lane) {
 #pragma unroll
-    for (int kc = 0; kc < HD / 16; kc++) {
-      frag_a fa;
-      frag_b_col fb;
-      wmma::load_matrix_sync(fa, a + kc * 16, LDH);
-      wmma::load_matrix_sync(fb, bt + nc * 16 * LDH + kc * 16, LDH);
-      wmma::mma_sync(acc, fa, fb, acc);
+  for (int np = 0; np < N / 2; np++) {
+    uint32_t r[4];
+    ldsm_x4_trans(r, smem_addr(b + np * 16 + a_lane<LDH>(lane)));
+    mma_bf16(c[2 * np], a, r[0], r[1]);
+    mma_bf16(c[2 * np + 1], a, r[2], r[3]);
+  }
+}
+
+/* The A operand of k-block kk from a 16 x 64 fp32 C tile (n-blocks 2kk
+ * and 2kk + 1), rounded to bf16. */
+static __device__ __forceinline__ void c_to_a(uint32_t a[4], const float (*c)[4], int kk) {
+  a[0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
+  a[1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
+  a[2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+  a[3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+}
+
+/* A warp's 16 x HD accumulator (rows g, g + 8 of this lane: row0 + g and
+ * row0 + g + 8) times mul to global rows `stride` apart, rows < T only;
+ * with rope tables, rotated back by each row's position first (the pair
+ * (d, d + HD/2) sits in n-blocks nb and nb + HD/16 of the same lane). */
+template <int HD>
+static __device__ __forceinline__ void store_rows(bf16 *dst, size_t stride, int row0, int T,
+                                                  float (*acc)[4], float mul, const float *rcos,
+                                                  const float *rsin, int lane) {
+  constexpr int DB = HD / 8, H2 = HD / 2;
+  int g = lane / 4, tq = lane % 4;
+#pragma unroll
+  for (int nb = 0; nb < DB; nb++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) acc[nb][e] *= mul;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    int row = row0 + g + 8 * r;
+    if (row >= T) continue;
+    if (rcos) {
+#pragma unroll
+      for (int nb = 0; nb < DB / 2; nb++) {
+        int i = nb * 8 + 2 * tq;
+        float2 c = *(const float2 *)(rcos + (size_t)row * H2 + i);
+        float2 s = *(const float2 *)(rsin + (size_t)row * H2 + i);
+        float x0 = acc[nb][2 * r], y0 = acc[nb + DB / 2][2 * r];
+        float x1 = acc[nb][2 * r + 1], y1 = acc[nb + DB / 2][2 * r + 1];
+        acc[nb][2 * r] = x0 * c.x + y0 * s.x;
+        acc[nb + DB / 2][2 * r] = y0 * c.x - x0 * s.x;
+        acc[nb][2 * r + 1] = x1 * c.y + y1 * s.y;
+        acc[nb + DB / 2][2 * r + 1] = y1 * c.y - x1 * s.y;
+      }
     }
-    wmma::store_matrix_sync(out + nc * 16, acc, LDS, wmma::mem_row_major);
-  }
-}
-
-/* acc[dc] += A (16 x 64 bf16, ld LDP) . Bm (64 x HD, shared, ld HD + 8). */
-template <int HD>
-static __device__ void warp_accumulate(frag_c *acc, const bf16 *a, const bf16 *bm) {
-  constexpr int LDH = HD + 8;
+    bf16 *o = dst + (size_t)(g + 8 * r) * stride + 2 * tq;
 #pragma unroll
-  for (int dc = 0; dc < HD / 16; dc++)
-    for (int kc = 0; kc < TILE / 16; kc++) {
-      frag_a fa;
-      frag_b_row fb;
-      wmma::load_matrix_sync(fa, a + kc * 16, LDP);
-      wmma::load_matrix_sync(fb, bm + kc * 16 * LDH + dc * 16, LDH);
-      wmma::mma_sync(acc[dc], fa, fb, acc[dc]);
-    }
-}
-
-/* Writes a warp's 16 x HD accumulator, times mul, to global rows (row0 +
- * i < T) through the staging area (16 x (HD + 4) fp32). */
-template <int HD>
-static __device__ void warp_store_rows(bf16 *dst, int stride, int row0, int T, frag_c *acc,
-                                       float *stage, float mul) {
-  constexpr int LDO = HD + 4;
-  int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int dc = 0; dc < HD / 16; dc++)
-    wmma::store_matrix_sync(stage + dc * 16, acc[dc], LDO, wmma::mem_row_major);
-  __syncwarp();
-  for (int i = lane; i < 16 * HD; i += 32) {
-    int r = i / HD, d = i % HD;
-    if (row0 + r < T) dst[(size_t)r * stride + d] = __float2bfloat16(stage[r * LDO + d] * mul);
+    for (int nb = 0; nb < DB; nb++)
+      *(uint32_t *)(o + nb * 8) = pack_bf16(acc[nb][2 * r], acc[nb][2 * r + 1]);
   }
-  __syncwarp();
 }
 
 /* ---- forward ------------------------------------------------------------- */
 
 template <int HD>
-struct fwd_layout {
-  static constexpr size_t LDH = HD + 8, LDO = HD + 4;
-  static constexpr size_t q = 0, k = q + align128(TILE * LDH * 2), v = k + align128(TILE * LDH * 2);
-  static constexpr size_t s = v + align128(TILE * LDH * 2);
-  static constexpr size_t p = s + align128(WARPS * 16 * LDS * 4);
-  static constexpr size_t o = p + align128(WARPS * 16 * LDP * 2);
-  static constexpr size_t bytes = o + align128(WARPS * 16 * LDO * 4);
+struct fwd_smem {
+  static constexpr int TS = TILE * (HD + 8);               /* elements of a tile */
+  static constexpr size_t bytes = 5 * TS * sizeof(bf16); /* Q, K x 2, V x 2 */
 };
 
-/* grid (query tiles, B*NH). */
+/* grid (B*NH, query tiles). Up to HD 64 the registers are capped at 128
+ * so that 4 blocks share an SM (16 warps to hide the softmax's latency). */
 template <int HD>
-static __global__ void __launch_bounds__(THREADS)
+static __global__ void __launch_bounds__(THREADS, HD <= 64 ? 4 : 1)
     attention_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                             int T, int NH, int NKV, float scale) {
-  typedef fwd_layout<HD> Ly;
-  constexpr int LDH = HD + 8, LDO = HD + 4;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16 *Qs = (bf16 *)(smem + Ly::q), *Ks = (bf16 *)(smem + Ly::k), *Vs = (bf16 *)(smem + Ly::v);
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float *Sw = (float *)(smem + Ly::s) + warp * 16 * LDS;
-  bf16 *Pw = (bf16 *)(smem + Ly::p) + warp * 16 * LDP;
-  float *Ow = (float *)(smem + Ly::o) + warp * 16 * LDO;
+                             int T, int NH, int NKV, float sl2) {
+  constexpr int LDH = HD + 8, KB = HD / 16, DB = HD / 8, TS = fwd_smem<HD>::TS;
+  constexpr bool QREGS = HD <= 64;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16 *Qs = (bf16 *)smem, *Ks = Qs + TS, *Vs = Ks + 2 * TS;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int qt = (int)(gridDim.y - 1 - blockIdx.y), bh = (int)blockIdx.x;
+  const int b = bh / NH, h = bh % NH, kvh = h / (NH / NKV), q0 = qt * TILE;
+  const size_t QD = (size_t)NH * HD, KVD = (size_t)NKV * HD;
+  const bf16 *kb = k + (size_t)b * T * KVD + (size_t)kvh * HD;
+  const bf16 *vb = v + (size_t)b * T * KVD + (size_t)kvh * HD;
 
-  int qt = blockIdx.x, b = blockIdx.y / NH, h = blockIdx.y % NH, kvh = h / (NH / NKV);
-  int QD = NH * HD, KVD = NKV * HD, q0 = qt * TILE;
-  load_tile<HD>(Qs, q + ((size_t)b * T + q0) * QD + (size_t)h * HD, QD, min(TILE, T - q0));
-  for (int i = lane; i < 16 * LDO; i += 32) Ow[i] = 0.0f;
-  /* lanes 2r and 2r+1 own row r of the warp's 16: its running max and sum */
-  int r = lane / 2, par = lane % 2, qrow = q0 + warp * 16 + r;
-  float m_run = -INFINITY, l_run = 0.0f;
+  tile_async<HD>(Qs, q + ((size_t)b * T + q0) * QD + (size_t)h * HD, QD, min(TILE, T - q0));
+  tile_async<HD>(Ks, kb, KVD, min(TILE, T));
+  tile_async<HD>(Vs, vb, KVD, min(TILE, T));
+  cp_async_commit();
+
+  const bf16 *Qw = Qs + warp * 16 * LDH; /* this warp's 16 query rows */
+  uint32_t qf[QREGS ? KB : 1][4];
+  float o[DB][4];
+#pragma unroll
+  for (int nb = 0; nb < DB; nb++) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
+  /* the lane's rows g and g + 8: running max (scaled, log2 units) and its
+   * partial sum over the lane's columns */
+  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
+  const int qi0 = q0 + warp * 16 + g;
 
   for (int kt = 0; kt <= qt; kt++) {
-    int k0 = kt * TILE;
-    __syncthreads(); /* everyone is done with the previous K, V tiles */
-    load_tile<HD>(Ks, k + ((size_t)b * T + k0) * KVD + (size_t)kvh * HD, KVD, min(TILE, T - k0));
-    load_tile<HD>(Vs, v + ((size_t)b * T + k0) * KVD + (size_t)kvh * HD, KVD, min(TILE, T - k0));
-    __syncthreads();
-    warp_scores<HD>(Sw, Qs + warp * 16 * LDH, Ks);
-    __syncwarp();
-
-    float *srow = Sw + r * LDS;
-    bool diag = kt == qt;
-    float mx = -INFINITY;
-    for (int j = par; j < TILE; j += 2) {
-      float sv = srow[j] * scale;
-      if (diag && (k0 + j > qrow || k0 + j >= T)) sv = -INFINITY;
-      srow[j] = sv;
-      mx = fmaxf(mx, sv);
+    cp_async_wait_all();
+    __syncthreads(); /* tile kt is here; everyone is done with tile kt - 1 */
+    if (kt < qt) {
+      int k0 = (kt + 1) * TILE, nb_ = (kt + 1) & 1;
+      tile_async<HD>(Ks + nb_ * TS, kb + (size_t)k0 * KVD, KVD, min(TILE, T - k0));
+      tile_async<HD>(Vs + nb_ * TS, vb + (size_t)k0 * KVD, KVD, min(TILE, T - k0));
     }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    /* column k0 + 0 <= qrow is never masked in the first tile, so m_new is
-     * finite from the first tile on */
-    float m_new = fmaxf(m_run, mx);
-    float alpha = __expf(m_run - m_new);
-    float sum = 0.0f;
-    bf16 *prow = Pw + r * LDP;
-    for (int j = par; j < TILE; j += 2) {
-      float p = __expf(srow[j] - m_new);
-      prow[j] = __float2bfloat16(p);
-      sum += p;
+    cp_async_commit();
+    if constexpr (QREGS) {
+      if (kt == 0) {
+#pragma unroll
+        for (int kk = 0; kk < KB; kk++)
+          ldsm_x4(qf[kk], smem_addr(Qw + kk * 16 + a_lane<LDH>(lane)));
+      }
     }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    l_run = l_run * alpha + sum;
-    m_run = m_new;
-    float *orow = Ow + r * LDO;
-    for (int j = par; j < HD; j += 2) orow[j] *= alpha;
-    __syncwarp();
+    const bf16 *Kt = Ks + (kt & 1) * TS, *Vt = Vs + (kt & 1) * TS;
 
-    frag_c acc[HD / 16];
+    float s[NB][4];
 #pragma unroll
-    for (int dc = 0; dc < HD / 16; dc++)
-      wmma::load_matrix_sync(acc[dc], Ow + dc * 16, LDO, wmma::mem_row_major);
-    warp_accumulate<HD>(acc, Pw, Vs);
+    for (int nb = 0; nb < NB; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
 #pragma unroll
-    for (int dc = 0; dc < HD / 16; dc++)
-      wmma::store_matrix_sync(Ow + dc * 16, acc[dc], LDO, wmma::mem_row_major);
-    __syncwarp();
+    for (int kk = 0; kk < KB; kk++) {
+      if constexpr (QREGS) {
+        mma_row_b<LDH, NB>(s, qf[kk], Kt + kk * 16, lane);
+      } else {
+        uint32_t a[4];
+        ldsm_x4(a, smem_addr(Qw + kk * 16 + a_lane<LDH>(lane)));
+        mma_row_b<LDH, NB>(s, a, Kt + kk * 16, lane);
+      }
+    }
+    if (kt == qt) /* the diagonal tile: keys after the query, and past T */
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          int key = kt * TILE + nb * 8 + 2 * tq + (e & 1), qi = qi0 + 8 * (e >> 1);
+          if (key > qi || key >= T) s[nb][e] = -INFINITY;
+        }
+
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[nb][0], s[nb][1]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[nb][2], s[nb][3]));
+    }
+    float mb[2], alpha[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) { /* the row's 4 lanes are adjacent */
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      float m_new = fmaxf(m_run[r], mx[r] * sl2);
+      mb[r] = m_new == -INFINITY ? 0.0f : m_new; /* a row with nothing yet */
+      alpha[r] = exp2f(m_run[r] - mb[r]);
+      m_run[r] = m_new;
+    }
+    uint32_t pf[KBT][4];
+    float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+      float p0 = exp2f(fmaf(s[nb][0], sl2, -mb[0])), p1 = exp2f(fmaf(s[nb][1], sl2, -mb[0]));
+      float p2 = exp2f(fmaf(s[nb][2], sl2, -mb[1])), p3 = exp2f(fmaf(s[nb][3], sl2, -mb[1]));
+      rs[0] += p0 + p1;
+      rs[1] += p2 + p3;
+      pf[nb / 2][(nb & 1) * 2] = pack_bf16(p0, p1);
+      pf[nb / 2][(nb & 1) * 2 + 1] = pack_bf16(p2, p3);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) l_run[r] = l_run[r] * alpha[r] + rs[r];
+#pragma unroll
+    for (int nb = 0; nb < DB; nb++) {
+      o[nb][0] *= alpha[0];
+      o[nb][1] *= alpha[0];
+      o[nb][2] *= alpha[1];
+      o[nb][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int kk = 0; kk < KBT; kk++) mma_trans_b<LDH, DB>(o, pf[kk], Vt + kk * 16 * LDH, lane);
   }
-  if (qrow < T) {
-    float inv = 1.0f / l_run;
-    bf16 *og = out + ((size_t)b * T + qrow) * QD + (size_t)h * HD;
-    for (int j = par; j < HD; j += 2) og[j] = __float2bfloat16(Ow[r * LDO + j] * inv);
-    if (par == 0) lse[((size_t)b * NH + h) * T + qrow] = m_run + logf(l_run);
+
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    int qi = qi0 + 8 * r;
+    if (qi >= T) continue;
+    float inv = 1.0f / l_run[r];
+    bf16 *orow = out + ((size_t)b * T + qi) * QD + (size_t)h * HD + 2 * tq;
+#pragma unroll
+    for (int nb = 0; nb < DB; nb++)
+      *(uint32_t *)(orow + nb * 8) = pack_bf16(o[nb][2 * r] * inv, o[nb][2 * r + 1] * inv);
+    if (tq == 0) lse[((size_t)b * NH + h) * T + qi] = (m_run[r] + log2f(l_run[r])) * LN2;
   }
 }
 
-/* ---- backward ------------------------------------------------------------ */
-
-/* delta (B, NH, T) = rowsum(dout * out), one warp per (b, t, h). */
-static __global__ void attention_delta_kernel(float *delta, const bf16 *dout, const bf16 *out,
-                                              int B, int T, int NH, int HD) {
-  size_t row = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-  int lane = threadIdx.x % 32;
-  if (row >= (size_t)B * T * NH) return;
-  const bf16 *d = dout + row * HD, *o = out + row * HD;
-  float s = 0.0f;
-  for (int i = lane; i < HD; i += 32) s += __bfloat162float(d[i]) * __bfloat162float(o[i]);
-  s = nc_warp_sum(s);
-  int h = (int)(row % (size_t)NH);
-  size_t bt = row / (size_t)NH, b = bt / (size_t)T, t = bt % (size_t)T;
-  if (lane == 0) delta[(b * NH + h) * T + t] = s;
-}
+/* ---- backward: dQ (and delta) -------------------------------------------- */
 
 template <int HD>
-struct bwd_layout {
-  static constexpr size_t LDH = HD + 8;
-  static constexpr size_t tile = align128(TILE * LDH * 2);
-  static constexpr size_t a = 0, b = a + tile, c = b + tile, d = c + tile; /* four 64 x HD tiles */
-  static constexpr size_t rows = d + tile;                                /* lse, delta */
-  static constexpr size_t s = rows + align128(2 * TILE * 4);
-  /* per warp: scores and their gradient (fp32, adjacent: the staging area
-   * for the output), then P and dS as bf16 */
-  static constexpr size_t warp_f32 = 2 * 16 * LDS;
-  static constexpr size_t pb = s + align128(WARPS * warp_f32 * 4);
-  static constexpr size_t bytes = pb + align128(WARPS * 2 * 16 * LDP * 2);
-  static_assert(16 * (HD + 4) <= warp_f32, "staging area");
+struct bwd_smem {
+  static constexpr int TS = TILE * (HD + 8);
+  /* six tiles (dQ: Q, dO, K x 2, V x 2; dK/dV: K, V, Q x 2, dO x 2), then
+   * per-row floats (dQ: delta; dK/dV: lse x 2, delta x 2) */
+  static constexpr size_t rows = 6 * TS * sizeof(bf16);
+  static constexpr size_t bytes = rows + 4 * TILE * sizeof(float);
 };
 
-/* grid (key tiles, B*NKV): dK, dV of 64 keys of one kv head. Warp w owns
- * keys k0 + 16w ... The scores are computed transposed (keys as rows). */
+/* grid (B*NH, query tiles): dQ of 64 queries of one head, and their
+ * delta = rowsum(dO * O) into delta (B, NH, T). */
+template <int HD>
+static __global__ void __launch_bounds__(THREADS)
+    attention_dq_kernel(bf16 *dq, float *delta, const bf16 *q, const bf16 *k, const bf16 *v,
+                        const bf16 *out, const bf16 *dout, const float *lse, const float *rcos,
+                        const float *rsin, int T, int NH, int NKV, float sl2, float scale) {
+  constexpr int LDH = HD + 8, KB = HD / 16, DB = HD / 8, TS = bwd_smem<HD>::TS, CPR = HD / 8;
+  constexpr bool AREGS = HD <= 64;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16 *Qs = (bf16 *)smem, *dOs = Qs + TS, *Ks = dOs + TS, *Vs = Ks + 2 * TS;
+  float *dl_s = (float *)(smem + bwd_smem<HD>::rows);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int qt = (int)(gridDim.y - 1 - blockIdx.y), bh = (int)blockIdx.x;
+  const int b = bh / NH, h = bh % NH, kvh = h / (NH / NKV), q0 = qt * TILE;
+  const size_t QD = (size_t)NH * HD, KVD = (size_t)NKV * HD;
+  const bf16 *kb = k + (size_t)b * T * KVD + (size_t)kvh * HD;
+  const bf16 *vb = v + (size_t)b * T * KVD + (size_t)kvh * HD;
+  const size_t qoff = ((size_t)b * T + q0) * QD + (size_t)h * HD; /* row q0 of head h */
+  const float *lse_bh = lse + ((size_t)b * NH + h) * T;
+  float *delta_bh = delta + ((size_t)b * NH + h) * T;
+
+  tile_async<HD>(Qs, q + qoff, QD, min(TILE, T - q0));
+  tile_async<HD>(dOs, dout + qoff, QD, min(TILE, T - q0));
+  tile_async<HD>(Ks, kb, KVD, min(TILE, T));
+  tile_async<HD>(Vs, vb, KVD, min(TILE, T));
+  cp_async_commit();
+
+  /* delta of the warp's 16 rows while the tiles load: CPR lanes per row,
+   * 16 bytes each, summed over the row's lanes */
+  for (int i = lane; i < 16 * CPR; i += 32) {
+    int rr = i / CPR, c = (i % CPR) * 8, qi = q0 + warp * 16 + rr;
+    float sum = 0.0f;
+    if (qi < T) {
+      size_t off = qoff + (size_t)(warp * 16 + rr) * QD + c;
+      uint4 ov = *(const uint4 *)(out + off), dv = *(const uint4 *)(dout + off);
+      const __nv_bfloat162 *o2 = (const __nv_bfloat162 *)&ov, *d2 = (const __nv_bfloat162 *)&dv;
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        float2 a = __bfloat1622float2(o2[j]), d = __bfloat1622float2(d2[j]);
+        sum += a.x * d.x + a.y * d.y;
+      }
+    }
+#pragma unroll
+    for (int off = 1; off < CPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (c == 0) {
+      dl_s[warp * 16 + rr] = sum;
+      if (qi < T) delta_bh[qi] = sum;
+    }
+  }
+  __syncwarp();
+  const int qi0 = q0 + warp * 16 + g;
+  float dl[2], ls[2]; /* delta and lse * log2(e) of rows g, g + 8 */
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    dl[r] = dl_s[warp * 16 + g + 8 * r];
+    ls[r] = qi0 + 8 * r < T ? lse_bh[qi0 + 8 * r] * LOG2E : INFINITY;
+  }
+
+  const bf16 *Qw = Qs + warp * 16 * LDH, *dOw = dOs + warp * 16 * LDH;
+  uint32_t qf[AREGS ? KB : 1][4], df[AREGS ? KB : 1][4];
+  float acc[DB][4];
+#pragma unroll
+  for (int nb = 0; nb < DB; nb++) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+
+  for (int kt = 0; kt <= qt; kt++) {
+    cp_async_wait_all();
+    __syncthreads();
+    if (kt < qt) {
+      int k0 = (kt + 1) * TILE, nb_ = (kt + 1) & 1;
+      tile_async<HD>(Ks + nb_ * TS, kb + (size_t)k0 * KVD, KVD, min(TILE, T - k0));
+      tile_async<HD>(Vs + nb_ * TS, vb + (size_t)k0 * KVD, KVD, min(TILE, T - k0));
+    }
+    cp_async_commit();
+    if constexpr (AREGS) {
+      if (kt == 0) {
+#pragma unroll
+        for (int kk = 0; kk < KB; kk++) {
+          ldsm_x4(qf[kk], smem_addr(Qw + kk * 16 + a_lane<LDH>(lane)));
+          ldsm_x4(df[kk], smem_addr(dOw + kk * 16 + a_lane<LDH>(lane)));
+        }
+      }
+    }
+    const bf16 *Kt = Ks + (kt & 1) * TS, *Vt = Vs + (kt & 1) * TS;
+
+    float s[NB][4], dp[NB][4];
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[nb][e] = dp[nb][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KB; kk++) {
+      if constexpr (AREGS) {
+        mma_row_b<LDH, NB>(s, qf[kk], Kt + kk * 16, lane);  /* S = Q K^T */
+        mma_row_b<LDH, NB>(dp, df[kk], Vt + kk * 16, lane); /* dP = dO V^T */
+      } else {
+        uint32_t a[4];
+        ldsm_x4(a, smem_addr(Qw + kk * 16 + a_lane<LDH>(lane)));
+        mma_row_b<LDH, NB>(s, a, Kt + kk * 16, lane);
+        ldsm_x4(a, smem_addr(dOw + kk * 16 + a_lane<LDH>(lane)));
+        mma_row_b<LDH, NB>(dp, a, Vt + kk * 16, lane);
+      }
+    }
+    const bool diag = kt == qt;
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int r = e >> 1;
+        float p = exp2f(fmaf(s[nb][e], sl2, -ls[r]));
+        if (diag) {
+          int key = kt * TILE + nb * 8 + 2 * tq + (e & 1);
+          if (key > qi0 + 8 * r || key >= T) p = 0.0f;
+        }
+        s[nb][e] = p * (dp[nb][e] - dl[r]); /* dS, unscaled */
+      }
+#pragma unroll
+    for (int kk = 0; kk < KBT; kk++) { /* dQ += dS K */
+      uint32_t a[4];
+      c_to_a(a, s, kk);
+      mma_trans_b<LDH, DB>(acc, a, Kt + kk * 16 * LDH, lane);
+    }
+  }
+  store_rows<HD>(dq + qoff + (size_t)warp * 16 * QD, QD, q0 + warp * 16, T, acc, scale, rcos,
+                 rsin, lane);
+}
+
+/* ---- backward: dK, dV ---------------------------------------------------- */
+
+/* grid (B*NKV, key tiles): dK, dV of 64 keys of one kv head, the heaviest
+ * (first) key tiles first. The warp's 16 keys are the rows of its
+ * transposed scores S^T = K Q^T, so P^T and dS^T come out of the
+ * accumulators as the A operands of dV += P^T dO and dK += dS^T Q. */
 template <int HD>
 static __global__ void __launch_bounds__(THREADS)
     attention_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v,
-                          const bf16 *dout, const float *lse, const float *delta, int T, int NH,
-                          int NKV, float scale) {
-  typedef bwd_layout<HD> Ly;
-  constexpr int LDH = HD + 8;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16 *Ks = (bf16 *)(smem + Ly::a), *Vs = (bf16 *)(smem + Ly::b);
-  bf16 *Qs = (bf16 *)(smem + Ly::c), *dOs = (bf16 *)(smem + Ly::d);
-  float *lse_s = (float *)(smem + Ly::rows), *dl_s = lse_s + TILE;
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float *St = (float *)(smem + Ly::s) + warp * Ly::warp_f32, *dPt = St + 16 * LDS;
-  bf16 *Pb = (bf16 *)(smem + Ly::pb) + warp * 2 * 16 * LDP, *dSb = Pb + 16 * LDP;
+                          const bf16 *dout, const float *lse, const float *delta,
+                          const float *rcos, const float *rsin, int T, int NH, int NKV, float sl2,
+                          float scale) {
+  constexpr int LDH = HD + 8, KB = HD / 16, DB = HD / 8, TS = bwd_smem<HD>::TS;
+  constexpr bool AREGS = HD <= 64;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16 *Ks = (bf16 *)smem, *Vs = Ks + TS, *Qs = Vs + TS, *dOs = Qs + 2 * TS;
+  float *ls_s = (float *)(smem + bwd_smem<HD>::rows), *dl_s = ls_s + 2 * TILE;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
+  const int kt = (int)blockIdx.y, bk = (int)blockIdx.x;
+  const int b = bk / NKV, kvh = bk % NKV, G = NH / NKV, k0 = kt * TILE;
+  const int ntiles = (T + TILE - 1) / TILE, nq = ntiles - kt, steps = G * nq;
+  const size_t QD = (size_t)NH * HD, KVD = (size_t)NKV * HD;
+  const size_t koff = ((size_t)b * T + k0) * KVD + (size_t)kvh * HD;
 
-  int kt = blockIdx.x, b = blockIdx.y / NKV, kvh = blockIdx.y % NKV, G = NH / NKV;
-  int QD = NH * HD, KVD = NKV * HD, k0 = kt * TILE, ntiles = (T + TILE - 1) / TILE;
-  load_tile<HD>(Ks, k + ((size_t)b * T + k0) * KVD + (size_t)kvh * HD, KVD, min(TILE, T - k0));
-  load_tile<HD>(Vs, v + ((size_t)b * T + k0) * KVD + (size_t)kvh * HD, KVD, min(TILE, T - k0));
-  frag_c dK[HD / 16], dV[HD / 16];
+  /* step st: query head kvh*G + st / nq, query tile kt + st % nq, into
+   * buffer st & 1 */
+  auto load_step = [&](int st) {
+    int h = kvh * G + st / nq, q0 = (kt + st % nq) * TILE, buf = st & 1, nv = min(TILE, T - q0);
+    size_t qoff = ((size_t)b * T + q0) * QD + (size_t)h * HD;
+    tile_async<HD>(Qs + buf * TS, q + qoff, QD, nv);
+    tile_async<HD>(dOs + buf * TS, dout + qoff, QD, nv);
+    int i = threadIdx.x % TILE;
+    bool ok = i < nv;
+    size_t roff = ((size_t)b * NH + h) * T + q0 + (ok ? i : 0);
+    if (threadIdx.x < TILE) cp_async4(smem_addr(ls_s + buf * TILE + i), lse + roff, ok);
+    else cp_async4(smem_addr(dl_s + buf * TILE + i), delta + roff, ok);
+  };
+
+  tile_async<HD>(Ks, k + koff, KVD, min(TILE, T - k0));
+  tile_async<HD>(Vs, v + koff, KVD, min(TILE, T - k0));
+  load_step(0);
+  cp_async_commit();
+
+  const bf16 *Kw = Ks + warp * 16 * LDH, *Vw = Vs + warp * 16 * LDH;
+  uint32_t kf[AREGS ? KB : 1][4], vf[AREGS ? KB : 1][4];
+  float dka[DB][4], dva[DB][4];
 #pragma unroll
-  for (int dc = 0; dc < HD / 16; dc++) {
-    wmma::fill_fragment(dK[dc], 0.0f);
-    wmma::fill_fragment(dV[dc], 0.0f);
-  }
-  for (int h = kvh * G; h < (kvh + 1) * G; h++)
-    for (int qt = kt; qt < ntiles; qt++) {
-      int q0 = qt * TILE, nq = min(TILE, T - q0);
-      __syncthreads(); /* everyone is done with the previous Q, dO tiles */
-      load_tile<HD>(Qs, q + ((size_t)b * T + q0) * QD + (size_t)h * HD, QD, nq);
-      load_tile<HD>(dOs, dout + ((size_t)b * T + q0) * QD + (size_t)h * HD, QD, nq);
-      load_rows(lse_s, lse + ((size_t)b * NH + h) * T + q0, nq);
-      load_rows(dl_s, delta + ((size_t)b * NH + h) * T + q0, nq);
-      __syncthreads();
-      warp_scores<HD>(St, Ks + warp * 16 * LDH, Qs);   /* S^T: keys x queries */
-      warp_scores<HD>(dPt, Vs + warp * 16 * LDH, dOs); /* dP^T = V dO^T */
-      __syncwarp();
-      for (int i = lane; i < 16 * TILE; i += 32) {
-        int rr = i / TILE, j = i % TILE, kv = k0 + warp * 16 + rr, qi = q0 + j;
-        float p = 0.0f, ds = 0.0f;
-        if (qi < T && kv <= qi) {
-          p = __expf(St[rr * LDS + j] * scale - lse_s[j]);
-          ds = p * (dPt[rr * LDS + j] - dl_s[j]);
+  for (int nb = 0; nb < DB; nb++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) dka[nb][e] = dva[nb][e] = 0.0f;
+  const int key0 = k0 + warp * 16 + g; /* keys of the lane's rows: key0, key0 + 8 */
+
+  for (int st = 0; st < steps; st++) {
+    const int q0 = (kt + st % nq) * TILE;
+    cp_async_wait_all();
+    __syncthreads();
+    if (st + 1 < steps) load_step(st + 1);
+    cp_async_commit();
+    if constexpr (AREGS) {
+      if (st == 0) {
+#pragma unroll
+        for (int kk = 0; kk < KB; kk++) {
+          ldsm_x4(kf[kk], smem_addr(Kw + kk * 16 + a_lane<LDH>(lane)));
+          ldsm_x4(vf[kk], smem_addr(Vw + kk * 16 + a_lane<LDH>(lane)));
         }
-        Pb[rr * LDP + j] = __float2bfloat16(p);
-        dSb[rr * LDP + j] = __float2bfloat16(ds);
       }
-      __syncwarp();
-      warp_accumulate<HD>(dV, Pb, dOs); /* dV += P^T dO */
-      warp_accumulate<HD>(dK, dSb, Qs); /* dK += dS^T Q (times scale below) */
     }
-  int row0 = k0 + warp * 16;
-  size_t off = ((size_t)b * T + row0) * KVD + (size_t)kvh * HD;
-  warp_store_rows<HD>(dk + off, KVD, row0, T, dK, St, scale);
-  warp_store_rows<HD>(dv + off, KVD, row0, T, dV, St, 1.0f);
-}
+    const int buf = st & 1;
+    const bf16 *Qt = Qs + buf * TS, *dOt = dOs + buf * TS;
+    const float *ls = ls_s + buf * TILE, *dl = dl_s + buf * TILE;
 
-/* grid (query tiles, B*NH): dQ of 64 queries of one head. */
-template <int HD>
-static __global__ void __launch_bounds__(THREADS)
-    attention_dq_kernel(bf16 *dq, const bf16 *q, const bf16 *k, const bf16 *v, const bf16 *dout,
-                        const float *lse, const float *delta, int T, int NH, int NKV, float scale) {
-  typedef bwd_layout<HD> Ly;
-  constexpr int LDH = HD + 8;
-  extern __shared__ __align__(128) unsigned char smem[];
-  bf16 *Qs = (bf16 *)(smem + Ly::a), *dOs = (bf16 *)(smem + Ly::b);
-  bf16 *Ks = (bf16 *)(smem + Ly::c), *Vs = (bf16 *)(smem + Ly::d);
-  float *lse_s = (float *)(smem + Ly::rows), *dl_s = lse_s + TILE;
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  float *S = (float *)(smem + Ly::s) + warp * Ly::warp_f32, *dP = S + 16 * LDS;
-  bf16 *dSb = (bf16 *)(smem + Ly::pb) + warp * 2 * 16 * LDP;
-
-  int qt = blockIdx.x, b = blockIdx.y / NH, h = blockIdx.y % NH, kvh = h / (NH / NKV);
-  int QD = NH * HD, KVD = NKV * HD, q0 = qt * TILE, nq = min(TILE, T - q0);
-  load_tile<HD>(Qs, q + ((size_t)b * T + q0) * QD + (size_t)h * HD, QD, nq);
-  load_tile<HD>(dOs, dout + ((size_t)b * T + q0) * QD + (size_t)h * HD, QD, nq);
-  load_rows(lse_s, lse + ((size_t)b * NH + h) * T + q0, nq);
-  load_rows(dl_s, delta + ((size_t)b * NH + h) * T + q0, nq);
-  frag_c dQ[HD / 16];
+    float s[NB][4], dp[NB][4];
 #pragma unroll
-  for (int dc = 0; dc < HD / 16; dc++) wmma::fill_fragment(dQ[dc], 0.0f);
-  for (int kt = 0; kt <= qt; kt++) {
-    int k0 = kt * TILE;
-    __syncthreads();
-    load_tile<HD>(Ks, k + ((size_t)b * T + k0) * KVD + (size_t)kvh * HD, KVD, min(TILE, T - k0));
-    load_tile<HD>(Vs, v + ((size_t)b * T + k0) * KVD + (size_t)kvh * HD, KVD, min(TILE, T - k0));
-    __syncthreads();
-    warp_scores<HD>(S, Qs + warp * 16 * LDH, Ks);
-    warp_scores<HD>(dP, dOs + warp * 16 * LDH, Vs);
-    __syncwarp();
-    for (int i = lane; i < 16 * TILE; i += 32) {
-      int rr = i / TILE, j = i % TILE, qr = warp * 16 + rr, qi = q0 + qr, kv = k0 + j;
-      float ds = 0.0f;
-      if (qi < T && kv <= qi) {
-        float p = __expf(S[rr * LDS + j] * scale - lse_s[qr]);
-        ds = p * (dP[rr * LDS + j] - dl_s[qr]);
+    for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[nb][e] = dp[nb][e] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < KB; kk++) {
+      if constexpr (AREGS) {
+        mma_row_b<LDH, NB>(s, kf[kk], Qt + kk * 16, lane);   /* S^T = K Q^T */
+        mma_row_b<LDH, NB>(dp, vf[kk], dOt + kk * 16, lane); /* dP^T = V dO^T */
+      } else {
+        uint32_t a[4];
+        ldsm_x4(a, smem_addr(Kw + kk * 16 + a_lane<LDH>(lane)));
+        mma_row_b<LDH, NB>(s, a, Qt + kk * 16, lane);
+        ldsm_x4(a, smem_addr(Vw + kk * 16 + a_lane<LDH>(lane)));
+        mma_row_b<LDH, NB>(dp, a, dOt + kk * 16, lane);
       }
-      dSb[rr * LDP + j] = __float2bfloat16(ds);
     }
-    __syncwarp();
-    warp_accumulate<HD>(dQ, dSb, Ks); /* dQ += dS K (times scale below) */
+    /* the diagonal tile masks later keys; a partial last tile its rows
+     * past T (whose lse and delta were zero-filled) */
+    const bool mask = q0 == k0 || q0 + TILE > T;
+#pragma unroll
+    for (int nb = 0; nb < NB; nb++) {
+      int j = nb * 8 + 2 * tq; /* the lane's queries j, j + 1 of the tile */
+      float2 l2 = *(const float2 *)(ls + j), d2 = *(const float2 *)(dl + j);
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int c = e & 1, qi = q0 + j + c, key = key0 + 8 * (e >> 1);
+        float lz = (c ? l2.y : l2.x) * LOG2E, dz = c ? d2.y : d2.x;
+        float p = exp2f(fmaf(s[nb][e], sl2, -lz));
+        if (mask && (key > qi || qi >= T)) p = 0.0f;
+        s[nb][e] = p;
+        dp[nb][e] = p * (dp[nb][e] - dz); /* dS^T, unscaled */
+      }
+    }
+#pragma unroll
+    for (int kk = 0; kk < KBT; kk++) { /* over the tile's queries */
+      uint32_t a[4];
+      c_to_a(a, s, kk);
+      mma_trans_b<LDH, DB>(dva, a, dOt + kk * 16 * LDH, lane); /* dV += P^T dO */
+      c_to_a(a, dp, kk);
+      mma_trans_b<LDH, DB>(dka, a, Qt + kk * 16 * LDH, lane); /* dK += dS^T Q */
+    }
   }
-  int row0 = q0 + warp * 16;
-  warp_store_rows<HD>(dq + ((size_t)b * T + row0) * QD + (size_t)h * HD, QD, row0, T, dQ, S,
-                      scale);
+  size_t off = koff + (size_t)warp * 16 * KVD;
+  store_rows<HD>(dk + off, KVD, k0 + warp * 16, T, dka, scale, rcos, rsin, lane);
+  store_rows<HD>(dv + off, KVD, k0 + warp * 16, T, dva, 1.0f, NULL, NULL, lane);
 }
 
 /* ---- launchers ----------------------------------------------------------- */
 
+template <typename K>
+static bool set_smem(K kernel, size_t bytes) {
+  return NC_CUDA(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+}
+
 template <int HD>
 static bool forward_hd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
                        int T, int NH, int NKV, cudaStream_t s) {
-  size_t smem = fwd_layout<HD>::bytes;
-  if (!NC_CUDA(cudaFuncSetAttribute(attention_forward_kernel<HD>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
-    return false;
-  dim3 grid((unsigned)((T + TILE - 1) / TILE), (unsigned)(B * NH));
+  size_t smem = fwd_smem<HD>::bytes;
+  if (!set_smem(attention_forward_kernel<HD>, smem)) return false;
+  dim3 grid((unsigned)(B * NH), (unsigned)((T + TILE - 1) / TILE));
   attention_forward_kernel<HD><<<grid, THREADS, smem, s>>>(out, lse, q, k, v, T, NH, NKV,
-                                                           1.0f / sqrtf((float)HD));
+                                                           LOG2E / sqrtf((float)HD));
   return NC_LAUNCHED();
 }
 
 template <int HD>
 static bool backward_hd(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf16 *dout,
-                        const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B, int T,
-                        int NH, int NKV, cudaStream_t s) {
-  size_t smem = bwd_layout<HD>::bytes;
-  if (!NC_CUDA(cudaFuncSetAttribute(attention_dkdv_kernel<HD>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) ||
-      !NC_CUDA(cudaFuncSetAttribute(attention_dq_kernel<HD>,
-                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)))
+                        const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
+                        const bf16 *v, int B, int T, int NH, int NKV, const float *rcos,
+                        const float *rsin, cudaStream_t s) {
+  size_t smem = bwd_smem<HD>::bytes;
+  if (!set_smem(attention_dq_kernel<HD>, smem) || !set_smem(attention_dkdv_kernel<HD>, smem))
     return false;
-  float scale = 1.0f / sqrtf((float)HD);
+  float scale = 1.0f / sqrtf((float)HD), sl2 = scale * LOG2E;
   unsigned tiles = (unsigned)((T + TILE - 1) / TILE);
-  attention_dkdv_kernel<HD><<<dim3(tiles, (unsigned)(B * NKV)), THREADS, smem, s>>>(
-      dk, dv, q, k, v, dout, lse, delta, T, NH, NKV, scale);
+  attention_dq_kernel<HD><<<dim3((unsigned)(B * NH), tiles), THREADS, smem, s>>>(
+      dq, delta, q, k, v, out, dout, lse, rcos, rsin, T, NH, NKV, sl2, scale);
   if (!NC_LAUNCHED()) return false;
-  attention_dq_kernel<HD><<<dim3(tiles, (unsigned)(B * NH)), THREADS, smem, s>>>(
-      dq, q, k, v, dout, lse, delta, T, NH, NKV, scale);
+  attention_dkdv_kernel<HD><<<dim3((unsigned)(B * NKV), tiles), THREADS, smem, s>>>(
+      dk, dv, q, k, v, dout, lse, delta, rcos, rsin, T, NH, NKV, sl2, scale);
   return NC_LAUNCHED();
 }
 
@@ -389,15 +673,75 @@ bool nc_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
 
 bool nc_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf16 *dout,
                            const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
-                           const bf16 *v, int B, int T, int NH, int NKV, int HD, cudaStream_t s) {
-  size_t rows = (size_t)B * T * NH;
-  attention_delta_kernel<<<(unsigned)((rows + 7) / 8), 256, 0, s>>>(delta, dout, out, B, T, NH, HD);
-  if (!NC_LAUNCHED()) return false;
+                           const bf16 *v, int B, int T, int NH, int NKV, int HD,
+                           const float *rope_cos, const float *rope_sin, cudaStream_t s) {
+#define BWD(hd)                                                                                 \
+  case hd:                                                                                      \
+    return backward_hd<hd>(dq, dk, dv, delta, dout, out, lse, q, k, v, B, T, NH, NKV, rope_cos, \
+                           rope_sin, s)
   switch (HD) {
-    case 16: return backward_hd<16>(dq, dk, dv, delta, dout, lse, q, k, v, B, T, NH, NKV, s);
-    case 32: return backward_hd<32>(dq, dk, dv, delta, dout, lse, q, k, v, B, T, NH, NKV, s);
-    case 64: return backward_hd<64>(dq, dk, dv, delta, dout, lse, q, k, v, B, T, NH, NKV, s);
-    case 128: return backward_hd<128>(dq, dk, dv, delta, dout, lse, q, k, v, B, T, NH, NKV, s);
+    BWD(16);
+    BWD(32);
+    BWD(64);
+    BWD(128);
   }
+#undef BWD
   DG_UNREACHABLE();
+}
+
+/* ---- the kernels alone, on host arrays (for checks) ---------------------- */
+
+extern "C" bool nn_cuda_attention_run(const float *q, const float *k, const float *v,
+                                      const float *dout, int B, int T, int NH, int NKV, int HD,
+                                      const float *rope_cos, const float *rope_sin, float *out,
+                                      float *lse, float *dq, float *dk, float *dv,
+                                      dg_status *st) {
+  if (!nc_attention_supported(HD) || B < 1 || T < 1 || NKV < 1 || NH % NKV != 0 ||
+      (double)B * NH > 65535 || (double)B * T * NH * HD > 1e9)
+    return dg_fail(st, DG_ERR_INVALID,
+                   "attention run: unsupported shape B %d T %d heads %d/%d head_dim %d", B, T, NH,
+                   NKV, HD);
+  size_t nq = (size_t)B * T * NH * HD, nkv = (size_t)B * T * NKV * HD, nr = (size_t)B * NH * T;
+  size_t nrope = (size_t)T * (HD / 2);
+  /* one bf16 block: q, k, v, dout, out, dq, dk, dv; one fp32 block: lse,
+   * delta, cos, sin */
+  size_t nb16 = 4 * nq + 4 * nkv, nf32 = 2 * nr + 2 * nrope;
+  bf16 *hb = (bf16 *)malloc(sizeof(bf16) * nb16), *db = NULL;
+  float *df = NULL;
+  if (!hb) return dg_fail(st, DG_ERR_RUNTIME, "attention run: out of host memory");
+  /* q, k, v, dout are uploaded as one block */
+  bf16 *hq = hb, *hk = hq + nq, *hv = hk + nkv, *hdo = hv + nkv, *ho = hdo + nq;
+  bf16 *hdq = ho + nq, *hdk = hdq + nq, *hdv = hdk + nkv;
+  for (size_t i = 0; i < nq; i++) hq[i] = __float2bfloat16(q[i]);
+  for (size_t i = 0; i < nkv; i++) hk[i] = __float2bfloat16(k[i]), hv[i] = __float2bfloat16(v[i]);
+  for (size_t i = 0; dout && i < nq; i++) hdo[i] = __float2bfloat16(dout[i]);
+  bool rope = dout && rope_cos && rope_sin;
+  cudaStream_t s = 0;
+  bool ok = NC_CUDA(cudaMalloc(&db, sizeof(bf16) * nb16)) &&
+            NC_CUDA(cudaMalloc(&df, sizeof(float) * nf32)) &&
+            NC_CUDA(cudaMemcpy(db, hb, sizeof(bf16) * ((dout ? 2 : 1) * nq + 2 * nkv),
+                               cudaMemcpyHostToDevice));
+  bf16 *gq = db, *gk = gq + nq, *gv = gk + nkv, *gdo = gv + nkv, *go = gdo + nq;
+  bf16 *gdq = go + nq, *gdk = gdq + nq, *gdv = gdk + nkv;
+  float *glse = df, *gdelta = glse + nr, *gcos = gdelta + nr, *gsin = gcos + nrope;
+  if (ok && rope)
+    ok = NC_CUDA(cudaMemcpy(gcos, rope_cos, sizeof(float) * nrope, cudaMemcpyHostToDevice)) &&
+         NC_CUDA(cudaMemcpy(gsin, rope_sin, sizeof(float) * nrope, cudaMemcpyHostToDevice));
+  ok = ok && nc_attention_forward(go, glse, gq, gk, gv, B, T, NH, NKV, HD, s);
+  if (ok && dout)
+    ok = nc_attention_backward(gdq, gdk, gdv, gdelta, gdo, go, glse, gq, gk, gv, B, T, NH, NKV,
+                               HD, rope ? gcos : NULL, rope ? gsin : NULL, s);
+  ok = ok && NC_CUDA(cudaDeviceSynchronize()) &&
+       NC_CUDA(cudaMemcpy(ho, go, sizeof(bf16) * (2 * nq + 2 * nkv), cudaMemcpyDeviceToHost)) &&
+       NC_CUDA(cudaMemcpy(lse, glse, sizeof(float) * nr, cudaMemcpyDeviceToHost));
+  if (ok) {
+    for (size_t i = 0; i < nq; i++) out[i] = __bfloat162float(ho[i]);
+    for (size_t i = 0; dout && i < nq; i++) dq[i] = __bfloat162float(hdq[i]);
+    for (size_t i = 0; dout && i < nkv; i++)
+      dk[i] = __bfloat162float(hdk[i]), dv[i] = __bfloat162float(hdv[i]);
+  }
+  cudaFree(db);
+  cudaFree(df);
+  free(hb);
+  return nc_error_take(st, "attention run");
 }

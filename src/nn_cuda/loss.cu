@@ -2,20 +2,98 @@
  * weights, fused with the start of the backward pass (llm.c's
  * fused_classifier, with a per-token dloss instead of one scalar).
  *
- * One block per row of bf16 logits: an online max/sum pass, the row's
- * -log p(target) = log(sum) + max - z[target] into losses, then, when
- * dlosses (w / norm per token) is given, the logits are overwritten in
- * place by their gradient (softmax - onehot(target)) * dloss, so the
- * probabilities are never stored. The weighted loss sum(dloss * nll) is a
- * second, single-block pass in double in a fixed order (deterministic).
+ * One block per row of bf16 logits: the row's max and sum of exp, the
+ * row's -log p(target) = log(sum) + max - z[target] into losses, then,
+ * when dlosses (w / norm per token) is given, the logits are overwritten
+ * in place by their gradient (softmax - onehot(target)) * dloss, so the
+ * probabilities are never stored. Where V is a multiple of 8 up to 32768
+ * the row is read once, 16 bytes at a time, and kept in registers (one
+ * read and one write of the logits); otherwise an online max/sum pass
+ * reads it twice. Block reductions run in a fixed order. The weighted loss
+ * sum(dloss * nll) is a second, single-block pass in double in a fixed
+ * order (deterministic).
  *
  * N rows, V vocab.
  */
 #include <math.h>
+#include <stdint.h>
 
 #include "common.cuh"
 
-enum { CLS_THREADS = 512, SUM_THREADS = 1024 };
+enum { CLS_THREADS = 512, SUM_THREADS = 1024, VEC_THREADS = 256, VEC_MAX = 16 };
+
+/* The same value in every thread: the block's max (or sum) of v, warps
+ * combined in order. red holds VEC_THREADS / 32 floats. */
+static __device__ __forceinline__ float block_reduce(float v, bool is_max, float *red) {
+  v = is_max ? nc_warp_max(v) : nc_warp_sum(v);
+  __syncthreads(); /* red's last readers are done */
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  float t = red[0];
+  for (int w = 1; w < VEC_THREADS / 32; w++) t = is_max ? fmaxf(t, red[w]) : t + red[w];
+  return t;
+}
+
+/* Thread x holds the 8-element pieces x + j * VEC_THREADS, j < NV. */
+template <int NV>
+static __global__ void __launch_bounds__(VEC_THREADS)
+    classifier_vec_kernel(bf16 *logits, float *losses, const float *dlosses, const int *targets,
+                          int V) {
+  __shared__ float red[VEC_THREADS / 32];
+  size_t row = blockIdx.x;
+  uint4 *z8 = (uint4 *)(logits + row * (size_t)V);
+  int V8 = V / 8;
+  uint4 raw[NV];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < NV; j++) {
+    int i = threadIdx.x + j * VEC_THREADS;
+    if (i >= V8) continue;
+    raw[j] = z8[i];
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&raw[j];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float2 f = __bfloat1622float2(h[e]);
+      mx = fmaxf(mx, fmaxf(f.x, f.y));
+    }
+  }
+  float M = block_reduce(mx, true, red);
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < NV; j++) {
+    int i = threadIdx.x + j * VEC_THREADS;
+    if (i >= V8) continue;
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&raw[j];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float2 f = __bfloat1622float2(h[e]);
+      sum += __expf(f.x - M) + __expf(f.y - M);
+    }
+  }
+  float S = block_reduce(sum, false, red);
+  int tg = targets[row];
+  float inv = 1.0f / S, d = dlosses ? dlosses[row] : 0.0f;
+#pragma unroll
+  for (int j = 0; j < NV; j++) {
+    int i = threadIdx.x + j * VEC_THREADS;
+    if (i >= V8) continue;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&raw[j];
+    if (i == tg / 8) {
+      float2 f = __bfloat1622float2(h[(tg % 8) / 2]);
+      losses[row] = logf(S) + M - (tg % 2 ? f.y : f.x);
+    }
+    if (!dlosses) continue;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float2 f = __bfloat1622float2(h[e]);
+      int c = i * 8 + 2 * e;
+      float g0 = (__expf(f.x - M) * inv - (c == tg ? 1.0f : 0.0f)) * d;
+      float g1 = (__expf(f.y - M) * inv - (c + 1 == tg ? 1.0f : 0.0f)) * d;
+      h[e] = __floats2bfloat162_rn(g0, g1);
+    }
+    z8[i] = raw[j];
+  }
+}
 
 /* Merges running (max, sum of exp(z - max)) pairs. */
 static __device__ __forceinline__ void ms_merge(float &m, float &s, float m2, float s2) {
@@ -66,9 +144,22 @@ static __global__ void classifier_kernel(bf16 *logits, float *losses, const floa
   }
 }
 
+template <int NV>
+static void classifier_vec(bf16 *logits, float *losses, const float *dlosses, const int *targets,
+                           int N, int V, cudaStream_t s) {
+  classifier_vec_kernel<NV><<<N, VEC_THREADS, 0, s>>>(logits, losses, dlosses, targets, V);
+}
+
 void nc_classifier(bf16 *logits, float *losses, const float *dlosses, const int *targets, int N,
                    int V, cudaStream_t s) {
-  classifier_kernel<<<N, CLS_THREADS, 0, s>>>(logits, losses, dlosses, targets, V);
+  int nv = (V / 8 + VEC_THREADS - 1) / VEC_THREADS;
+  if (V % 8 != 0 || (uintptr_t)logits % 16 != 0 || nv > VEC_MAX) nv = 0;
+  if (nv == 0) classifier_kernel<<<N, CLS_THREADS, 0, s>>>(logits, losses, dlosses, targets, V);
+  else if (nv <= 1) classifier_vec<1>(logits, losses, dlosses, targets, N, V, s);
+  else if (nv <= 2) classifier_vec<2>(logits, losses, dlosses, targets, N, V, s);
+  else if (nv <= 4) classifier_vec<4>(logits, losses, dlosses, targets, N, V, s);
+  else if (nv <= 8) classifier_vec<8>(logits, losses, dlosses, targets, N, V, s);
+  else classifier_vec<16>(logits, losses, dlosses, targets, N, V, s);
   NC_LAUNCHED();
 }
 

@@ -456,8 +456,7 @@ static bool forward_impl(nn_cuda_model *m, const int32_t *inputs, const int32_t 
          nc_mm_forward(bl, k, CUDA_R_16BF, NULL, 0.0f, ln1, pb.wk + (size_t)l * KVD * C, N, C, KVD, s) &&
          nc_mm_forward(bl, v, CUDA_R_16BF, NULL, 0.0f, ln1, pb.wv + (size_t)l * KVD * C, N, C, KVD, s);
     if (!ok) break;
-    nc_rope(q, m->rope_cos, m->rope_sin, B, T, NH, HD, 1.0f, s);
-    nc_rope(k, m->rope_cos, m->rope_sin, B, T, NKV, HD, 1.0f, s);
+    nc_rope_qk(q, k, m->rope_cos, m->rope_sin, B, T, NH, NKV, HD, s);
     ok = nc_attention_forward(atty, lse, q, k, v, B, T, NH, NKV, HD, s) &&
          /* xmid = x + atty . wo^T, the residual add in the epilogue */
          nc_mm_forward(bl, xmid, CUDA_R_32F, x, 1.0f, atty, pb.wo + (size_t)l * C * QD, N, QD, C, s);
@@ -571,11 +570,10 @@ extern "C" bool nn_cuda_backward(nn_cuda_model *m, dg_status *st) {
     /* xmid = x + atty . wo^T */
     ok = nc_mm_backward_input(bl, a->datty, CUDA_R_16BF, 0.0f, a->dxb, pb.wo + (size_t)l * C * QD, N, QD, C, s) &&
          nc_mm_backward_weight(bl, g.wo + (size_t)l * C * QD, a->dxb, atty, N, QD, C, s) &&
+         /* dq, dk come out rotated back by RoPE (fused into the kernels) */
          nc_attention_backward(a->dq, a->dk, a->dv, a->delta, a->datty, atty, lse, q, k, v, B, T,
-                               NH, NKV, HD, s);
+                               NH, NKV, HD, m->rope_cos, m->rope_sin, s);
     if (!ok) break;
-    nc_rope(a->dq, m->rope_cos, m->rope_sin, B, T, NH, HD, -1.0f, s);
-    nc_rope(a->dk, m->rope_cos, m->rope_sin, B, T, NKV, HD, -1.0f, s);
     ok = nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 0.0f, a->dq, pb.wq + (size_t)l * QD * C, N, C, QD, s) &&
          nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 1.0f, a->dk, pb.wk + (size_t)l * KVD * C, N, C, KVD, s) &&
          nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 1.0f, a->dv, pb.wv + (size_t)l * KVD * C, N, C, KVD, s) &&
@@ -646,4 +644,18 @@ extern "C" bool nn_cuda_copy_params(const nn_cuda_model *m, float *out, dg_statu
 extern "C" bool nn_cuda_copy_grads(const nn_cuda_model *m, float *out, dg_status *st) {
   copy_to_host(m, out, m->grads, sizeof(float) * m->num_params);
   return nc_error_take(st, "CUDA grads");
+}
+
+/* ---- the decoder's view (decode.cu, model_view.cuh) ------------------------ */
+
+#include "model_view.cuh"
+
+void nc_model_view_get(const nn_cuda_model *m, nc_model_view *v) {
+  v->cfg = &m->cfg;
+  v->params = m->params;
+  v->params_bf = m->params_bf;
+  for (int i = 0; i < NN_PARAM_COUNT; i++) v->param_off[i] = m->param_off[i];
+  v->rope_cos = m->rope_cos;
+  v->rope_sin = m->rope_sin;
+  v->stream = m->stream;
 }

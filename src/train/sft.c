@@ -1,6 +1,7 @@
 /* sft.c: supervised fine-tuning: the training config, the C reference as a
  * back end, and the run (data, split, padded batches, AdamW steps,
- * validation, progress, log, checkpoints, exact resume).
+ * validation, progress, log, checkpoints, exact resume) on the back end of
+ * the chosen device (the CUDA one is in backend_cuda.c).
  *
  * The batch of step s is a function of (seed, s) alone (each epoch is a
  * permutation drawn from the seed and the epoch number), so a resumed run
@@ -216,7 +217,8 @@ static bool cpu_save(void *ctx, const char *model_path, const char *state_path, 
 }
 
 train_backend train_backend_cpu(nn_model *m) {
-  train_backend b = {"cpu", m, cpu_forward, cpu_weighted_sum, cpu_backward, cpu_update, cpu_save};
+  train_backend b = {"cpu",      m,          cpu_forward, cpu_weighted_sum, cpu_backward,
+                     cpu_update, cpu_save, NULL};
   return b;
 }
 
@@ -308,6 +310,7 @@ typedef struct {
   train_shard data;
   nn_model model;
   bool have_model;
+  train_cuda *gpu; /* the CUDA back end, with --device cuda */
   int64_t step0;  /* first step of this session */
   int64_t prev_ckpt;
   DG_VEC(int64_t) train_idx;
@@ -319,6 +322,7 @@ typedef struct {
 static void run_free(run_state *r) {
   tok_free(r->tok);
   train_shard_free(&r->data);
+  train_cuda_free(r->gpu);
   if (r->have_model) nn_model_free(&r->model);
   DG_VEC_FREE(&r->train_idx);
   DG_VEC_FREE(&r->val_idx);
@@ -481,9 +485,9 @@ static void fmt_time(char *buf, size_t n, double s) {
   else snprintf(buf, n, "%dh%02dm", (int)(s / 3600), (int)fmod(s / 60, 60));
 }
 
-/* Activations for the longest row kept: allocated (or refused) before the
- * run directory is written. */
-static bool reserve(run_state *r, dg_status *st) {
+/* Activations for the longest row kept, on the chosen device: allocated
+ * (or refused) before the run directory is written. */
+static bool reserve(run_state *r, train_device device, dg_status *st) {
   r->longest = 1;
   for (int side = 0; side < 2; side++) {
     const int64_t *ix = side ? r->val_idx.data : r->train_idx.data;
@@ -493,6 +497,8 @@ static bool reserve(run_state *r, dg_status *st) {
       if (n > r->longest) r->longest = (int)n;
     }
   }
+  if (device == TRAIN_DEVICE_CUDA)
+    return train_cuda_init(&r->gpu, &r->model, r->cfg.batch, r->longest, st);
   return nn_model_reserve(&r->model, r->cfg.batch, r->longest, st);
 }
 
@@ -508,7 +514,7 @@ static bool loop(const train_sft_args *a, run_state *r, train_result *res, dg_st
   int32_t pad = tok_special(r->tok, TOK_PAD);
   if (pad < 0) return dg_fail(st, DG_ERR_INVALID, "the tokenizer has no %s token", TOK_PAD);
   int longest = r->longest;
-  train_backend be = train_backend_cpu(m);
+  train_backend be = r->gpu ? train_backend_cuda(r->gpu) : train_backend_cpu(m);
 
   int64_t end = c->steps;
   if (a->stop_after > 0 && r->step0 + a->stop_after < end) end = r->step0 + a->stop_after;
@@ -542,6 +548,10 @@ static bool loop(const train_sft_args *a, run_state *r, train_result *res, dg_st
     float loss = be.forward(be.ctx, b.inputs, b.targets, b.weights, b.B, b.T);
     be.backward(be.ctx);
     float norm = be.update(be.ctx, s);
+    if (be.check && !be.check(be.ctx, st)) {
+      ok = false;
+      break;
+    }
     float lr = nn_optim_lr(&m->opt, s);
     res->losses[s - r->step0] = loss;
     res->last_step = s + 1;
@@ -552,6 +562,10 @@ static bool loop(const train_sft_args *a, run_state *r, train_result *res, dg_st
     bool last = s + 1 == end;
     if ((c->eval_every > 0 && (s + 1) % c->eval_every == 0) || last) {
       val = validate(&be, r, &b, pad);
+      if (be.check && !be.check(be.ctx, st)) {
+        ok = false;
+        break;
+      }
       if (val >= 0) res->val_loss = val;
     }
     double now = dg_now(), dt = now - t_win;
@@ -576,7 +590,10 @@ static bool loop(const train_sft_args *a, run_state *r, train_result *res, dg_st
     if ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || last)
       ok = save_checkpoint(&be, a->out_dir, s + 1, &r->prev_ckpt, st);
   }
-  if (ok && r->step0 >= end) res->val_loss = validate(&be, r, &b, pad);
+  if (ok && r->step0 >= end) {
+    res->val_loss = validate(&be, r, &b, pad);
+    if (be.check && !be.check(be.ctx, st)) ok = false;
+  }
   fclose(log);
   free(logp);
   free(ord.perm);
@@ -589,6 +606,7 @@ bool train_sft_run(const train_sft_args *a, train_result *res, dg_status *st) {
   memset(res, 0, sizeof *res);
   res->val_loss = -1.0f;
   if (!a->out_dir) return dg_fail(st, DG_ERR_USAGE, "--out is required");
+  if (!train_device_available(a->device, st)) return false; /* before any work */
   run_state r;
   memset(&r, 0, sizeof r);
   bool ok = a->resume ? load_resume(a, &r, st) : load_new(a, &r, st);
@@ -602,7 +620,7 @@ bool train_sft_run(const train_sft_args *a, train_result *res, dg_status *st) {
   if (ok && !a->quiet && r.n_dropped)
     fprintf(stderr, "warning: %lld example(s) longer than seq_len = %d tokens left out\n",
             (long long)r.n_dropped, r.cfg.seq_len);
-  if (ok) ok = reserve(&r, st);
+  if (ok) ok = reserve(&r, a->device, st);
   if (ok && !a->resume) ok = write_run_files(a, &r, st);
   if (ok) ok = loop(a, &r, res, st);
   run_free(&r);
