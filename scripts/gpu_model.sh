@@ -12,6 +12,8 @@
 #   3. the throughput bench (19m and 88m at the anchor's batch sizes, on
 #      one GPU and, where there are two, on two) and, in the same run, the
 #      PyTorch + torch.compile anchor (bench/torch_llama_train.py, one GPU);
+#   4. the generation bench (bench/sample_bench: 64 prompts of 1000 tokens
+#      generating 500, KV cache on the GPU);
 # writing every log into LOGDIR and a summary last (LOGDIR/summary.txt).
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0), as the machines ask.
 #
@@ -60,6 +62,7 @@ note "NCCL: ${DRAGON_NCCL_LIB:-not found (the two-GPU runs will fail)}"
 
 t0=$(date +%s)
 if make BUILD="$BUILD" -j"$JOBS" "$BUILD/dragon" "$BUILD/dragon_tests" "$BUILD/train_bench" \
+  "$BUILD/sample_bench" \
   >"$LOGDIR/build.log" 2>&1; then
   note "build: ok in $(($(date +%s) - t0)) s ($(grep -c 'nvcc' "$LOGDIR/build.log") nvcc runs)"
 else
@@ -77,7 +80,7 @@ run_logged() { # name timeout command...
   note "$name: exit $rc in $(($(date +%s) - t)) s; $(tail -1 "$LOGDIR/$name.log")"
 }
 
-run_logged test-gpu-nn 300 env DRAGON_BIN="$BUILD/dragon" "./$BUILD/dragon_tests" gpu_nn_
+run_logged test-gpu-nn ${NN_TEST_LIMIT:-300} env DRAGON_BIN="$BUILD/dragon" "./$BUILD/dragon_tests" gpu_nn_
 run_logged test-nn-cuda 60 env DRAGON_BIN="$BUILD/dragon" "./$BUILD/dragon_tests" nn_cuda_
 if [ "$NGPU" -ge 2 ]; then
   run_logged dp-check 300 "./$BUILD/train_bench" --dp-check --timeout 280
@@ -88,8 +91,10 @@ else
 fi
 # shellcheck disable=SC2086
 run_logged train-bench 400 "./$BUILD/train_bench" --gpus "$GPUS" ${BENCH_ARGS:-}
-run_logged torch-anchor 400 env OUT="$LOGDIR" PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0 \
+run_logged torch-anchor ${ANCHOR_LIMIT:-400} env OUT="$LOGDIR" PYTHONUNBUFFERED=1 CUDA_VISIBLE_DEVICES=0 \
   python3 bench/torch_llama_train.py
+# Generation: 64 prompts of 1000 tokens, 500 new tokens each, on one GPU.
+run_logged sample-bench ${SAMPLE_LIMIT:-150} env CUDA_VISIBLE_DEVICES=0 "./$BUILD/sample_bench"
 
 # Side by side: tokens/s of dragon (one GPU) over the PyTorch anchor.
 python3 - "$LOGDIR" >"$LOGDIR/compare.txt" 2>&1 <<'EOF'
@@ -125,6 +130,8 @@ echo "==== train_bench"
 cat "$LOGDIR/train-bench.log"
 echo "==== torch anchor"
 cat "$LOGDIR/torch-anchor.log" | grep -v Warning | tail -5
+echo "==== sample_bench"
+cat "$LOGDIR/sample-bench.log"
 echo "==== side by side (torch on one GPU; its 2-GPU figure is ideal scaling)"
 cat "$LOGDIR/compare.txt"
 echo "==== summary"
