@@ -6,6 +6,7 @@
 
 #include "dragon/codegen.h"
 #include "dragon/rt.h"
+#include "dragon/wl.h"
 #include "test.h"
 
 /* B (2) = sum over k of A (2, 3): one block with a reduce iteration var. */
@@ -74,8 +75,8 @@ DG_TEST(codegen_c_reference_is_double) {
   free(src);
 }
 
-/* The reference's outermost loop that binds a spatial iterator indexing
- * every store gets an OpenMP pragma; the same nest with the reduction loop
+/* The reference's outermost loops that bind spatial iterators indexing
+ * every store get an OpenMP pragma (collapsed when several); the same nest with the reduction loop
  * outermost, and non-reference code, do not. Compiled with -fopenmp the
  * reference gives the numbers it gives without. */
 DG_TEST(codegen_c_reference_parallel_loop) {
@@ -105,6 +106,17 @@ DG_TEST(codegen_c_reference_parallel_loop) {
   src = codegen_emit_source(f, f, &codegen_lang_c, &st); /* with its prelude */
   ir_func_free(f);
   CHECK(src != NULL);
+
+  /* a batch of one outermost: the spatial loops below it are collapsed in,
+   * the reduction loop is not */
+  f = wl_build("GMM/0", &st);
+  CHECK(f != NULL);
+  if (f) {
+    char *gmm = codegen_emit(f, &codegen_lang_c, &o, &st);
+    CHECK(gmm != NULL && strstr(gmm, "#pragma omp parallel for collapse(3) schedule(static)") != NULL);
+    free(gmm);
+    ir_func_free(f);
+  }
 
   double a[6] = {1, 2, 3, 4, 5, 6}, b0[2] = {-1, -1}, b1[2] = {-1, -1};
   const char *old = getenv("DRAGON_CFLAGS");

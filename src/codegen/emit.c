@@ -462,25 +462,32 @@ static const dg_block *sole_block(const dg_stmt *s) {
   return s && s->kind == DG_STMT_BLOCK ? s->block : NULL;
 }
 
-/* An outermost loop of the reference whose iterations are independent: its
- * nest holds one block, which binds a spatial iterator to exactly this loop
- * and indexes every store it makes by that iterator. Such a loop may run in
- * parallel (an OpenMP pragma, in effect only where the C compiler is given
- * -fopenmp: see rt_cpu_compile's DRAGON_CFLAGS), which is what makes the
- * float64 reference of a large workload affordable. */
-static bool reference_loop_parallel(const emitter *e, const dg_stmt *s) {
-  if (!e->ref || e->for_depth != 0) return false;
-  if (s->loop_kind != DG_LOOP_SERIAL && s->loop_kind != DG_LOOP_PARALLEL) return false;
+/* How many of the loops starting at s, an outermost loop nest of the
+ * reference, have independent iterations: perfectly nested loops down to
+ * one block, each binding a spatial iterator of it that indexes every store
+ * the block makes (so distinct iterations write distinct elements). They
+ * may run in parallel, collapsed (an OpenMP pragma, in effect only where
+ * the C compiler is given -fopenmp: see rt_cpu_compile's DRAGON_CFLAGS),
+ * which is what makes the float64 reference of a large workload
+ * affordable; a batch of 1 outermost is why more than one loop counts. */
+static int reference_parallel_depth(const emitter *e, const dg_stmt *s) {
+  if (!e->ref || e->for_depth != 0) return 0;
   const dg_block *b = sole_block(s);
-  if (!b) return false;
-  for (int i = 0; i < b->n_iters; i++) {
-    const dg_iter *it = &b->iters[i];
-    if (it->kind != DG_ITER_SPATIAL || it->binding->kind != DG_EXPR_VAR ||
-        it->binding->var != s->loop_var)
-      continue;
-    return stores_indexed_by(b->init, it->var) && stores_indexed_by(b->body, it->var);
+  if (!b) return 0;
+  int depth = 0;
+  for (const dg_stmt *t = s; t->kind == DG_STMT_FOR && depth < 4; t = t->body) {
+    if (t->loop_kind != DG_LOOP_SERIAL && t->loop_kind != DG_LOOP_PARALLEL) break;
+    bool ok = false;
+    for (int i = 0; i < b->n_iters && !ok; i++) {
+      const dg_iter *it = &b->iters[i];
+      ok = it->kind == DG_ITER_SPATIAL && it->binding->kind == DG_EXPR_VAR &&
+           it->binding->var == t->loop_var && stores_indexed_by(b->init, it->var) &&
+           stores_indexed_by(b->body, it->var);
+    }
+    if (!ok) break;
+    depth++;
   }
-  return false;
+  return depth;
 }
 
 static void emit_for(emitter *e, const dg_stmt *s) {
@@ -490,9 +497,13 @@ static void emit_for(emitter *e, const dg_stmt *s) {
          s->extent);
     return;
   }
-  if (reference_loop_parallel(e, s)) {
+  int par = reference_parallel_depth(e, s);
+  if (par == 1) {
     put_indent(e);
     dg_str_puts(&e->out, "#pragma omp parallel for schedule(static)\n");
+  } else if (par > 1) {
+    put_indent(e);
+    dg_str_printf(&e->out, "#pragma omp parallel for collapse(%d) schedule(static)\n", par);
   }
   put_indent(e);
   if (idx) {
