@@ -190,6 +190,10 @@ typedef struct {
  * condition on the thread index, a broken limit, ... NULL on failure. */
 lw_program *lower_program(const dg_func *f, const lower_opts *o, dg_status *st);
 void lower_program_free(lw_program *p);
+/* lower_program's verdict and message, without building what only the
+ * program needs (unrolled bodies, barriers, fragment indices, parameters):
+ * for checks that throw the program away. */
+bool lower_check(const dg_func *f, const lower_opts *o, dg_status *st);
 
 /* Checks every launch against the limits; false with the first violation
  * ("lower: kernel main_kernel0: 2048 threads per block (limit 1024)"). */

@@ -66,6 +66,31 @@ bool lower_expand_vthreads(lw_program *p, lw_kernel *k, dg_status *st);
 bool lower_vectorize(lw_program *p, lw_kernel *k, dg_status *st);
 /* unroll.c */
 bool lower_unroll(lw_program *p, lw_kernel *k, dg_status *st);
+/* The unroller's state where it reaches a statement (the region's
+ * settings and what it has counted), so that a walk over the rolled
+ * statements can tell what lower_unroll makes of each loop. */
+typedef struct {
+  int64_t max_step;
+  bool explicit_unroll;
+  int64_t step_count, unroll_depth, normal_depth;
+} lw_unroll_state;
+typedef enum {
+  LW_UNROLL_KEEP,   /* stays a loop */
+  LW_UNROLL_MARK,   /* stays a loop, marked unrolled */
+  LW_UNROLL_COPIES, /* replaced by copies of its body, var -> 0, 1, ... */
+} lw_unroll_how;
+/* The state at a launch body. */
+void lower_unroll_begin(lw_unroll_state *st);
+/* Loop s reached in state *entry: its fate, and the state its body is
+ * reached in. A SEQ's parts are each reached with the counts zeroed; an
+ * IF's else part in the state after its then part (lower_unroll_skip). */
+lw_unroll_how lower_unroll_loop(const lw_stmt *s, const lw_unroll_state *entry,
+                                lw_unroll_state *body_entry);
+/* The state after s, reached in *st. */
+void lower_unroll_skip(const lw_stmt *s, lw_unroll_state *st);
+/* stmt.c: e with the substitution applied, simplified where it changed
+ * (what lw_subst does to each expression). */
+dg_expr *lw_subst_expr(dg_func *f, dg_expr *e, const dg_subst *map, int n);
 /* sync.c */
 bool lower_insert_barriers(lw_program *p, lw_kernel *k, dg_status *st);
 
@@ -110,5 +135,10 @@ bool lower_wmma_check_store(lw_conv *c, const dg_stmt *store);
 bool lower_wmma_lanes(lw_program *p, lw_kernel *k, dg_status *st);
 /* Last: fragment shapes, tile indices, layouts and alignment checked. */
 bool lower_wmma_finalize(lw_program *p, lw_kernel *k, dg_status *st);
+/* What lower_unroll, lower_insert_barriers and lower_wmma_finalize in turn
+ * would say of k, without building the unrolled body: 1 they succeed, 0
+ * one fails (st set as it would be), -1 no verdict (st untouched: run
+ * them). k is not changed. */
+int lower_wmma_check_unrolled(lw_program *p, lw_kernel *k, dg_status *st);
 
 #endif

@@ -48,8 +48,60 @@ static bool stmt_uses_buf(const dg_stmt *s, const dg_buffer *b) {
   return false;
 }
 
-static bool lw_uses_buf(const lw_stmt *s, const dg_buffer *b) {
-  return lw_reads_buf(s, b) || lw_writes_buf(s, b);
+/* Which of the buffers want[0..n) a launch body reads or writes (as
+ * lw_reads_buf || lw_writes_buf would say of each), in one walk that stops
+ * once all are seen: used[i] set for want[i]; left counts the unseen. */
+typedef struct {
+  dg_buffer *const *want;
+  bool *used;
+  int n, left;
+} buf_use;
+
+static void use_buf(buf_use *u, const dg_buffer *b) {
+  for (int i = 0; i < u->n; i++)
+    if (u->want[i] == b && !u->used[i]) {
+      u->used[i] = true;
+      u->left--;
+    }
+}
+
+static void use_expr(buf_use *u, const dg_expr *e) {
+  if (!e || !u->left) return;
+  if (e->kind == DG_EXPR_LOAD) use_buf(u, e->buf);
+  if (e->kind == DG_EXPR_LOAD || e->kind == DG_EXPR_CALL) {
+    for (int i = 0; i < e->nargs; i++) use_expr(u, e->args[i]);
+    return;
+  }
+  use_expr(u, e->a);
+  use_expr(u, e->b);
+  use_expr(u, e->c);
+}
+
+static void use_stmt(buf_use *u, const lw_stmt *s) {
+  if (!s || !u->left) return;
+  switch (s->kind) {
+    case LW_SEQ:
+      for (int i = 0; i < s->n; i++) use_stmt(u, s->stmts[i]);
+      return;
+    case LW_FOR:
+    case LW_WMMA: use_stmt(u, s->body); return;
+    case LW_IF:
+      use_expr(u, s->cond);
+      use_stmt(u, s->then_s);
+      use_stmt(u, s->else_s);
+      return;
+    case LW_STORE:
+      use_buf(u, s->buf);
+      for (int i = 0; i < s->nidx; i++) use_expr(u, s->idx[i]);
+      use_expr(u, s->value);
+      return;
+    case LW_BARRIER: return;
+    case LW_ALLREDUCE:
+      use_buf(u, s->src);
+      use_buf(u, s->dst);
+      use_buf(u, s->scratch);
+      return;
+  }
 }
 
 /* Every variable and buffer name of the kernel, so that fresh ones differ. */
@@ -99,7 +151,10 @@ void lower_program_free(lw_program *p) {
 
 typedef bool (*pass_fn)(lw_program *, lw_kernel *, dg_status *);
 
-lw_program *lower_program(const dg_func *in, const lower_opts *o, dg_status *st) {
+/* check: only the verdict is wanted; the launches' bodies are left
+ * rolled (unrolling, barriers and the fragment indices only checked) and
+ * without parameters. */
+static lw_program *lower(const dg_func *in, const lower_opts *o, bool check, dg_status *st) {
   lower_opts defaults = {0};
   if (!o) o = &defaults;
   dg_status_ok(st);
@@ -167,19 +222,49 @@ lw_program *lower_program(const dg_func *in, const lower_opts *o, dg_status *st)
                                      lower_expand_vthreads, lower_vectorize,
                                      lower_unroll,          lower_insert_barriers,
                                      lower_wmma_finalize};
-    for (size_t i = 0; i < DG_ARRAY_LEN(passes); i++)
+    size_t n_passes = DG_ARRAY_LEN(passes);
+    if (check) {
+      n_passes -= 3; /* unroll, barriers, finalize: checked below */
+      DG_ASSERT(passes[n_passes] == lower_unroll);
+    }
+    for (size_t i = 0; i < n_passes; i++)
       if (!passes[i](p, k, st)) goto fail;
+    if (check) {
+      int r = lower_wmma_check_unrolled(p, k, st);
+      if (r == 0) goto fail;
+      if (r < 0)
+        for (size_t i = n_passes; i < DG_ARRAY_LEN(passes); i++)
+          if (!passes[i](p, k, st)) goto fail;
+      continue;
+    }
     /* parameters: the program's and its device allocations this launch uses */
     int cap = p->n_params + p->n_allocs;
     k->params = dg_malloc(sizeof(*k->params) * (size_t)(cap > 0 ? cap : 1));
-    for (int i = 0; i < p->n_params; i++)
-      if (lw_uses_buf(k->body, p->params[i])) k->params[k->n_params++] = p->params[i];
-    for (int i = 0; i < p->n_allocs; i++)
-      if (lw_uses_buf(k->body, p->allocs[i])) k->params[k->n_params++] = p->allocs[i];
+    dg_buffer **want = dg_malloc(sizeof(*want) * (size_t)(cap > 0 ? cap : 1));
+    bool *used = dg_calloc((size_t)(cap > 0 ? cap : 1), sizeof(*used));
+    for (int i = 0; i < p->n_params; i++) want[i] = p->params[i];
+    for (int i = 0; i < p->n_allocs; i++) want[p->n_params + i] = p->allocs[i];
+    buf_use u = {want, used, cap, cap};
+    use_stmt(&u, k->body);
+    for (int i = 0; i < cap; i++)
+      if (used[i]) k->params[k->n_params++] = want[i];
+    free(want);
+    free(used);
   }
   if (!o->skip_verify && !lower_verify(p, o->limits, st)) goto fail;
   return p;
 fail:
   lower_program_free(p);
   return NULL;
+}
+
+lw_program *lower_program(const dg_func *in, const lower_opts *o, dg_status *st) {
+  return lower(in, o, false, st);
+}
+
+bool lower_check(const dg_func *in, const lower_opts *o, dg_status *st) {
+  lw_program *p = lower(in, o, true, st);
+  bool ok = p != NULL;
+  lower_program_free(p);
+  return ok;
 }

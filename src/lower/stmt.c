@@ -112,7 +112,7 @@ lw_stmt *lw_with_unroll(dg_func *f, const lw_stmt *s, int64_t max_step, int expl
 
 /* Substitution, simplified where it changed something (constants from
  * unrolling and vthread copies fold away). */
-static dg_expr *subst_simpl(dg_func *f, dg_expr *e, const dg_subst *map, int n) {
+dg_expr *lw_subst_expr(dg_func *f, dg_expr *e, const dg_subst *map, int n) {
   dg_expr *x = ir_subst_expr(f, e, map, n);
   return x == e ? e : ir_simplify(f, x, NULL);
 }
@@ -127,14 +127,14 @@ lw_stmt *lw_subst(dg_func *f, const lw_stmt *s, const dg_subst *map, int n) {
       break;
     case LW_FOR: c->body = lw_subst(f, s->body, map, n); break;
     case LW_IF:
-      c->cond = subst_simpl(f, s->cond, map, n);
+      c->cond = lw_subst_expr(f, s->cond, map, n);
       c->then_s = lw_subst(f, s->then_s, map, n);
       c->else_s = lw_subst(f, s->else_s, map, n);
       break;
     case LW_STORE:
       c->idx = DG_ANEWN(f->arena, dg_expr *, s->nidx > 0 ? s->nidx : 1);
-      for (int i = 0; i < s->nidx; i++) c->idx[i] = subst_simpl(f, s->idx[i], map, n);
-      c->value = subst_simpl(f, s->value, map, n);
+      for (int i = 0; i < s->nidx; i++) c->idx[i] = lw_subst_expr(f, s->idx[i], map, n);
+      c->value = lw_subst_expr(f, s->value, map, n);
       break;
     case LW_BARRIER:
     case LW_ALLREDUCE: break;
@@ -143,8 +143,8 @@ lw_stmt *lw_subst(dg_func *f, const lw_stmt *s, const dg_subst *map, int n) {
         int nd = s->wmma_buf[i]->ndim;
         c->wmma_origin[i] = DG_ANEWN(f->arena, dg_expr *, nd > 0 ? nd : 1);
         for (int d = 0; d < nd; d++)
-          c->wmma_origin[i][d] = subst_simpl(f, s->wmma_origin[i][d], map, n);
-        if (s->wmma_frag[i]) c->wmma_frag[i] = subst_simpl(f, s->wmma_frag[i], map, n);
+          c->wmma_origin[i][d] = lw_subst_expr(f, s->wmma_origin[i][d], map, n);
+        if (s->wmma_frag[i]) c->wmma_frag[i] = lw_subst_expr(f, s->wmma_frag[i], map, n);
       }
       c->body = lw_subst(f, s->body, map, n);
       break;

@@ -32,6 +32,91 @@ static lw_stmt *unroll_copies(unroller *u, const lw_stmt *l) {
   return lw_seq(u->f, xs, (int)l->extent);
 }
 
+/* After the body of loop s was visited: whether s is unrolled (TVM's
+ * rule), with the counters updated for the loop. */
+static bool loop_unrolls(unroller *u, const lw_stmt *s) {
+  int64_t value = s->extent;
+  bool aut = s->loop_kind == LW_LOOP_SERIAL && u->normal_depth == 0 &&
+             u->unroll_depth <= u->max_depth && value * u->step_count <= u->max_step;
+  if (s->loop_kind == LW_LOOP_UNROLLED) aut = true;
+  if (aut) {
+    u->step_count *= value;
+    u->unroll_depth++;
+  } else {
+    u->normal_depth++;
+  }
+  return aut;
+}
+
+/* visit's counting without building anything. */
+static void count(unroller *u, const lw_stmt *s) {
+  if (!s) return;
+  switch (s->kind) {
+    case LW_SEQ:
+      for (int i = 0; i < s->n; i++) {
+        int64_t sc = u->step_count, ud = u->unroll_depth, nd = u->normal_depth;
+        u->step_count = u->unroll_depth = u->normal_depth = 0;
+        count(u, s->stmts[i]);
+        u->step_count += sc;
+        if (nd > u->normal_depth) u->normal_depth = nd;
+        if (ud > u->unroll_depth) u->unroll_depth = ud;
+      }
+      return;
+    case LW_FOR: {
+      int64_t saved_step = u->max_step;
+      bool saved_explicit = u->explicit_unroll;
+      if (s->unroll_max_step >= 0) u->max_step = s->unroll_max_step;
+      if (s->unroll_explicit >= 0) u->explicit_unroll = s->unroll_explicit != 0;
+      count(u, s->body);
+      loop_unrolls(u, s);
+      u->max_step = saved_step;
+      u->explicit_unroll = saved_explicit;
+      return;
+    }
+    case LW_IF:
+      count(u, s->then_s);
+      count(u, s->else_s);
+      return;
+    case LW_STORE:
+    case LW_BARRIER:
+    case LW_ALLREDUCE:
+    case LW_WMMA: u->step_count++; return;
+  }
+}
+
+static unroller from_state(const lw_unroll_state *st) {
+  return (unroller){.max_step = st->max_step, .max_depth = 8,
+                    .explicit_unroll = st->explicit_unroll, .step_count = st->step_count,
+                    .unroll_depth = st->unroll_depth, .normal_depth = st->normal_depth};
+}
+
+static lw_unroll_state to_state(const unroller *u) {
+  return (lw_unroll_state){u->max_step, u->explicit_unroll, u->step_count, u->unroll_depth,
+                           u->normal_depth};
+}
+
+void lower_unroll_begin(lw_unroll_state *st) {
+  *st = (lw_unroll_state){.max_step = 0, .explicit_unroll = true};
+}
+
+lw_unroll_how lower_unroll_loop(const lw_stmt *s, const lw_unroll_state *entry,
+                                lw_unroll_state *body_entry) {
+  DG_ASSERT(s->kind == LW_FOR);
+  unroller u = from_state(entry);
+  if (s->unroll_max_step >= 0) u.max_step = s->unroll_max_step;
+  if (s->unroll_explicit >= 0) u.explicit_unroll = s->unroll_explicit != 0;
+  *body_entry = to_state(&u);
+  count(&u, s->body);
+  if (!loop_unrolls(&u, s)) return LW_UNROLL_KEEP;
+  return u.explicit_unroll ? LW_UNROLL_COPIES : LW_UNROLL_MARK;
+}
+
+void lower_unroll_skip(const lw_stmt *s, lw_unroll_state *st) {
+  unroller u = from_state(st);
+  count(&u, s);
+  *st = to_state(&u);
+}
+
 static lw_stmt *visit(unroller *u, const lw_stmt *s) {
   if (!s) return NULL;
   dg_func *f = u->f;
@@ -54,16 +139,7 @@ static lw_stmt *visit(unroller *u, const lw_stmt *s) {
       if (s->unroll_max_step >= 0) u->max_step = s->unroll_max_step;
       if (s->unroll_explicit >= 0) u->explicit_unroll = s->unroll_explicit != 0;
       lw_stmt *body = visit(u, s->body);
-      int64_t value = s->extent;
-      bool aut = s->loop_kind == LW_LOOP_SERIAL && u->normal_depth == 0 &&
-                 u->unroll_depth <= u->max_depth && value * u->step_count <= u->max_step;
-      if (s->loop_kind == LW_LOOP_UNROLLED) aut = true;
-      if (aut) {
-        u->step_count *= value;
-        u->unroll_depth++;
-      } else {
-        u->normal_depth++;
-      }
+      bool aut = loop_unrolls(u, s);
       lw_stmt *out = lw_copy(f, s);
       out->body = body;
       if (aut && u->explicit_unroll) out = unroll_copies(u, out);
@@ -88,7 +164,10 @@ static lw_stmt *visit(unroller *u, const lw_stmt *s) {
 
 bool lower_unroll(lw_program *p, lw_kernel *k, dg_status *st) {
   (void)st;
-  unroller u = {.f = p->f, .max_step = 0, .max_depth = 8, .explicit_unroll = true};
+  lw_unroll_state st0;
+  lower_unroll_begin(&st0);
+  unroller u = from_state(&st0);
+  u.f = p->f;
   k->body = visit(&u, k->body);
   return true;
 }

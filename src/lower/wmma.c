@@ -238,7 +238,43 @@ typedef struct {
   const char *by[64]; /* the block of its first load */
   int n_frag;
   bool failed;
+  /* Scratch for the proofs and simplifications: what they build is garbage
+   * once its statement is done, so it goes to an arena dropped when full,
+   * not to the program's (a long unrolled body would pile it up there). */
+  dg_func scratch;
+  bool check_only; /* fragment indices are not kept */
 } fin;
+
+enum { SCRATCH_BYTES = 32 << 10 }; /* renewed past this: about one chunk, kept warm */
+
+/* Before the work of one statement: what the scratch holds is no longer
+ * used, so a full one is dropped. */
+static void scratch_begin(fin *x) {
+  if (x->scratch.arena && dg_arena_bytes(x->scratch.arena) > SCRATCH_BYTES) {
+    dg_arena_free(x->scratch.arena);
+    x->scratch.arena = NULL;
+  }
+  if (!x->scratch.arena) x->scratch.arena = dg_arena_new();
+}
+
+static void fin_free(fin *x) {
+  dg_arena_free(x->scratch.arena);
+  free(x);
+}
+
+/* e with every node copied into f (variables and buffers shared). */
+static dg_expr *expr_deep_copy(dg_func *f, const dg_expr *e) {
+  if (!e) return NULL;
+  dg_expr *c = ir_expr_copy(f, e);
+  c->a = expr_deep_copy(f, e->a);
+  c->b = expr_deep_copy(f, e->b);
+  c->c = expr_deep_copy(f, e->c);
+  if (e->args) {
+    c->args = DG_ANEWN(f->arena, dg_expr *, e->nargs > 0 ? e->nargs : 1);
+    for (int i = 0; i < e->nargs; i++) c->args[i] = expr_deep_copy(f, e->args[i]);
+  }
+  return c;
+}
 
 static bool ffail(fin *x, const char *block, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -260,6 +296,8 @@ static int frag_slot(fin *x, const dg_buffer *b) {
   return -1;
 }
 
+static void collect_layout(fin *x, const lw_stmt *s);
+
 static void collect_layouts(fin *x, const lw_stmt *s) {
   if (!s || x->failed) return;
   switch (s->kind) {
@@ -271,28 +309,30 @@ static void collect_layouts(fin *x, const lw_stmt *s) {
       collect_layouts(x, s->then_s);
       collect_layouts(x, s->else_s);
       return;
-    case LW_WMMA: {
-      dg_intrin_kind kind = s->intrin->kind;
-      if (kind != DG_INTRIN_LOAD_A && kind != DG_INTRIN_LOAD_B) return;
-      const dg_buffer *d = s->wmma_buf[1];
-      int i = frag_slot(x, d);
-      if (i < 0) {
-        if (x->n_frag == (int)DG_ARRAY_LEN(x->frag)) {
-          ffail(x, s->wmma_block, "more than %d fragment arrays", (int)DG_ARRAY_LEN(x->frag));
-          return;
-        }
-        i = x->n_frag++;
-        x->frag[i] = d;
-        x->trans[i] = s->intrin->trans;
-        x->by[i] = s->wmma_block;
-      } else if (x->trans[i] != s->intrin->trans) {
-        ffail(x, s->wmma_block,
-              "it loads fragment %s %s, but block %s loads it %s; one fragment has one layout",
-              d->name, s->intrin->layout, x->by[i], x->trans[i] ? "col_major" : "row_major");
-      }
+    case LW_WMMA: collect_layout(x, s); return;
+    default: return;
+  }
+}
+
+/* A tensorized load's fragment layout, checked against the first one. */
+static void collect_layout(fin *x, const lw_stmt *s) {
+  dg_intrin_kind kind = s->intrin->kind;
+  if (kind != DG_INTRIN_LOAD_A && kind != DG_INTRIN_LOAD_B) return;
+  const dg_buffer *d = s->wmma_buf[1];
+  int i = frag_slot(x, d);
+  if (i < 0) {
+    if (x->n_frag == (int)DG_ARRAY_LEN(x->frag)) {
+      ffail(x, s->wmma_block, "more than %d fragment arrays", (int)DG_ARRAY_LEN(x->frag));
       return;
     }
-    default: return;
+    i = x->n_frag++;
+    x->frag[i] = d;
+    x->trans[i] = s->intrin->trans;
+    x->by[i] = s->wmma_block;
+  } else if (x->trans[i] != s->intrin->trans) {
+    ffail(x, s->wmma_block,
+          "it loads fragment %s %s, but block %s loads it %s; one fragment has one layout",
+          d->name, s->intrin->layout, x->by[i], x->trans[i] ? "col_major" : "row_major");
   }
 }
 
@@ -306,14 +346,14 @@ static void print_origin(dg_str *o, const lw_stmt *s, int i) {
 }
 
 static bool provably_multiple(fin *x, dg_expr *e, int64_t m) {
-  dg_func *f = x->p->f;
+  dg_func *f = &x->scratch;
   dg_expr *mod = ir_bin(f, DG_EXPR_FLOORMOD, e, ir_int_t(f, m, e->dtype));
   return ir_prove(f, ir_bin(f, DG_EXPR_EQ, mod, ir_int_t(f, 0, e->dtype)), &x->r);
 }
 
 /* The index of operand i's 16x16 tile in its fragment array. */
 static dg_expr *fragment_index(fin *x, const lw_stmt *s, int i) {
-  dg_func *f = x->p->f;
+  dg_func *f = &x->scratch;
   const dg_buffer *b = s->wmma_buf[i];
   dg_expr *const *o = s->wmma_origin[i];
   int nd = b->ndim;
@@ -328,6 +368,7 @@ static dg_expr *fragment_index(fin *x, const lw_stmt *s, int i) {
       dg_str_free(&t);
       return NULL;
     }
+  if (x->check_only) return o[0]; /* proved to be a tile; the index is not wanted */
   dg_expr *idx = NULL;
   for (int d = 0; d < nd; d++) {
     dg_expr *v = d >= nd - 2 ? ir_bin(f, DG_EXPR_FLOORDIV, o[d], ir_int_t(f, TILE, o[d]->dtype))
@@ -335,12 +376,13 @@ static dg_expr *fragment_index(fin *x, const lw_stmt *s, int i) {
     int64_t ext = d >= nd - 2 ? b->shape[d] / TILE : b->shape[d];
     idx = idx ? ir_add(f, ir_mul(f, idx, ir_int_t(f, ext, idx->dtype)), v) : v;
   }
-  return ir_simplify(f, idx, &x->r);
+  dg_expr *r = ir_simplify(f, idx, &x->r);
+  return x->check_only ? r : expr_deep_copy(x->p->f, r);
 }
 
 /* A memory operand of load_matrix_sync / store_matrix_sync. */
 static bool check_memory(fin *x, const lw_stmt *s, int i) {
-  dg_func *f = x->p->f;
+  dg_func *f = &x->scratch;
   const dg_buffer *b = s->wmma_buf[i];
   int64_t bytes = dg_dtype_bytes(b->dtype);
   int64_t ldm = b->shape[b->ndim - 1];
@@ -383,26 +425,43 @@ static lw_stmt *finish(fin *x, const lw_stmt *s, bool under_lane_cond) {
   dg_func *f = x->p->f;
   lw_stmt *c;
   switch (s->kind) {
-    case LW_SEQ:
+    case LW_SEQ: {
+      /* unchanged subtrees are shared, not copied */
+      lw_stmt **xs = NULL;
+      for (int i = 0; i < s->n; i++) {
+        lw_stmt *y = finish(x, s->stmts[i], under_lane_cond);
+        if (y != s->stmts[i] && !xs) {
+          xs = DG_ANEWN(f->arena, lw_stmt *, s->n);
+          memcpy(xs, s->stmts, sizeof(*xs) * (size_t)i);
+        }
+        if (xs) xs[i] = y;
+      }
+      if (!xs) return (lw_stmt *)s;
       c = lw_copy(f, s);
-      c->stmts = DG_ANEWN(f->arena, lw_stmt *, s->n > 0 ? s->n : 1);
-      for (int i = 0; i < s->n; i++) c->stmts[i] = finish(x, s->stmts[i], under_lane_cond);
+      c->stmts = xs;
       return c;
-    case LW_FOR:
+    }
+    case LW_FOR: {
       if (x->r.n >= (int)DG_ARRAY_LEN(x->r.var)) {
         ffail(x, NULL, "loop nest too deep (more than %d loops)", (int)DG_ARRAY_LEN(x->r.var));
         return (lw_stmt *)s;
       }
-      c = lw_copy(f, s);
       ir_ranges_push(&x->r, s->var, 0, s->extent - 1);
-      c->body = finish(x, s->body, under_lane_cond);
+      lw_stmt *body = finish(x, s->body, under_lane_cond);
       ir_ranges_pop(&x->r, 1);
+      if (body == s->body) return (lw_stmt *)s;
+      c = lw_copy(f, s);
+      c->body = body;
       return c;
+    }
     case LW_IF: {
       bool lane = under_lane_cond || ir_expr_uses_var(s->cond, x->k->tag_var[DG_TAG_THREAD_X]);
+      lw_stmt *then_s = finish(x, s->then_s, lane);
+      lw_stmt *else_s = finish(x, s->else_s, lane);
+      if (then_s == s->then_s && else_s == s->else_s) return (lw_stmt *)s;
       c = lw_copy(f, s);
-      c->then_s = finish(x, s->then_s, lane);
-      c->else_s = finish(x, s->else_s, lane);
+      c->then_s = then_s;
+      c->else_s = else_s;
       return c;
     }
     case LW_WMMA: {
@@ -412,6 +471,7 @@ static lw_stmt *finish(fin *x, const lw_stmt *s, bool under_lane_cond) {
         return (lw_stmt *)s;
       }
       c = lw_copy(f, s);
+      scratch_begin(x);
       for (int i = 0; i < s->wmma_n && !x->failed; i++) {
         if (lower_scope_is_fragment(s->wmma_buf[i]->scope)) c->wmma_frag[i] = fragment_index(x, s, i);
         else check_memory(x, s, i);
@@ -424,8 +484,8 @@ static lw_stmt *finish(fin *x, const lw_stmt *s, bool under_lane_cond) {
   }
 }
 
-bool lower_wmma_finalize(lw_program *p, lw_kernel *k, dg_status *st) {
-  if (!has_kind(k->body, LW_WMMA)) return true;
+/* The start of finalize: fragment shapes and the ranges of the tags. */
+static fin *fin_new(lw_program *p, lw_kernel *k, dg_status *st) {
   fin *x = dg_calloc(1, sizeof(*x));
   x->p = p;
   x->k = k;
@@ -446,10 +506,192 @@ bool lower_wmma_finalize(lw_program *p, lw_kernel *k, dg_status *st) {
             : t == DG_TAG_BLOCK_Y || t == DG_TAG_THREAD_Y ? 1 : 2;
     ir_ranges_push(&x->r, tv, 0, (dg_thread_tag_is_block((dg_thread_tag)t) ? k->grid : k->block)[d] - 1);
   }
+  return x;
+}
+
+bool lower_wmma_finalize(lw_program *p, lw_kernel *k, dg_status *st) {
+  if (!has_kind(k->body, LW_WMMA)) return true;
+  fin *x = fin_new(p, k, st);
   collect_layouts(x, k->body);
   lw_stmt *body = finish(x, k->body, false);
   bool ok = !x->failed;
   if (ok) k->body = body;
-  free(x);
+  fin_free(x);
   return ok;
+}
+
+/* ---- the same verdict on the rolled body ------------------------------------------
+ *
+ * Finalize only reads the tensorized statements, the conditions above them
+ * and the loops that stay loops; barriers do not matter to it. So its
+ * verdict on the unrolled body can be had by walking the rolled one: each
+ * loop lower_unroll replaces by copies is walked once per value with its
+ * variable substituted (innermost first, simplified where it changed, as
+ * lw_subst does), and only the expressions finalize reads are built, in a
+ * scratch arena dropped after each statement. */
+
+typedef struct {
+  fin *x;
+  dg_subst map[64]; /* the copied loops in scope: var -> its value, outer first */
+  dg_expr value[64];
+  int n_map;
+  bool too_deep; /* more copied loops than map holds: no verdict */
+} vwalk;
+
+static dg_expr *unrolled_expr(vwalk *w, dg_expr *e) {
+  for (int j = w->n_map; j-- > 0;) e = lw_subst_expr(&w->x->scratch, e, &w->map[j], 1);
+  return e;
+}
+
+static lw_unroll_state seq_part(const lw_unroll_state *us) {
+  lw_unroll_state c = *us;
+  c.step_count = c.unroll_depth = c.normal_depth = 0;
+  return c;
+}
+
+static lw_unroll_state else_part(const lw_stmt *s, const lw_unroll_state *us) {
+  lw_unroll_state c = *us;
+  lower_unroll_skip(s->then_s, &c);
+  return c;
+}
+
+/* has_kind(unrolled s, LW_WMMA) */
+static bool vhas_wmma(const lw_stmt *s, const lw_unroll_state *us) {
+  if (!s) return false;
+  switch (s->kind) {
+    case LW_WMMA: return true;
+    case LW_SEQ:
+      for (int i = 0; i < s->n; i++) {
+        lw_unroll_state c = seq_part(us);
+        if (vhas_wmma(s->stmts[i], &c)) return true;
+      }
+      return false;
+    case LW_FOR: {
+      lw_unroll_state be;
+      if (lower_unroll_loop(s, us, &be) == LW_UNROLL_COPIES && s->extent <= 0) return false;
+      return vhas_wmma(s->body, &be);
+    }
+    case LW_IF: {
+      if (vhas_wmma(s->then_s, us)) return true;
+      lw_unroll_state c = else_part(s, us);
+      return vhas_wmma(s->else_s, &c);
+    }
+    default: return false;
+  }
+}
+
+/* collect_layouts(unrolled s) */
+static void vcollect(vwalk *w, const lw_stmt *s, const lw_unroll_state *us) {
+  fin *x = w->x;
+  if (!s || x->failed) return;
+  switch (s->kind) {
+    case LW_SEQ:
+      for (int i = 0; i < s->n; i++) {
+        lw_unroll_state c = seq_part(us);
+        vcollect(w, s->stmts[i], &c);
+      }
+      return;
+    case LW_FOR: {
+      lw_unroll_state be;
+      int64_t times = lower_unroll_loop(s, us, &be) == LW_UNROLL_COPIES ? s->extent : 1;
+      for (int64_t i = 0; i < times; i++) vcollect(w, s->body, &be);
+      return;
+    }
+    case LW_IF: {
+      vcollect(w, s->then_s, us);
+      lw_unroll_state c = else_part(s, us);
+      vcollect(w, s->else_s, &c);
+      return;
+    }
+    case LW_WMMA: collect_layout(x, s); return;
+    default: return;
+  }
+}
+
+/* finish(unrolled s), checks only */
+static void vfinish(vwalk *w, const lw_stmt *s, bool under_lane_cond, const lw_unroll_state *us) {
+  fin *x = w->x;
+  if (!s || x->failed || w->too_deep) return;
+  switch (s->kind) {
+    case LW_SEQ:
+      for (int i = 0; i < s->n; i++) {
+        lw_unroll_state c = seq_part(us);
+        vfinish(w, s->stmts[i], under_lane_cond, &c);
+      }
+      return;
+    case LW_FOR: {
+      lw_unroll_state be;
+      if (lower_unroll_loop(s, us, &be) == LW_UNROLL_COPIES) {
+        if (w->n_map == (int)DG_ARRAY_LEN(w->map)) {
+          w->too_deep = true;
+          return;
+        }
+        int j = w->n_map++;
+        w->value[j] = (dg_expr){.kind = DG_EXPR_INT, .dtype = s->var->dtype};
+        w->map[j] = (dg_subst){s->var, &w->value[j]};
+        for (int64_t i = 0; i < s->extent && !x->failed && !w->too_deep; i++) {
+          w->value[j].ival = i;
+          vfinish(w, s->body, under_lane_cond, &be);
+        }
+        w->n_map--;
+        return;
+      }
+      if (x->r.n >= (int)DG_ARRAY_LEN(x->r.var)) {
+        ffail(x, NULL, "loop nest too deep (more than %d loops)", (int)DG_ARRAY_LEN(x->r.var));
+        return;
+      }
+      ir_ranges_push(&x->r, s->var, 0, s->extent - 1);
+      vfinish(w, s->body, under_lane_cond, &be);
+      ir_ranges_pop(&x->r, 1);
+      return;
+    }
+    case LW_IF: {
+      scratch_begin(x);
+      bool lane = under_lane_cond ||
+                  ir_expr_uses_var(unrolled_expr(w, s->cond), x->k->tag_var[DG_TAG_THREAD_X]);
+      vfinish(w, s->then_s, lane, us);
+      lw_unroll_state c = else_part(s, us);
+      vfinish(w, s->else_s, lane, &c);
+      return;
+    }
+    case LW_WMMA: {
+      if (under_lane_cond) {
+        ffail(x, s->wmma_block, "it runs under a condition on threadIdx.x, but all 32 lanes of "
+                                "a warp must take part in a tensor-core operation");
+        return;
+      }
+      scratch_begin(x);
+      lw_stmt c = *s; /* the copy's operands */
+      for (int i = 0; i < s->wmma_n; i++) {
+        int nd = s->wmma_buf[i]->ndim;
+        c.wmma_origin[i] = DG_ANEWN(x->scratch.arena, dg_expr *, nd > 0 ? nd : 1);
+        for (int d = 0; d < nd; d++) c.wmma_origin[i][d] = unrolled_expr(w, s->wmma_origin[i][d]);
+      }
+      for (int i = 0; i < s->wmma_n && !x->failed; i++) {
+        if (lower_scope_is_fragment(s->wmma_buf[i]->scope)) fragment_index(x, &c, i);
+        else check_memory(x, &c, i);
+      }
+      if (!x->failed && s->intrin->kind == DG_INTRIN_MMA)
+        if (loaded_as(x, s, 0, false)) loaded_as(x, s, 1, s->intrin->trans);
+      return;
+    }
+    default: return;
+  }
+}
+
+int lower_wmma_check_unrolled(lw_program *p, lw_kernel *k, dg_status *st) {
+  lw_unroll_state us;
+  lower_unroll_begin(&us);
+  if (!vhas_wmma(k->body, &us)) return 1;
+  fin *x = fin_new(p, k, st);
+  x->check_only = true;
+  vwalk *w = dg_calloc(1, sizeof(*w));
+  w->x = x;
+  vcollect(w, k->body, &us);
+  vfinish(w, k->body, false, &us);
+  int r = w->too_deep ? -1 : x->failed ? 0 : 1;
+  if (r < 0) dg_status_ok(st);
+  free(w);
+  fin_free(x);
+  return r;
 }

@@ -5,7 +5,8 @@
  * product of the enclosing threadIdx.x/y/z extents (x taken as the warp
  * size inside a warp_execution block) must lie within the bounds. It is
  * cheap and rejects most bad samples. Then the schedule is lowered to
- * device launches (lower/, with its verifier on: TVM lowers a copy with
+ * device launches (lower_check: lower/ with its verifier on, its verdict
+ * without the unrolled program; TVM lowers a copy with
  * its own pass list at this point) and rejected if that fails or a launch
  * breaks sm_90's limits: threads per block (1024) and per dimension,
  * shared memory (48 KiB static, 227 KiB dynamic), vthread extents (8),
@@ -77,8 +78,5 @@ bool postproc_verify_gpu(sched *s, const search_target *t, dg_status *st) {
   lim.max_threads_per_block = t->max_threads_per_block;
   lim.warp_size = t->warp_size;
   lower_opts o = {.limits = &lim};
-  lw_program *p = lower_program(sched_func(s), &o, st);
-  if (!p) return false;
-  lower_program_free(p);
-  return true;
+  return lower_check(sched_func(s), &o, st);
 }
