@@ -395,6 +395,16 @@ static void expr(emitter *e, const dg_expr *x) {
              dg_dtype_name(x->dtype));
         return;
       }
+      if (e->ranges && x->b->kind == DG_EXPR_INT && x->b->ival > 0 && x->dtype != DG_I8 &&
+          ir_expr_bounds(x->a, e->ranges).lo >= 0) {
+        /* non-negative by a positive constant: floor and truncation agree */
+        dg_str_putc(&e->out, '(');
+        expr(e, x->a);
+        dg_str_puts(&e->out, x->kind == DG_EXPR_FLOORDIV ? " / " : " % ");
+        expr(e, x->b);
+        dg_str_putc(&e->out, ')');
+        return;
+      }
       helper2(e, x->kind == DG_EXPR_FLOORDIV ? e->L->floordiv_fn : e->L->floormod_fn, x);
       return;
     case DG_EXPR_MIN:

@@ -40,6 +40,7 @@ typedef struct {
   int n_vec_ids;
   int lane;           /* -1: not in a vector store */
   int load_ord;
+  dg_ranges ranges;   /* the hardware indices and the loops around them */
 } dev;
 
 static const char *const tag_names[DG_TAG_COUNT] = {
@@ -569,7 +570,12 @@ static void emit_stmt(dev *d, const lw_stmt *s) {
       if (s->loop_kind == LW_LOOP_UNROLLED && e->L->unroll_pragma) line(d, "%s", e->L->unroll_pragma);
       put_loop_head(d, s->var, s->extent);
       e->indent++;
-      emit_stmt(d, s->body);
+      {
+        bool pushed = e->ranges && e->ranges->n < (int)DG_ARRAY_LEN(e->ranges->var);
+        if (pushed) ir_ranges_push(e->ranges, s->var, 0, s->extent - 1);
+        emit_stmt(d, s->body);
+        if (pushed) ir_ranges_pop(e->ranges, 1);
+      }
       e->indent--;
       line(d, "}");
       return;
@@ -713,6 +719,21 @@ static const char *kernel_fn_name(const dev *d, const lw_kernel *k, char *buf, s
   return buf;
 }
 
+/* The ranges of the block and thread indices, which the loops inside add
+ * to: a floor division or modulus of an index expression they prove
+ * non-negative is printed as plain / or % (emit.c). */
+static void index_ranges(dev *d, const lw_kernel *k) {
+  static const dg_thread_tag tags[6] = {DG_TAG_BLOCK_X,  DG_TAG_BLOCK_Y,  DG_TAG_BLOCK_Z,
+                                        DG_TAG_THREAD_X, DG_TAG_THREAD_Y, DG_TAG_THREAD_Z};
+  const int64_t extents[6] = {k->grid[0],  k->grid[1],  k->grid[2],
+                              k->block[0], k->block[1], k->block[2]};
+  d->ranges.n = 0;
+  d->e.ranges = &d->ranges;
+  for (int i = 0; i < 6; i++)
+    if (k->tag_var[tags[i]] && extents[i] >= 1)
+      ir_ranges_push(&d->ranges, k->tag_var[tags[i]], 0, extents[i] - 1);
+}
+
 static void emit_kernel(dev *d, const lw_kernel *k) {
   cg_emitter *e = &d->e;
   const dg_lang *L = e->L;
@@ -780,7 +801,9 @@ static void emit_kernel(dev *d, const lw_kernel *k) {
     line(d, "for (int32_t dg_by = 0; dg_by < %" PRId64 "; dg_by++)", k->grid[1]);
     line(d, "for (int32_t dg_bx = 0; dg_bx < %" PRId64 "; dg_bx++) {", k->grid[0]);
     e->indent++;
+    index_ranges(d, k); /* as on the GPU, so the emulation checks those choices too */
     phased(d, k->body);
+    e->ranges = NULL;
     e->indent--;
     line(d, "}");
     e->indent--;
@@ -794,6 +817,7 @@ static void emit_kernel(dev *d, const lw_kernel *k) {
   } else {
     static const dg_thread_tag tags[6] = {DG_TAG_BLOCK_X,  DG_TAG_BLOCK_Y,  DG_TAG_BLOCK_Z,
                                           DG_TAG_THREAD_X, DG_TAG_THREAD_Y, DG_TAG_THREAD_Z};
+    index_ranges(d, k);
     for (int i = 0; i < 6; i++)
       line(d, "const int32_t %s = (int32_t)%s; (void)%s;", tag_names[tags[i]],
            L->thread_index[tags[i]], tag_names[tags[i]]);
@@ -838,6 +862,7 @@ static void emit_kernel(dev *d, const lw_kernel *k) {
       dg_str_printf(&e->out, "[%" PRId64 "];\n", ir_buffer_numel(b));
     }
     emit_stmt(d, k->body);
+    e->ranges = NULL;
   }
   e->indent = 0;
   dg_str_puts(&e->out, "}\n\n");
@@ -885,6 +910,16 @@ static void emit_host(dev *d) {
   dg_str_puts(&e->out, "}\n");
 }
 
+/* Whether emitted code names any of the table's f16 types or conversions
+ * (every f16 value, load, store and rounding prints one of them). */
+static bool mentions_f16(const dg_lang *L, const char *code) {
+  const char *names[] = {L->half_type, L->half2_type, L->half_to_float, L->float_to_half,
+                         L->round_half};
+  for (size_t i = 0; i < DG_ARRAY_LEN(names); i++)
+    if (names[i] && names[i][0] && strstr(code, names[i])) return true;
+  return false;
+}
+
 char *codegen_emit_program(const struct lw_program_s *p, const dg_lang *lang, dg_status *st) {
   dev d = {.p = p, .emulate = lang->emulate_threads, .lane = -1};
   cg_emitter *e = &d.e;
@@ -914,6 +949,7 @@ char *codegen_emit_program(const struct lw_program_s *p, const dg_lang *lang, dg
   dg_str_puts(&e->out, lang->preamble);
   if (wmma && !d.emulate && lang->wmma_include) dg_str_printf(&e->out, "%s\n", lang->wmma_include);
   dg_str_putc(&e->out, '\n');
+  size_t body_at = e->out.len;
   for (int j = 0; j < p->n_kernels && !e->failed; j++) emit_kernel(&d, &p->kernels[j]);
   if (d.emulate && !e->failed) emit_host(&d);
   DG_VEC_FREE(&e->live);
@@ -921,6 +957,15 @@ char *codegen_emit_program(const struct lw_program_s *p, const dg_lang *lang, dg
   if (e->failed) {
     dg_str_free(&e->out);
     return NULL;
+  }
+  if (!d.emulate && !wmma && !mentions_f16(lang, e->out.s + body_at)) {
+    /* the f16 header is a fixed cost of every compilation (lang_cuda.c) */
+    dg_str out;
+    dg_str_init(&out);
+    dg_str_puts(&out, "#define DG_NO_F16\n");
+    dg_str_putn(&out, e->out.s, e->out.len);
+    dg_str_free(&e->out);
+    return dg_str_take(&out);
   }
   return dg_str_take(&e->out);
 }

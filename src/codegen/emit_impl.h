@@ -23,6 +23,11 @@ struct cg_emitter {
   DG_VEC(const char *) buf_names;  /* every buffer's name (vars must differ) */
   int indent;
   int for_depth; /* loops around the statement being emitted */
+  /* Ranges of the variables in scope (NULL: none known). A floordiv or
+   * floormod by a positive constant whose dividend they prove non-negative
+   * prints as C's / or %, the same value without the sign fix-up, which
+   * saves the device compiler folding a helper at every index. */
+  dg_ranges *ranges;
   /* Hooks (NULL: none). var_hook and load_hook print the node themselves
    * and return true, or return false to let the emitter print it;
    * offset_hook may print "base + " inside the brackets of an access. */
