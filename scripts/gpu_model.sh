@@ -41,16 +41,8 @@ NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 note "GPUs: $NGPU"
 
 # Libraries the build needs and the machine lacks, from carried packages.
-if ls .debs/*.deb >/dev/null 2>&1; then
-  root=/tmp/dragon-debs
-  mkdir -p "$root"
-  for d in .debs/*.deb; do dpkg -x "$d" "$root"; done
-  libdirs=$(find "$root" -name '*.so*' -printf '%h\n' | sort -u | tr '\n' ':')
-  export CFLAGS="-I$root/usr/include ${CFLAGS:-}"
-  export LDFLAGS="$(echo "$libdirs" | tr ':' '\n' | sed '/^$/d; s/^/-L/' | tr '\n' ' ') ${LDFLAGS:-}"
-  export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}"
-  note "carried packages unpacked into $root: $(ls .debs | tr '\n' ' ')"
-fi
+. scripts/debs_env.sh
+note "$DEBS_NOTE"
 
 # NCCL for the ranks: the toolkit there has none; PyTorch ships one.
 if [ -z "${DRAGON_NCCL_LIB:-}" ]; then

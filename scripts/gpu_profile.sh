@@ -14,15 +14,7 @@ mkdir -p "$LOGDIR"
 BUILD=${BUILD:-build-gpu}
 CONFIGS=${CONFIGS:-19m 88m}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-if ls .debs/*.deb >/dev/null 2>&1; then
-  root=/tmp/dragon-debs
-  mkdir -p "$root"
-  for d in .debs/*.deb; do dpkg -x "$d" "$root"; done
-  libdirs=$(find "$root" -name '*.so*' -printf '%h\n' | sort -u | tr '\n' ':')
-  export CFLAGS="-I$root/usr/include ${CFLAGS:-}"
-  export LDFLAGS="$(echo "$libdirs" | tr ':' '\n' | sed '/^$/d; s/^/-L/' | tr '\n' ' ') ${LDFLAGS:-}"
-  export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}"
-fi
+. scripts/debs_env.sh
 make BUILD="$BUILD" -j"$(nproc)" "$BUILD/train_bench" >"$LOGDIR/build.log" 2>&1 ||
   { tail -30 "$LOGDIR/build.log"; exit 1; }
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

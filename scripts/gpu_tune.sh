@@ -37,15 +37,7 @@ spec_of() { if [ "$1" = GEMM16 ]; then echo "gemm:m=4096,n=4096,k=4096,dtype=f16
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1
   nproc
 } >"$LOGDIR/machine.txt" 2>&1
-if ls .debs/*.deb >/dev/null 2>&1; then
-  root=/tmp/dragon-debs
-  mkdir -p "$root"
-  for d in .debs/*.deb; do dpkg -x "$d" "$root"; done
-  libdirs=$(find "$root" -name '*.so*' -printf '%h\n' | sort -u | tr '\n' ':')
-  export CFLAGS="-I$root/usr/include ${CFLAGS:-}"
-  export LDFLAGS="$(echo "$libdirs" | tr ':' '\n' | sed '/^$/d; s/^/-L/' | tr '\n' ' ') ${LDFLAGS:-}"
-  export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:-}"
-fi
+. scripts/debs_env.sh
 t0=$(date +%s)
 make BUILD="$BUILD" -j"$(nproc)" "$BUILD/dragon" >"$LOGDIR/build.log" 2>&1 ||
   { note "build FAILED"; tail -30 "$LOGDIR/build.log"; exit 1; }
