@@ -104,6 +104,13 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
     double t_round = dg_now();
     search_cand *c = NULL;
     int want = (int)(o->max_trials - out->trials);
+    /* The first round of a large workload can take minutes (the first
+     * population, the float64 reference, the first compiles): say so. */
+    bool first = out->rounds == 0;
+    if (first && o->progress) {
+      fprintf(o->progress, "round 1: sampling the first population...\n");
+      fflush(o->progress);
+    }
     int n = search_evolve_generate(ev, want, &c, st);
     if (n < 0) {
       ok = false;
@@ -113,6 +120,11 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
     if (n == 0) continue;
     search_measure_result *res = dg_calloc((size_t)n, sizeof *res);
     double t0 = dg_now();
+    if (first && o->progress) {
+      fprintf(o->progress, "round 1: %.1f s to sample; measuring %d candidates...\n",
+              t0 - t_round, n);
+      fflush(o->progress);
+    }
     o->measure(o->measure_ctx, o->f, c, n, res);
     t_measure += dg_now() - t0;
     double *secs = dg_malloc(sizeof(double) * (size_t)n);
