@@ -14,11 +14,12 @@
 # --repeat 50` (checked against the float64 reference; the GEMM unchecked
 # there, its candidates were checked while tuning). Logs, the databases
 # (LOGDIR/db.tar.zst) and LOGDIR/summary.txt come back; bench/tune_report.py
-# makes the table from them.
+# makes the table from them. A database already in LOGDIR/db<g> is resumed.
 #
 #   TRIALS  trials per workload (default 1000)
 #   BUDGET  seconds of tuning per GPU (default 330)
 #   WORKLOADS  names (default the 13 and GEMM16)
+#   WEIGHTS    shares of the budget, e.g. "GEMM16=4 C3D=2" (default 1 each)
 set -uo pipefail
 LOGDIR=${1:?usage: scripts/gpu_tune.sh LOGDIR}
 mkdir -p "$LOGDIR"
@@ -30,6 +31,12 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 summary="$LOGDIR/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
+# A workload's weight in its GPU's budget: WEIGHTS="GEMM16=4 C3D=2" (default 1).
+weight_of() {
+  local kv
+  for kv in ${WEIGHTS:-}; do [ "${kv%%=*}" = "$1" ] && { echo "${kv#*=}"; return; }; done
+  echo 1
+}
 spec_of() { if [ "$1" = GEMM16 ]; then echo "gemm:m=4096,n=4096,k=4096,dtype=f16"; else echo "$1/0"; fi; }
 
 {
@@ -92,10 +99,11 @@ shard() { # gpu
   [ "$g" -eq $((NGPU - 1)) ] && anchors "$g"
   start=$(date +%s)
   deadline=$((t_tune + BUDGET))
-  n=${#ws[@]}
+  local wsum=0
+  for w in "${ws[@]}"; do wsum=$((wsum + $(weight_of "$w"))); done
   for w in "${ws[@]}"; do
     left=$((deadline - $(date +%s)))
-    per=$((left / n))
+    per=$((left * $(weight_of "$w") / wsum))
     [ $per -lt 15 ] && per=15
     spec=$(spec_of "$w")
     local t=$(date +%s)
@@ -106,7 +114,7 @@ shard() { # gpu
       --db "$LOGDIR/db$g" --target cuda --threads "$THREADS" --population $pop \
       >"$LOGDIR/tune_$w.log" 2>&1
     echo "$w gpu $g rc $? wall $(($(date +%s) - t)) s (share $per s)" >>"$LOGDIR/tune_walls.txt"
-    n=$((n - 1))
+    wsum=$((wsum - $(weight_of "$w")))
   done
   for w in "${ws[@]}"; do
     spec=$(spec_of "$w")
