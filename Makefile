@@ -28,7 +28,8 @@ endif
 LIB_SRC  := $(filter-out src/cli/main.c,$(wildcard src/*/*.c))
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
-TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tests/main.o $(BUILD)/tests/sched_support.o
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/%.o) $(BUILD)/tests/main.o $(BUILD)/tests/sched_support.o \
+            $(BUILD)/tests/nn_cuda_support.o
 BIN      := $(BUILD)/dragon
 
 .PHONY: all test test-asan test-gpu bench fuzz clean

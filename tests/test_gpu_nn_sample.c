@@ -42,6 +42,7 @@
 #include "dragon/nn.h"
 #include "dragon/train.h"
 #include "nn_cuda/sample_rule.h"
+#include "nn_cuda_support.h"
 #include "test.h"
 #ifdef DG_HAVE_CUDA
 #include "dragon/nn_cuda.h"
@@ -146,43 +147,8 @@ DG_TEST(sample_device_option) {
 
 #ifdef DG_HAVE_CUDA
 
-static bool gpu_here(void) {
-  dg_status st;
-  dg_status_ok(&st);
-  if (nn_cuda_device_count(&st) > 0) return true;
-  printf("  note: no GPU, test skipped: %s\n", st.msg);
-  return false;
-}
-
-typedef struct {
-  double thr, rel, l2;
-} tolerance;
-
 /* The training forward's logits tolerance (docs/model-cuda.md). */
-static const tolerance LOGITS_TOL = {0.02, 0.079, 0.02};
-
-/* |a - b| <= thr * max|b| + rel * |b| elementwise and ||a - b|| / ||b|| <=
- * l2; prints the worst ratio to the bound. */
-static bool compare(const char *what, const float *a, const float *b, size_t n, tolerance t) {
-  double maxb = 0, num = 0, den = 0, worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < n; i++) maxb = fmax(maxb, fabs(b[i]));
-  for (size_t i = 0; i < n; i++) {
-    double d = fabs((double)a[i] - b[i]), bound = t.thr * maxb + t.rel * fabs(b[i]);
-    double r = bound > 0 ? d / bound : (d > 0 ? INFINITY : 0);
-    if (!(r <= worst)) worst = r, at = i; /* NaN counts as worst */
-    num += d * d;
-    den += (double)b[i] * b[i];
-  }
-  double l2 = den > 0 ? sqrt(num / den) : sqrt(num);
-  bool ok = worst <= 1.0 && l2 <= t.l2 && maxb > 0;
-  printf("  %-12s max|ref| %-8.3g worst/bound %-7.3f rel L2 %-9.2e (<= %.0e)%s\n", what, maxb,
-         worst, l2, t.l2, ok ? "" : "  <-- FAILS");
-  if (!ok)
-    dg_test_fail(__FILE__, __LINE__, "%s: element %zu: gpu %.6g vs c %.6g; rel L2 %.3g", what, at,
-                 (double)a[at], (double)b[at], l2);
-  return ok;
-}
+static const nt_tolerance LOGITS_TOL = {0.02, NT_BF16_REL, 0.02};
 
 #define CHECK_GPU(call)                                                       \
   do {                                                                        \
@@ -334,9 +300,9 @@ static void greedy_case(const char *name, nn_config cfg) {
   /* GPU logits along the same tokens: one prefill group, then groups of at
    * most 96 tokens (several groups, one row alone) */
   CHECK_GPU(gpu_teacher_forced(g, prompts, lens, GN, T, tc, GS, 0, lg, ST));
-  if (!compare("logits", lg, lc, NSV, LOGITS_TOL)) goto done;
+  if (!nt_compare("logits", lg, lc, NSV, LOGITS_TOL)) goto done;
   CHECK_GPU(gpu_teacher_forced(g, prompts, lens, GN, T, tc, GS, 96, lg2, ST));
-  if (!compare("logits/96", lg2, lc, NSV, LOGITS_TOL)) goto done;
+  if (!nt_compare("logits/96", lg2, lc, NSV, LOGITS_TOL)) goto done;
 
   /* greedy generation: argmax path, and top-k 1 through the sort path */
   CHECK_GPU(nn_cuda_generate(g, (const int32_t *const *)prompts, lens, GN, &o, 1, tg, lens_g, NULL, ST));
@@ -387,7 +353,7 @@ static void no_cuda_note(void) { printf("  note: built without CUDA (no nvcc), t
 
 DG_TEST(gpu_nn_sample_greedy_matches_cpu) {
 #ifdef DG_HAVE_CUDA
-  if (!gpu_here()) return;
+  if (!nt_gpu_here()) return;
   greedy_case("tiny-gqa", small_config(256, 64, 2, 4, 2, 16, 128, 128));
   greedy_case("gqa-hd64", small_config(384, 128, 2, 4, 2, 64, 352, 160));
   greedy_case("mha-hd32", small_config(200, 96, 1, 4, 4, 32, 200, 128));
@@ -415,7 +381,7 @@ static void truncate_at(const int32_t *out, const int *lens, int n, int max, int
 
 DG_TEST(gpu_nn_sample_stops_and_limits) {
 #ifdef DG_HAVE_CUDA
-  if (!gpu_here()) return;
+  if (!nt_gpu_here()) return;
   enum { N = 5, MAXT = 40 };
   static const int lens[N] = {3, 10, 40, 90, 100};
   nn_config cfg = small_config(256, 64, 2, 4, 2, 16, 128, 128);
@@ -492,7 +458,7 @@ done:
 
 DG_TEST(gpu_nn_sample_draws_match_rule) {
 #ifdef DG_HAVE_CUDA
-  if (!gpu_here()) return;
+  if (!nt_gpu_here()) return;
   enum { N = 300, V = 8192 };
   nn_config cfg = small_config(V, 64, 1, 4, 2, 16, 64, 64);
   nn_model ref;
@@ -559,7 +525,7 @@ done:
 
 DG_TEST(gpu_nn_sample_rejects_bad_input) {
 #ifdef DG_HAVE_CUDA
-  if (!gpu_here()) return;
+  if (!nt_gpu_here()) return;
   nn_config cfg = small_config(256, 64, 1, 4, 2, 16, 64, 16);
   nn_model ref;
   if (!make_model(&ref, &cfg, 1)) return;

@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "dragon/nn.h"
+#include "nn_cuda_support.h"
 #include "test.h"
 #ifdef DG_HAVE_CUDA
 #include "dragon/nn_cuda.h"
@@ -31,64 +32,23 @@
 
 #ifdef DG_HAVE_CUDA
 
-static bool gpu_here(void) {
-  dg_status st;
-  dg_status_ok(&st);
-  if (nn_cuda_device_count(&st) > 0) return true;
-  printf("  note: no GPU, test skipped: %s\n", st.msg);
-  return false;
-}
-
-/* Elementwise |a - b| <= thr * max|b| + rel * |b| and, over the tensor,
- * ||a - b|| / ||b|| <= l2. The relative term is llm.c's bf16 epsilon. */
-typedef struct {
-  double thr, rel, l2;
-} tolerance;
-
-static const double BF16_REL = 0.079;
-
-static bool compare(const char *what, const float *a, const float *b, size_t n, tolerance t) {
-  double maxb = 0, num = 0, den = 0;
-  for (size_t i = 0; i < n; i++) {
-    maxb = fmax(maxb, fabs(b[i]));
-    num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-    den += (double)b[i] * b[i];
-  }
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < n; i++) {
-    double bound = t.thr * maxb + t.rel * fabs(b[i]);
-    double d = fabs((double)a[i] - b[i]);
-    double r = bound > 0 ? d / bound : (d > 0 ? INFINITY : 0);
-    if (!(r <= worst)) worst = r, at = i; /* NaN counts as worst */
-  }
-  double l2 = den > 0 ? sqrt(num / den) : sqrt(num);
-  bool ok = worst <= 1.0 && l2 <= t.l2 && maxb > 0;
-  printf("  %-8s max|ref| %-10.3g worst/bound %-8.3f rel L2 %-9.2e (<= %.0e)%s\n", what, maxb,
-         worst, l2, t.l2, ok ? "" : "  <-- FAILS");
-  if (!ok)
-    dg_test_fail(__FILE__, __LINE__, "%s: element %zu: cuda %.6g vs c %.6g; rel L2 %.3g%s", what, at,
-                 (double)a[at], (double)b[at], l2, maxb > 0 ? "" : " (reference all zero)");
-  return ok;
-}
-
 /* Gradient tolerances per tensor (elementwise thr as a fraction of the
  * tensor's largest |value|, relative L2). bf16 operands carry ~0.4%
  * rounding per element; the bounds leave room for the error growing
  * through two layers, and a wrong kernel gives a relative L2 near 1. */
-static const tolerance grad_tol[NN_PARAM_COUNT] = {
-    [NN_PARAM_WTE] = {0.05, BF16_REL, 0.05},  [NN_PARAM_LN1W] = {0.05, BF16_REL, 0.05},
-    [NN_PARAM_WQ] = {0.05, BF16_REL, 0.06},   [NN_PARAM_WK] = {0.05, BF16_REL, 0.06},
-    [NN_PARAM_WV] = {0.05, BF16_REL, 0.05},   [NN_PARAM_WO] = {0.05, BF16_REL, 0.05},
-    [NN_PARAM_LN2W] = {0.05, BF16_REL, 0.05}, [NN_PARAM_W1] = {0.05, BF16_REL, 0.05},
-    [NN_PARAM_W3] = {0.05, BF16_REL, 0.05},   [NN_PARAM_W2] = {0.05, BF16_REL, 0.05},
-    [NN_PARAM_LNFW] = {0.03, BF16_REL, 0.03}, [NN_PARAM_WLM] = {0.03, BF16_REL, 0.03},
+static const nt_tolerance grad_tol[NN_PARAM_COUNT] = {
+    [NN_PARAM_WTE] = {0.05, NT_BF16_REL, 0.05},  [NN_PARAM_LN1W] = {0.05, NT_BF16_REL, 0.05},
+    [NN_PARAM_WQ] = {0.05, NT_BF16_REL, 0.06},   [NN_PARAM_WK] = {0.05, NT_BF16_REL, 0.06},
+    [NN_PARAM_WV] = {0.05, NT_BF16_REL, 0.05},   [NN_PARAM_WO] = {0.05, NT_BF16_REL, 0.05},
+    [NN_PARAM_LN2W] = {0.05, NT_BF16_REL, 0.05}, [NN_PARAM_W1] = {0.05, NT_BF16_REL, 0.05},
+    [NN_PARAM_W3] = {0.05, NT_BF16_REL, 0.05},   [NN_PARAM_W2] = {0.05, NT_BF16_REL, 0.05},
+    [NN_PARAM_LNFW] = {0.03, NT_BF16_REL, 0.03}, [NN_PARAM_WLM] = {0.03, NT_BF16_REL, 0.03},
 };
-static const tolerance logits_tol = {0.02, BF16_REL, 0.02};
-static const tolerance losses_tol = {0.01, BF16_REL, 0.01};
+static const nt_tolerance logits_tol = {0.02, NT_BF16_REL, 0.02};
+static const nt_tolerance losses_tol = {0.01, NT_BF16_REL, 0.01};
 static const double LOSS_TOL = 1e-2;       /* |loss_cuda - loss_c| at step 0 */
 static const double TRAIN_LOSS_TOL = 3e-2; /* the same over 10 AdamW steps */
-static const tolerance params_tol = {0.05, BF16_REL, 0.05}; /* after 10 steps */
+static const nt_tolerance params_tol = {0.05, NT_BF16_REL, 0.05}; /* after 10 steps */
 
 /* Parameters after AdamW steps: an element whose gradient is near zero may
  * take its Adam step (about lr in size, whatever the gradient's magnitude)
@@ -99,7 +59,7 @@ static const tolerance params_tol = {0.05, BF16_REL, 0.05}; /* after 10 steps */
  * (which a wrong kernel misses by far) holds for the whole tensor. */
 static bool compare_params(const char *what, const float *a, const float *b, size_t n,
                            double adam_cap) {
-  tolerance t = params_tol;
+  nt_tolerance t = params_tol;
   double maxb = 0, num = 0, den = 0;
   for (size_t i = 0; i < n; i++) {
     maxb = fmax(maxb, fabs(b[i]));
@@ -206,7 +166,7 @@ static void run_case(const case_def *c) {
   CHECK_GPU(nn_cuda_forward(g, in, NULL, NULL, B, T, &loss_g, ST));
   CHECK(loss_g == -1.0f);
   CHECK_GPU(nn_cuda_copy_logits(g, buf, ST));
-  if (!compare("logits", buf, ref.acts.logits, (size_t)N * V, logits_tol)) goto done;
+  if (!nt_compare("logits", buf, ref.acts.logits, (size_t)N * V, logits_tol)) goto done;
 
   /* loss with per-token weights, and the per-token losses */
   loss_c = nn_forward(&ref, in, tg, w, B, T);
@@ -215,7 +175,7 @@ static void run_case(const case_def *c) {
          fabs((double)loss_g - loss_c), LOSS_TOL);
   CHECK_NEAR(loss_g, loss_c, LOSS_TOL);
   CHECK_GPU(nn_cuda_copy_losses(g, buf, ST));
-  if (!compare("losses", buf, ref.acts.losses, (size_t)N, losses_tol)) goto done;
+  if (!nt_compare("losses", buf, ref.acts.losses, (size_t)N, losses_tol)) goto done;
 
   /* every gradient tensor */
   nn_zero_grad(&ref);
@@ -226,7 +186,7 @@ static void run_case(const case_def *c) {
     size_t off = 0;
     bool all = true;
     for (int i = 0; i < NN_PARAM_COUNT; i++) {
-      all &= compare(nn_param_name((nn_param_id)i), buf + off, ref.grads_mem + off,
+      all &= nt_compare(nn_param_name((nn_param_id)i), buf + off, ref.grads_mem + off,
                      ref.param_sizes[i], grad_tol[i]);
       off += ref.param_sizes[i];
     }
@@ -372,9 +332,9 @@ static void attention_ref(const att_case *c, const float *q, const float *k, con
  * the double reference: bf16 outputs and bf16 probabilities in P V and dS
  * give ~0.3% relative L2 (measured in emulation); the bounds leave room,
  * and a wrong tile, mask or fragment gives an error near 1. */
-static const tolerance att_out_tol = {0.01, BF16_REL, 0.01};
-static const tolerance att_grad_tol = {0.02, BF16_REL, 0.02};
-static const tolerance att_lse_tol = {1e-4, 1e-4, 1e-4};
+static const nt_tolerance att_out_tol = {0.01, NT_BF16_REL, 0.01};
+static const nt_tolerance att_grad_tol = {0.02, NT_BF16_REL, 0.02};
+static const nt_tolerance att_lse_tol = {1e-4, 1e-4, 1e-4};
 
 static void run_attention_case(const att_case *c, uint64_t seed) {
   int B = c->B, T = c->T, NH = c->NH, NKV = c->NKV, HD = c->HD;
@@ -410,13 +370,13 @@ static void run_attention_case(const att_case *c, uint64_t seed) {
       const float *got;
       const double *want;
       size_t n;
-      tolerance tol;
+      nt_tolerance tol;
     } cmp[] = {{"out", out, rout, nq, att_out_tol},    {"lse", lse, rlse, nr, att_lse_tol},
                {"dq", dq, rdq, nq, att_grad_tol},      {"dk", dk, rdk, nkv, att_grad_tol},
                {"dv", dv, rdv, nkv, att_grad_tol}};
     for (size_t i = 0; i < sizeof cmp / sizeof cmp[0]; i++) {
       for (size_t j = 0; j < cmp[i].n; j++) conv[j] = (float)cmp[i].want[j];
-      compare(cmp[i].name, cmp[i].got, conv, cmp[i].n, cmp[i].tol);
+      nt_compare(cmp[i].name, cmp[i].got, conv, cmp[i].n, cmp[i].tol);
     }
   }
   free(fbuf);
@@ -431,7 +391,7 @@ static void no_cuda_note(void) { printf("  note: built without CUDA (no nvcc), t
 
 DG_TEST(gpu_nn_matches_c_tiny) {
 #ifdef DG_HAVE_CUDA
-  if (!gpu_here()) return;
+  if (!nt_gpu_here()) return;
   case_def c = {"tiny", {0}, 4, 64};
   dg_status st;
   CHECK(nn_config_named("tiny", &c.cfg, &st));
@@ -443,7 +403,7 @@ DG_TEST(gpu_nn_matches_c_tiny) {
 
 DG_TEST(gpu_nn_matches_c_gqa) {
 #ifdef DG_HAVE_CUDA
-  if (!gpu_here()) return;
+  if (!nt_gpu_here()) return;
   /* HD 64 as the 19m and 88m configs, QD 256 != C 128, T 150: three
    * query tiles, the last one partial */
   case_def c = {"gqa-hd64", small_config(384, 128, 2, 4, 2, 64, 352, 160), 3, 150};
@@ -455,7 +415,7 @@ DG_TEST(gpu_nn_matches_c_gqa) {
 
 DG_TEST(gpu_nn_matches_c_head_dims) {
 #ifdef DG_HAVE_CUDA
-  if (!gpu_here()) return;
+  if (!nt_gpu_here()) return;
   case_def c32 = {"mha-hd32", small_config(200, 96, 1, 4, 4, 32, 200, 128), 2, 100};
   case_def c128 = {"gqa-hd128", small_config(256, 128, 1, 4, 1, 128, 256, 128), 2, 128};
   run_case(&c32);
@@ -471,7 +431,7 @@ DG_TEST(gpu_nn_matches_c_head_dims) {
  * and without the RoPE backward fused into dQ and dK. */
 DG_TEST(gpu_nn_attention_matches_reference) {
 #ifdef DG_HAVE_CUDA
-  if (!gpu_here()) return;
+  if (!nt_gpu_here()) return;
   const att_case cases[] = {
       {2, 100, 4, 4, 64, true},    {2, 100, 6, 2, 32, false}, {1, 1024, 6, 2, 64, true},
       {1, 1024, 2, 2, 32, false},  {2, 77, 3, 1, 128, true},  {1, 130, 2, 1, 16, true},
@@ -485,7 +445,7 @@ DG_TEST(gpu_nn_attention_matches_reference) {
 
 DG_TEST(gpu_nn_deterministic) {
 #ifdef DG_HAVE_CUDA
-  if (!gpu_here()) return;
+  if (!nt_gpu_here()) return;
   nn_config cfg = small_config(384, 128, 2, 4, 2, 64, 352, 160);
   int B = 2, T = 130, N = B * T;
   nn_model ref;
@@ -527,7 +487,7 @@ done:
 
 DG_TEST(gpu_nn_checkpoint_round_trip) {
 #ifdef DG_HAVE_CUDA
-  if (!gpu_here()) return;
+  if (!nt_gpu_here()) return;
   dg_status st;
   nn_config cfg;
   CHECK(nn_config_named("tiny", &cfg, &st));
@@ -600,7 +560,7 @@ done:
 
 DG_TEST(gpu_nn_rejects_bad_input) {
 #ifdef DG_HAVE_CUDA
-  if (!gpu_here()) return;
+  if (!nt_gpu_here()) return;
   dg_status st;
   nn_config cfg, other;
   CHECK(nn_config_named("tiny", &cfg, &st));

@@ -445,7 +445,7 @@ typedef struct {
   const ev_entries *pop;
   const double *w; /* parents' weights (their scores); NULL: uniform */
   ev_slot *slots;
-  const size_t *todo; /* the slots to run */
+  const size_t *pending; /* the slots to run */
 } gen_ctx;
 
 /* Runs a slot's tries from where it stopped: draw a parent, then either
@@ -454,7 +454,7 @@ typedef struct {
 static void slot_run(void *ctx, size_t k) {
   const gen_ctx *c = ctx;
   const search_evolve_opts *o = &c->ev->o;
-  ev_slot *sl = &c->slots[c->todo[k]];
+  ev_slot *sl = &c->slots[c->pending[k]];
   size_t n = c->pop->len;
   while (sl->tries <= o->genetic_max_fail_count) {
     sl->tries++;
@@ -481,30 +481,30 @@ static void next_generation(search_evolve *ev, const ev_entries *pop, int pop_si
                             ev_entries *next) {
   size_t n = pop_size > 0 ? (size_t)pop_size : 0;
   ev_slot *slots = dg_calloc(n ? n : 1, sizeof *slots);
-  size_t *todo = dg_malloc(sizeof(size_t) * (n ? n : 1));
+  size_t *pending = dg_malloc(sizeof(size_t) * (n ? n : 1));
   for (size_t i = 0; i < n; i++) {
     dg_rng_seed(&slots[i].rng, dg_rng_next(&ev->rng));
-    todo[i] = i;
+    pending[i] = i;
   }
   DG_ASSERT(pop->len > 0);
   double *w = dg_malloc(sizeof(double) * pop->len);
   double sum = 0;
   for (size_t i = 0; i < pop->len; i++) sum += w[i] = pop->data[i].score;
   bool *copied = dg_calloc(pop->len, 1);
-  gen_ctx c = {ev, pop, sum > 0 ? w : NULL, slots, todo};
+  gen_ctx c = {ev, pop, sum > 0 ? w : NULL, slots, pending};
   double t0 = dg_now();
   for (size_t n_todo = n; n_todo > 0;) {
     par_for(ev->threads, n_todo, slot_run, &c);
     size_t left = 0;
     for (size_t k = 0; k < n_todo; k++) {
-      ev_slot *sl = &slots[todo[k]];
+      ev_slot *sl = &slots[pending[k]];
       if (sl->state != SLOT_WANTS) continue;
       if (!copied[sl->parent]) {
         copied[sl->parent] = true;
         sl->state = SLOT_COPIED;
       } else {
         sl->state = SLOT_PENDING; /* refused: the next try */
-        todo[left++] = todo[k];
+        pending[left++] = pending[k];
       }
     }
     n_todo = left;
@@ -519,7 +519,7 @@ static void next_generation(search_evolve *ev, const ev_entries *pop, int pop_si
   acct_commit(ev, &sum_acct, dg_now() - t0);
   free(copied);
   free(w);
-  free(todo);
+  free(pending);
   free(slots);
 }
 
