@@ -29,9 +29,7 @@ lw_stmt *lw_with_unroll(dg_func *f, const lw_stmt *s, int64_t max_step, int expl
 lw_stmt *lw_subst(dg_func *f, const lw_stmt *s, const dg_subst *map, int n);
 /* Whether variable v occurs anywhere in s. */
 bool lw_uses_var(const lw_stmt *s, const dg_var *v);
-/* Whether buffer b is read (loads, allreduce src) or written in s. */
-bool lw_reads_buf(const lw_stmt *s, const dg_buffer *b);
-bool lw_writes_buf(const lw_stmt *s, const dg_buffer *b);
+/* Whether expression e loads buffer b. */
 bool lw_expr_reads_buf(const dg_expr *e, const dg_buffer *b);
 /* An expression with every load of `from` redirected to `to` with indices
  * mapped by fn (NULL: unchanged); returns e itself where nothing changed. */

@@ -48,8 +48,8 @@ static bool stmt_uses_buf(const dg_stmt *s, const dg_buffer *b) {
   return false;
 }
 
-/* Which of the buffers want[0..n) a launch body reads or writes (as
- * lw_reads_buf || lw_writes_buf would say of each), in one walk that stops
+/* Which of the buffers want[0..n) a launch body reads (loads, allreduce
+ * src and scratch) or writes (stores, allreduce dst), in one walk that stops
  * once all are seen: used[i] set for want[i]; left counts the unseen. */
 typedef struct {
   dg_buffer *const *want;

@@ -191,45 +191,6 @@ bool lw_expr_reads_buf(const dg_expr *e, const dg_buffer *b) {
   return lw_expr_reads_buf(e->a, b) || lw_expr_reads_buf(e->b, b) || lw_expr_reads_buf(e->c, b);
 }
 
-bool lw_reads_buf(const lw_stmt *s, const dg_buffer *b) {
-  if (!s) return false;
-  switch (s->kind) {
-    case LW_SEQ:
-      for (int i = 0; i < s->n; i++)
-        if (lw_reads_buf(s->stmts[i], b)) return true;
-      return false;
-    case LW_FOR: return lw_reads_buf(s->body, b);
-    case LW_IF:
-      return lw_expr_reads_buf(s->cond, b) || lw_reads_buf(s->then_s, b) ||
-             lw_reads_buf(s->else_s, b);
-    case LW_STORE:
-      for (int i = 0; i < s->nidx; i++)
-        if (lw_expr_reads_buf(s->idx[i], b)) return true;
-      return lw_expr_reads_buf(s->value, b);
-    case LW_BARRIER: return false;
-    case LW_ALLREDUCE: return s->src == b || s->scratch == b;
-    case LW_WMMA: return lw_reads_buf(s->body, b);
-  }
-  return false;
-}
-
-bool lw_writes_buf(const lw_stmt *s, const dg_buffer *b) {
-  if (!s) return false;
-  switch (s->kind) {
-    case LW_SEQ:
-      for (int i = 0; i < s->n; i++)
-        if (lw_writes_buf(s->stmts[i], b)) return true;
-      return false;
-    case LW_FOR: return lw_writes_buf(s->body, b);
-    case LW_IF: return lw_writes_buf(s->then_s, b) || lw_writes_buf(s->else_s, b);
-    case LW_STORE: return s->buf == b;
-    case LW_BARRIER: return false;
-    case LW_ALLREDUCE: return s->dst == b || s->scratch == b;
-    case LW_WMMA: return lw_writes_buf(s->body, b);
-  }
-  return false;
-}
-
 bool lower_stmt_has_barrier(const lw_stmt *s) {
   if (!s) return false;
   switch (s->kind) {
