@@ -20,6 +20,8 @@
 #   BUDGET  seconds of tuning per GPU (default 330)
 #   WORKLOADS  names (default the 13 and GEMM16)
 #   WEIGHTS    shares of the budget, e.g. "GEMM16=4 C3D=2" (default 1 each)
+#   GPUS       device ids to use, e.g. "1" (default every GPU): two runs
+#              with disjoint GPUS and LOGDIRs can share one machine
 set -uo pipefail
 LOGDIR=${1:?usage: scripts/gpu_tune.sh LOGDIR}
 mkdir -p "$LOGDIR"
@@ -58,7 +60,10 @@ for w in $WORKLOADS; do echo "$w $("$DRAGON" workloads --canonical "$(spec_of "$
 
 NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 [ "$NGPU" -ge 1 ] || { note "no GPU"; exit 1; }
+# the cores are shared by every GPU of the machine, also another run's
 THREADS=$(($(nproc) / NGPU))
+read -r -a GPU_IDS <<<"${GPUS:-$(seq -s ' ' 0 $((NGPU - 1)))}"
+NGPU=${#GPU_IDS[@]}
 note "GPUs: $NGPU; tuning budget $BUDGET s per GPU, at most $TRIALS trials per workload"
 declare -a SHARD
 i=0
@@ -72,10 +77,10 @@ anchors() { # gpu
   local names
   names=$(echo "$WORKLOADS" | tr ' ' '\n' | grep -v '^GEMM16$' | tr '\n' ' ')
   # shellcheck disable=SC2086
-  [ -n "${names// /}" ] && CUDA_VISIBLE_DEVICES=$1 OUT="$LOGDIR" PYTHONUNBUFFERED=1 timeout 300 \
+  [ -n "${names// /}" ] && CUDA_VISIBLE_DEVICES=${GPU_IDS[$1]} OUT="$LOGDIR" PYTHONUNBUFFERED=1 timeout 300 \
     python3 bench/torch_eager.py $names >"$LOGDIR/torch.txt" 2>"$LOGDIR/torch.log"
   case " $WORKLOADS " in *" GEMM16 "*) ;; *) return ;; esac
-  CUDA_VISIBLE_DEVICES=$1 timeout 120 python3 - >"$LOGDIR/cublas.txt" 2>&1 <<'PY'
+  CUDA_VISIBLE_DEVICES=${GPU_IDS[$1]} timeout 120 python3 - >"$LOGDIR/cublas.txt" 2>&1 <<'PY'
 import torch, statistics
 n = 4096
 a = torch.randn(n, n, device="cuda", dtype=torch.float16)
@@ -110,10 +115,10 @@ shard() { # gpu
     # the tensor-core space's samples are costly to lower: a smaller population
     local pop=512
     [ "$w" = GEMM16 ] && pop=${GEMM_POPULATION:-128}
-    CUDA_VISIBLE_DEVICES=$g timeout -s INT -k 10 $per "$DRAGON" tune "$spec" --trials "$TRIALS" \
+    CUDA_VISIBLE_DEVICES=${GPU_IDS[$g]} timeout -s INT -k 10 $per "$DRAGON" tune "$spec" --trials "$TRIALS" \
       --db "$LOGDIR/db$g" --target cuda --threads "$THREADS" --population $pop \
       >"$LOGDIR/tune_$w.log" 2>&1
-    echo "$w gpu $g rc $? wall $(($(date +%s) - t)) s (share $per s)" >>"$LOGDIR/tune_walls.txt"
+    echo "$w gpu ${GPU_IDS[$g]} rc $? wall $(($(date +%s) - t)) s (share $per s)" >>"$LOGDIR/tune_walls.txt"
     wsum=$((wsum - $(weight_of "$w")))
   done
   for w in "${ws[@]}"; do
@@ -124,7 +129,7 @@ shard() { # gpu
     grep '^\[' "$LOGDIR/best_$w.out" >"$LOGDIR/best_$w.json"
     local check=""
     [ "$w" = GEMM16 ] && check="--no-check"
-    CUDA_VISIBLE_DEVICES=$g timeout 120 "$DRAGON" run "$spec" --trace "$LOGDIR/best_$w.json" \
+    CUDA_VISIBLE_DEVICES=${GPU_IDS[$g]} timeout 120 "$DRAGON" run "$spec" --trace "$LOGDIR/best_$w.json" \
       --target cuda --repeat 50 $check >"$LOGDIR/rerun_$w.log" 2>&1
   done
 }

@@ -40,8 +40,10 @@
  * to 64 keep the warp's Q (K, V in dK/dV) fragments in registers, 128
  * reads them from shared memory at each use. Scale 1/sqrt(HD); query
  * head h reads kv head h / (NH/NKV) as the C reference. q (B, T, NH, HD),
- * k, v (B, T, NKV, HD), out (B, T, NH, HD) bf16; lse, delta (B, NH, T)
- * fp32; RoPE tables (max T, HD/2) fp32.
+ * k, v (B, T, NKV, HD), each with rows `ld` elements apart (the model
+ * keeps a row's q, k and v side by side, and so dq, dk, dv); out and dout
+ * (B, T, NH, HD) packed, bf16; lse, delta (B, NH, T) fp32; RoPE tables
+ * (max T, HD/2) fp32.
  */
 #include <math.h>
 #include <stdint.h>
@@ -240,7 +242,7 @@ struct fwd_smem {
 template <int HD>
 static __global__ void __launch_bounds__(THREADS, HD <= 64 ? 4 : 1)
     attention_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                             int T, int NH, int NKV, float sl2) {
+                             size_t ld, int T, int NH, int NKV, float sl2) {
   constexpr int LDH = HD + 8, KB = HD / 16, DB = HD / 8, TS = fwd_smem<HD>::TS;
   constexpr bool QREGS = HD <= 64;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -248,13 +250,13 @@ static __global__ void __launch_bounds__(THREADS, HD <= 64 ? 4 : 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
   const int qt = (int)(gridDim.y - 1 - blockIdx.y), bh = (int)blockIdx.x;
   const int b = bh / NH, h = bh % NH, kvh = h / (NH / NKV), q0 = qt * TILE;
-  const size_t QD = (size_t)NH * HD, KVD = (size_t)NKV * HD;
-  const bf16 *kb = k + (size_t)b * T * KVD + (size_t)kvh * HD;
-  const bf16 *vb = v + (size_t)b * T * KVD + (size_t)kvh * HD;
+  const size_t QD = (size_t)NH * HD;
+  const bf16 *kb = k + (size_t)b * T * ld + (size_t)kvh * HD;
+  const bf16 *vb = v + (size_t)b * T * ld + (size_t)kvh * HD;
 
-  tile_async<HD>(Qs, q + ((size_t)b * T + q0) * QD + (size_t)h * HD, QD, min(TILE, T - q0));
-  tile_async<HD>(Ks, kb, KVD, min(TILE, T));
-  tile_async<HD>(Vs, vb, KVD, min(TILE, T));
+  tile_async<HD>(Qs, q + ((size_t)b * T + q0) * ld + (size_t)h * HD, ld, min(TILE, T - q0));
+  tile_async<HD>(Ks, kb, ld, min(TILE, T));
+  tile_async<HD>(Vs, vb, ld, min(TILE, T));
   cp_async_commit();
 
   const bf16 *Qw = Qs + warp * 16 * LDH; /* this warp's 16 query rows */
@@ -272,8 +274,8 @@ static __global__ void __launch_bounds__(THREADS, HD <= 64 ? 4 : 1)
     __syncthreads(); /* tile kt is here; everyone is done with tile kt - 1 */
     if (kt < qt) {
       int k0 = (kt + 1) * TILE, nb_ = (kt + 1) & 1;
-      tile_async<HD>(Ks + nb_ * TS, kb + (size_t)k0 * KVD, KVD, min(TILE, T - k0));
-      tile_async<HD>(Vs + nb_ * TS, vb + (size_t)k0 * KVD, KVD, min(TILE, T - k0));
+      tile_async<HD>(Ks + nb_ * TS, kb + (size_t)k0 * ld, ld, min(TILE, T - k0));
+      tile_async<HD>(Vs + nb_ * TS, vb + (size_t)k0 * ld, ld, min(TILE, T - k0));
     }
     cp_async_commit();
     if constexpr (QREGS) {
@@ -381,8 +383,9 @@ struct bwd_smem {
 template <int HD>
 static __global__ void __launch_bounds__(THREADS)
     attention_dq_kernel(bf16 *dq, float *delta, const bf16 *q, const bf16 *k, const bf16 *v,
-                        const bf16 *out, const bf16 *dout, const float *lse, const float *rcos,
-                        const float *rsin, int T, int NH, int NKV, float sl2, float scale) {
+                        size_t ld, const bf16 *out, const bf16 *dout, const float *lse,
+                        const float *rcos, const float *rsin, int T, int NH, int NKV, float sl2,
+                        float scale) {
   constexpr int LDH = HD + 8, KB = HD / 16, DB = HD / 8, TS = bwd_smem<HD>::TS, CPR = HD / 8;
   constexpr bool AREGS = HD <= 64;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -391,17 +394,19 @@ static __global__ void __launch_bounds__(THREADS)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
   const int qt = (int)(gridDim.y - 1 - blockIdx.y), bh = (int)blockIdx.x;
   const int b = bh / NH, h = bh % NH, kvh = h / (NH / NKV), q0 = qt * TILE;
-  const size_t QD = (size_t)NH * HD, KVD = (size_t)NKV * HD;
-  const bf16 *kb = k + (size_t)b * T * KVD + (size_t)kvh * HD;
-  const bf16 *vb = v + (size_t)b * T * KVD + (size_t)kvh * HD;
-  const size_t qoff = ((size_t)b * T + q0) * QD + (size_t)h * HD; /* row q0 of head h */
+  const size_t QD = (size_t)NH * HD;
+  const bf16 *kb = k + (size_t)b * T * ld + (size_t)kvh * HD;
+  const bf16 *vb = v + (size_t)b * T * ld + (size_t)kvh * HD;
+  /* row q0 of head h: in q and dq (rows ld apart), in out and dout (QD) */
+  const size_t qoff = ((size_t)b * T + q0) * ld + (size_t)h * HD;
+  const size_t ooff = ((size_t)b * T + q0) * QD + (size_t)h * HD;
   const float *lse_bh = lse + ((size_t)b * NH + h) * T;
   float *delta_bh = delta + ((size_t)b * NH + h) * T;
 
-  tile_async<HD>(Qs, q + qoff, QD, min(TILE, T - q0));
-  tile_async<HD>(dOs, dout + qoff, QD, min(TILE, T - q0));
-  tile_async<HD>(Ks, kb, KVD, min(TILE, T));
-  tile_async<HD>(Vs, vb, KVD, min(TILE, T));
+  tile_async<HD>(Qs, q + qoff, ld, min(TILE, T - q0));
+  tile_async<HD>(dOs, dout + ooff, QD, min(TILE, T - q0));
+  tile_async<HD>(Ks, kb, ld, min(TILE, T));
+  tile_async<HD>(Vs, vb, ld, min(TILE, T));
   cp_async_commit();
 
   /* delta of the warp's 16 rows while the tiles load: CPR lanes per row,
@@ -410,7 +415,7 @@ static __global__ void __launch_bounds__(THREADS)
     int rr = i / CPR, c = (i % CPR) * 8, qi = q0 + warp * 16 + rr;
     float sum = 0.0f;
     if (qi < T) {
-      size_t off = qoff + (size_t)(warp * 16 + rr) * QD + c;
+      size_t off = ooff + (size_t)(warp * 16 + rr) * QD + c;
       uint4 ov = *(const uint4 *)(out + off), dv = *(const uint4 *)(dout + off);
       const __nv_bfloat162 *o2 = (const __nv_bfloat162 *)&ov, *d2 = (const __nv_bfloat162 *)&dv;
 #pragma unroll
@@ -446,8 +451,8 @@ static __global__ void __launch_bounds__(THREADS)
     __syncthreads();
     if (kt < qt) {
       int k0 = (kt + 1) * TILE, nb_ = (kt + 1) & 1;
-      tile_async<HD>(Ks + nb_ * TS, kb + (size_t)k0 * KVD, KVD, min(TILE, T - k0));
-      tile_async<HD>(Vs + nb_ * TS, vb + (size_t)k0 * KVD, KVD, min(TILE, T - k0));
+      tile_async<HD>(Ks + nb_ * TS, kb + (size_t)k0 * ld, ld, min(TILE, T - k0));
+      tile_async<HD>(Vs + nb_ * TS, vb + (size_t)k0 * ld, ld, min(TILE, T - k0));
     }
     cp_async_commit();
     if constexpr (AREGS) {
@@ -499,7 +504,7 @@ static __global__ void __launch_bounds__(THREADS)
       mma_trans_b<LDH, DB>(acc, a, Kt + kk * 16 * LDH, lane);
     }
   }
-  store_rows<HD>(dq + qoff + (size_t)warp * 16 * QD, QD, q0 + warp * 16, T, acc, scale, rcos,
+  store_rows<HD>(dq + qoff + (size_t)warp * 16 * ld, ld, q0 + warp * 16, T, acc, scale, rcos,
                  rsin, lane);
 }
 
@@ -512,7 +517,7 @@ static __global__ void __launch_bounds__(THREADS)
 template <int HD>
 static __global__ void __launch_bounds__(THREADS)
     attention_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v,
-                          const bf16 *dout, const float *lse, const float *delta,
+                          size_t ld, const bf16 *dout, const float *lse, const float *delta,
                           const float *rcos, const float *rsin, int T, int NH, int NKV, float sl2,
                           float scale) {
   constexpr int LDH = HD + 8, KB = HD / 16, DB = HD / 8, TS = bwd_smem<HD>::TS;
@@ -524,16 +529,17 @@ static __global__ void __launch_bounds__(THREADS)
   const int kt = (int)blockIdx.y, bk = (int)blockIdx.x;
   const int b = bk / NKV, kvh = bk % NKV, G = NH / NKV, k0 = kt * TILE;
   const int ntiles = (T + TILE - 1) / TILE, nq = ntiles - kt, steps = G * nq;
-  const size_t QD = (size_t)NH * HD, KVD = (size_t)NKV * HD;
-  const size_t koff = ((size_t)b * T + k0) * KVD + (size_t)kvh * HD;
+  const size_t QD = (size_t)NH * HD;
+  const size_t koff = ((size_t)b * T + k0) * ld + (size_t)kvh * HD;
 
   /* step st: query head kvh*G + st / nq, query tile kt + st % nq, into
    * buffer st & 1 */
   auto load_step = [&](int st) {
     int h = kvh * G + st / nq, q0 = (kt + st % nq) * TILE, buf = st & 1, nv = min(TILE, T - q0);
-    size_t qoff = ((size_t)b * T + q0) * QD + (size_t)h * HD;
-    tile_async<HD>(Qs + buf * TS, q + qoff, QD, nv);
-    tile_async<HD>(dOs + buf * TS, dout + qoff, QD, nv);
+    size_t qoff = ((size_t)b * T + q0) * ld + (size_t)h * HD;
+    size_t ooff = ((size_t)b * T + q0) * QD + (size_t)h * HD;
+    tile_async<HD>(Qs + buf * TS, q + qoff, ld, nv);
+    tile_async<HD>(dOs + buf * TS, dout + ooff, QD, nv);
     int i = threadIdx.x % TILE;
     bool ok = i < nv;
     size_t roff = ((size_t)b * NH + h) * T + q0 + (ok ? i : 0);
@@ -541,8 +547,8 @@ static __global__ void __launch_bounds__(THREADS)
     else cp_async4(smem_addr(dl_s + buf * TILE + i), delta + roff, ok);
   };
 
-  tile_async<HD>(Ks, k + koff, KVD, min(TILE, T - k0));
-  tile_async<HD>(Vs, v + koff, KVD, min(TILE, T - k0));
+  tile_async<HD>(Ks, k + koff, ld, min(TILE, T - k0));
+  tile_async<HD>(Vs, v + koff, ld, min(TILE, T - k0));
   load_step(0);
   cp_async_commit();
 
@@ -618,9 +624,9 @@ static __global__ void __launch_bounds__(THREADS)
       mma_trans_b<LDH, DB>(dka, a, Qt + kk * 16 * LDH, lane); /* dK += dS^T Q */
     }
   }
-  size_t off = koff + (size_t)warp * 16 * KVD;
-  store_rows<HD>(dk + off, KVD, k0 + warp * 16, T, dka, scale, rcos, rsin, lane);
-  store_rows<HD>(dv + off, KVD, k0 + warp * 16, T, dva, 1.0f, NULL, NULL, lane);
+  size_t off = koff + (size_t)warp * 16 * ld;
+  store_rows<HD>(dk + off, ld, k0 + warp * 16, T, dka, scale, rcos, rsin, lane);
+  store_rows<HD>(dv + off, ld, k0 + warp * 16, T, dva, 1.0f, NULL, NULL, lane);
 }
 
 /* ---- launchers ----------------------------------------------------------- */
@@ -632,12 +638,12 @@ static bool set_smem(K kernel, size_t bytes) {
 }
 
 template <int HD>
-static bool forward_hd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                       int T, int NH, int NKV, cudaStream_t s) {
+static bool forward_hd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                       size_t ld, int B, int T, int NH, int NKV, cudaStream_t s) {
   size_t smem = fwd_smem<HD>::bytes;
   if (!set_smem(attention_forward_kernel<HD>, smem)) return false;
   dim3 grid((unsigned)(B * NH), (unsigned)((T + TILE - 1) / TILE));
-  attention_forward_kernel<HD><<<grid, THREADS, smem, s>>>(out, lse, q, k, v, T, NH, NKV,
+  attention_forward_kernel<HD><<<grid, THREADS, smem, s>>>(out, lse, q, k, v, ld, T, NH, NKV,
                                                            LOG2E / sqrtf((float)HD));
   return NC_LAUNCHED();
 }
@@ -645,40 +651,40 @@ static bool forward_hd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, cons
 template <int HD>
 static bool backward_hd(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf16 *dout,
                         const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
-                        const bf16 *v, int B, int T, int NH, int NKV, const float *rcos,
-                        const float *rsin, cudaStream_t s) {
+                        const bf16 *v, size_t ld, int B, int T, int NH, int NKV,
+                        const float *rcos, const float *rsin, cudaStream_t s) {
   size_t smem = bwd_smem<HD>::bytes;
   if (!set_smem(attention_dq_kernel<HD>, smem) || !set_smem(attention_dkdv_kernel<HD>, smem))
     return false;
   float scale = 1.0f / sqrtf((float)HD), sl2 = scale * LOG2E;
   unsigned tiles = (unsigned)((T + TILE - 1) / TILE);
   attention_dq_kernel<HD><<<dim3((unsigned)(B * NH), tiles), THREADS, smem, s>>>(
-      dq, delta, q, k, v, out, dout, lse, rcos, rsin, T, NH, NKV, sl2, scale);
+      dq, delta, q, k, v, ld, out, dout, lse, rcos, rsin, T, NH, NKV, sl2, scale);
   if (!NC_LAUNCHED()) return false;
   attention_dkdv_kernel<HD><<<dim3((unsigned)(B * NKV), tiles), THREADS, smem, s>>>(
-      dk, dv, q, k, v, dout, lse, delta, rcos, rsin, T, NH, NKV, sl2, scale);
+      dk, dv, q, k, v, ld, dout, lse, delta, rcos, rsin, T, NH, NKV, sl2, scale);
   return NC_LAUNCHED();
 }
 
-bool nc_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                          int T, int NH, int NKV, int HD, cudaStream_t s) {
+bool nc_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                          size_t ld, int B, int T, int NH, int NKV, int HD, cudaStream_t s) {
   switch (HD) {
-    case 16: return forward_hd<16>(out, lse, q, k, v, B, T, NH, NKV, s);
-    case 32: return forward_hd<32>(out, lse, q, k, v, B, T, NH, NKV, s);
-    case 64: return forward_hd<64>(out, lse, q, k, v, B, T, NH, NKV, s);
-    case 128: return forward_hd<128>(out, lse, q, k, v, B, T, NH, NKV, s);
+    case 16: return forward_hd<16>(out, lse, q, k, v, ld, B, T, NH, NKV, s);
+    case 32: return forward_hd<32>(out, lse, q, k, v, ld, B, T, NH, NKV, s);
+    case 64: return forward_hd<64>(out, lse, q, k, v, ld, B, T, NH, NKV, s);
+    case 128: return forward_hd<128>(out, lse, q, k, v, ld, B, T, NH, NKV, s);
   }
   DG_UNREACHABLE();
 }
 
 bool nc_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf16 *dout,
                            const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
-                           const bf16 *v, int B, int T, int NH, int NKV, int HD,
+                           const bf16 *v, size_t ld, int B, int T, int NH, int NKV, int HD,
                            const float *rope_cos, const float *rope_sin, cudaStream_t s) {
-#define BWD(hd)                                                                                 \
-  case hd:                                                                                      \
-    return backward_hd<hd>(dq, dk, dv, delta, dout, out, lse, q, k, v, B, T, NH, NKV, rope_cos, \
-                           rope_sin, s)
+#define BWD(hd)                                                                              \
+  case hd:                                                                                   \
+    return backward_hd<hd>(dq, dk, dv, delta, dout, out, lse, q, k, v, ld, B, T, NH, NKV,    \
+                           rope_cos, rope_sin, s)
   switch (HD) {
     BWD(16);
     BWD(32);
@@ -701,44 +707,59 @@ extern "C" bool nn_cuda_attention_run(const float *q, const float *k, const floa
     return dg_fail(st, DG_ERR_INVALID,
                    "attention run: unsupported shape B %d T %d heads %d/%d head_dim %d", B, T, NH,
                    NKV, HD);
-  size_t nq = (size_t)B * T * NH * HD, nkv = (size_t)B * T * NKV * HD, nr = (size_t)B * NH * T;
+  /* q, k, v side by side in each row, as the model keeps them (and dq,
+   * dk, dv the same way): rows ld apart */
+  size_t N = (size_t)B * T, QD = (size_t)NH * HD, KVD = (size_t)NKV * HD, ld = QD + 2 * KVD;
+  size_t nq = N * QD, nqkv = N * ld, nr = (size_t)B * NH * T;
   size_t nrope = (size_t)T * (HD / 2);
-  /* one bf16 block: q, k, v, dout, out, dq, dk, dv; one fp32 block: lse,
-   * delta, cos, sin */
-  size_t nb16 = 4 * nq + 4 * nkv, nf32 = 2 * nr + 2 * nrope;
+  /* one bf16 block: qkv, dout, out, dqkv; one fp32 block: lse, delta,
+   * cos, sin */
+  size_t nb16 = 2 * nqkv + 2 * nq, nf32 = 2 * nr + 2 * nrope;
   bf16 *hb = (bf16 *)malloc(sizeof(bf16) * nb16), *db = NULL;
   float *df = NULL;
   if (!hb) return dg_fail(st, DG_ERR_RUNTIME, "attention run: out of host memory");
-  /* q, k, v, dout are uploaded as one block */
-  bf16 *hq = hb, *hk = hq + nq, *hv = hk + nkv, *hdo = hv + nkv, *ho = hdo + nq;
-  bf16 *hdq = ho + nq, *hdk = hdq + nq, *hdv = hdk + nkv;
-  for (size_t i = 0; i < nq; i++) hq[i] = __float2bfloat16(q[i]);
-  for (size_t i = 0; i < nkv; i++) hk[i] = __float2bfloat16(k[i]), hv[i] = __float2bfloat16(v[i]);
+  /* qkv and dout are uploaded as one block */
+  bf16 *hqkv = hb, *hdo = hqkv + nqkv, *ho = hdo + nq, *hdqkv = ho + nq;
+  for (size_t r = 0; r < N; r++) {
+    bf16 *row = hqkv + r * ld;
+    for (size_t i = 0; i < QD; i++) row[i] = __float2bfloat16(q[r * QD + i]);
+    for (size_t i = 0; i < KVD; i++) {
+      row[QD + i] = __float2bfloat16(k[r * KVD + i]);
+      row[QD + KVD + i] = __float2bfloat16(v[r * KVD + i]);
+    }
+  }
   for (size_t i = 0; dout && i < nq; i++) hdo[i] = __float2bfloat16(dout[i]);
   bool rope = dout && rope_cos && rope_sin;
   cudaStream_t s = 0;
   bool ok = NC_CUDA(cudaMalloc(&db, sizeof(bf16) * nb16)) &&
             NC_CUDA(cudaMalloc(&df, sizeof(float) * nf32)) &&
-            NC_CUDA(cudaMemcpy(db, hb, sizeof(bf16) * ((dout ? 2 : 1) * nq + 2 * nkv),
+            NC_CUDA(cudaMemcpy(db, hb, sizeof(bf16) * (nqkv + (dout ? nq : 0)),
                                cudaMemcpyHostToDevice));
-  bf16 *gq = db, *gk = gq + nq, *gv = gk + nkv, *gdo = gv + nkv, *go = gdo + nq;
-  bf16 *gdq = go + nq, *gdk = gdq + nq, *gdv = gdk + nkv;
+  bf16 *gqkv = db, *gdo = gqkv + nqkv, *go = gdo + nq, *gdqkv = go + nq;
   float *glse = df, *gdelta = glse + nr, *gcos = gdelta + nr, *gsin = gcos + nrope;
   if (ok && rope)
     ok = NC_CUDA(cudaMemcpy(gcos, rope_cos, sizeof(float) * nrope, cudaMemcpyHostToDevice)) &&
          NC_CUDA(cudaMemcpy(gsin, rope_sin, sizeof(float) * nrope, cudaMemcpyHostToDevice));
-  ok = ok && nc_attention_forward(go, glse, gq, gk, gv, B, T, NH, NKV, HD, s);
+  ok = ok && nc_attention_forward(go, glse, gqkv, gqkv + QD, gqkv + QD + KVD, ld, B, T, NH, NKV,
+                                  HD, s);
   if (ok && dout)
-    ok = nc_attention_backward(gdq, gdk, gdv, gdelta, gdo, go, glse, gq, gk, gv, B, T, NH, NKV,
-                               HD, rope ? gcos : NULL, rope ? gsin : NULL, s);
+    ok = nc_attention_backward(gdqkv, gdqkv + QD, gdqkv + QD + KVD, gdelta, gdo, go, glse, gqkv,
+                               gqkv + QD, gqkv + QD + KVD, ld, B, T, NH, NKV, HD,
+                               rope ? gcos : NULL, rope ? gsin : NULL, s);
   ok = ok && NC_CUDA(cudaDeviceSynchronize()) &&
-       NC_CUDA(cudaMemcpy(ho, go, sizeof(bf16) * (2 * nq + 2 * nkv), cudaMemcpyDeviceToHost)) &&
+       NC_CUDA(cudaMemcpy(ho, go, sizeof(bf16) * (nq + (dout ? nqkv : 0)),
+                          cudaMemcpyDeviceToHost)) &&
        NC_CUDA(cudaMemcpy(lse, glse, sizeof(float) * nr, cudaMemcpyDeviceToHost));
   if (ok) {
     for (size_t i = 0; i < nq; i++) out[i] = __bfloat162float(ho[i]);
-    for (size_t i = 0; dout && i < nq; i++) dq[i] = __bfloat162float(hdq[i]);
-    for (size_t i = 0; dout && i < nkv; i++)
-      dk[i] = __bfloat162float(hdk[i]), dv[i] = __bfloat162float(hdv[i]);
+    for (size_t r = 0; dout && r < N; r++) {
+      const bf16 *row = hdqkv + r * ld;
+      for (size_t i = 0; i < QD; i++) dq[r * QD + i] = __bfloat162float(row[i]);
+      for (size_t i = 0; i < KVD; i++) {
+        dk[r * KVD + i] = __bfloat162float(row[QD + i]);
+        dv[r * KVD + i] = __bfloat162float(row[QD + KVD + i]);
+      }
+    }
   }
   cudaFree(db);
   cudaFree(df);

@@ -104,30 +104,30 @@ void nc_rmsnorm_backward(float *dinp, bf16 *dinp_bf, float *dw, float *part, con
                          const float *inp, const float *w, const float *rstd, int N, int C,
                          cudaStream_t s);
 
-/* rope.cu: rotate-half RoPE in place on x (B, T, nh, HD), dir -1 undoes;
- * nc_rope_qk rotates q (B, T, NH, HD) and k (B, T, NKV, HD) forward in one
- * launch. */
-void nc_rope(bf16 *x, const float *cosb, const float *sinb, int B, int T, int nh, int HD, float dir,
-             cudaStream_t s);
-void nc_rope_qk(bf16 *q, bf16 *k, const float *cosb, const float *sinb, int B, int T, int NH,
-                int NKV, int HD, cudaStream_t s);
+/* rope.cu: rotate-half RoPE in place on q (B, T, NH, HD) and k (B, T,
+ * NKV, HD), whose tokens are ld elements apart, in one launch. */
+void nc_rope_qk(bf16 *q, bf16 *k, size_t ld, const float *cosb, const float *sinb, int B, int T,
+                int NH, int NKV, int HD, cudaStream_t s);
 
-/* swiglu.cu: out = silu(h1) * h3; backward writes dh1, dh3. */
-void nc_swiglu_forward(bf16 *out, const bf16 *h1, const bf16 *h3, size_t n, cudaStream_t s);
-void nc_swiglu_backward(bf16 *dh1, bf16 *dh3, const bf16 *dout, const bf16 *h1, const bf16 *h3,
-                        size_t n, cudaStream_t s);
+/* swiglu.cu: out (N, F) = silu(h1) * h3 where a row of h13 (N, 2F) is h1
+ * then h3; the backward writes dh13 in the same layout. */
+void nc_swiglu_forward(bf16 *out, const bf16 *h13, int N, int F, cudaStream_t s);
+void nc_swiglu_backward(bf16 *dh13, const bf16 *dout, const bf16 *h13, int N, int F,
+                        cudaStream_t s);
 
 /* attention.cu: causal attention, q (B, T, NH, HD), k and v (B, T, NKV,
- * HD), out (B, T, NH, HD), lse (B, NH, T) the log-sum-exp of each row of
- * scaled scores. Backward: delta (B, NH, T) scratch; writes dq, dk, dv;
- * with rope_cos/rope_sin (max T, HD/2) non-NULL, dq and dk come out
- * rotated back by RoPE (q and k being the rotated ones), else as they are. */
+ * HD), each with tokens ld elements apart (ld a multiple of 8: the model's
+ * fused q|k|v rows), out (B, T, NH, HD) packed, lse (B, NH, T) the
+ * log-sum-exp of each row of scaled scores. Backward: delta (B, NH, T)
+ * scratch; writes dq, dk, dv (tokens ld apart too); with
+ * rope_cos/rope_sin (max T, HD/2) non-NULL, dq and dk come out rotated
+ * back by RoPE (q and k being the rotated ones), else as they are. */
 bool nc_attention_supported(int HD);
-bool nc_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                          int T, int NH, int NKV, int HD, cudaStream_t s);
+bool nc_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                          size_t ld, int B, int T, int NH, int NKV, int HD, cudaStream_t s);
 bool nc_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf16 *dout,
                            const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
-                           const bf16 *v, int B, int T, int NH, int NKV, int HD,
+                           const bf16 *v, size_t ld, int B, int T, int NH, int NKV, int HD,
                            const float *rope_cos, const float *rope_sin, cudaStream_t s);
 
 /* loss.cu: per row of logits (N, V): losses = -log softmax[target]; with

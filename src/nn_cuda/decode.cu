@@ -106,10 +106,11 @@ struct nn_cuda_kv {
   float *x;      /* (B, C) residual stream */
   bf16 *ln;      /* (B, C) */
   float *rstd;   /* (B) */
-  bf16 *q;       /* (B, QD) */
-  bf16 *kn, *vn; /* (B, KVD) the new position's k and v */
+  bf16 *qkv;     /* (B, QD|KVD|KVD) the new position's q, k, v */
+  bf16 *q;       /* (B, QD) its q after RoPE */
   bf16 *atty;    /* (B, QD) */
-  bf16 *h1, *h3, *hg; /* (B, F) */
+  bf16 *h13;     /* (B, F|F) gate, up */
+  bf16 *hg;      /* (B, F) */
   float *logits; /* (B, V) */
   float *att;    /* (B, NH, T) scores, then probabilities */
   int *io;       /* (2B) tokens, then positions (-1: row not fed) */
@@ -121,7 +122,7 @@ struct nn_cuda_kv {
   double *h_u;   /* pinned (B) */
   /* prefill scratch for N = rows x padded length */
   float *px, *prstd, *plse;
-  bf16 *pln, *pq, *pk, *pv, *patty, *ph1, *ph3, *phg;
+  bf16 *pln, *pqkv, *patty, *ph13, *phg;
   int *pin;
   /* sampling scratch for samp_rows rows */
   uint64_t *keys, *sorted;
@@ -131,11 +132,12 @@ struct nn_cuda_kv {
   size_t sort_tmp_bytes;
 };
 
-static const float *wf(const nn_cuda_kv *c, nn_param_id id) {
-  return c->w.params + c->w.param_off[id];
+/* Layer l of a tensor (l = 0 for the global ones): fp32 and bf16. */
+static const float *wf(const nn_cuda_kv *c, nn_param_id id, int l) {
+  return c->w.params + nc_at(&c->w.layout, id, l);
 }
-static const bf16 *wb(const nn_cuda_kv *c, nn_param_id id) {
-  return c->w.params_bf + c->w.param_off[id];
+static const bf16 *wb(const nn_cuda_kv *c, nn_param_id id, int l) {
+  return c->w.params_bf + nc_at(&c->w.layout, id, l);
 }
 
 extern "C" void nn_cuda_kv_free(nn_cuda_kv *c) {
@@ -152,7 +154,7 @@ extern "C" void nn_cuda_kv_free(nn_cuda_kv *c) {
   free(c);
 }
 
-enum { STEP_ITEMS = 16 };
+enum { STEP_ITEMS = 14 };
 
 /* Bytes of the cache and of the step buffers for B rows of T positions. */
 static void kv_sizes(const nn_config *g, int B, int T, double *cache, carve_item *it, int *n_it,
@@ -163,9 +165,9 @@ static void kv_sizes(const nn_config *g, int B, int T, double *cache, carve_item
   carve_item t[] = {
       {(void **)&c->x, 4 * Bd * C},       {(void **)&c->ln, 2 * Bd * C},
       {(void **)&c->rstd, 4 * Bd},        {(void **)&c->q, 2 * Bd * QD},
-      {(void **)&c->kn, 2 * Bd * KVD},    {(void **)&c->vn, 2 * Bd * KVD},
-      {(void **)&c->atty, 2 * Bd * QD},   {(void **)&c->h1, 2 * Bd * F},
-      {(void **)&c->h3, 2 * Bd * F},      {(void **)&c->hg, 2 * Bd * F},
+      {(void **)&c->qkv, 2 * Bd * (QD + 2 * KVD)},
+      {(void **)&c->atty, 2 * Bd * QD},   {(void **)&c->h13, 2 * Bd * 2 * F},
+      {(void **)&c->hg, 2 * Bd * F},
       {(void **)&c->logits, 4 * Bd * V},  {(void **)&c->att, 4 * Bd * NH * Td},
       {(void **)&c->io, 4 * 2 * Bd},      {(void **)&c->tok, 4 * Bd},
       {(void **)&c->gather, 4 * Bd},      {(void **)&c->u, 8 * Bd},
@@ -260,15 +262,34 @@ static __global__ void gather_rows_kernel(float *dst, const float *src, const in
   }
 }
 
-/* RoPE of q (n, NH, HD) in place and of the new k (n, NKV, HD) at each
- * row's position, as rope.cu (same tables and formula); k and v go into
- * the layer's cache (B, T, KVD) at that position. Rows at position -1 are
- * left alone. One thread per rotated pair (or copied pair of v). */
-static __global__ void rope_append_kernel(bf16 *q, const bf16 *kn, const bf16 *vn, bf16 *kc,
-                                          bf16 *vc, const int *pos, const float *cosb,
-                                          const float *sinb, int n, int NH, int NKV, int HD,
-                                          int T) {
-  int hd2 = HD / 2, slots = NH + 2 * NKV, QD = NH * HD, KVD = NKV * HD;
+/* The keys and values of a prefill group: row r's positions 0..Tc-1 of
+ * qkv (rows x Tc tokens of QD|KVD|KVD) into row b0 + r of the layer's
+ * cache (B, T, KVD). Eight elements (16 bytes) a thread. */
+static __global__ void cache_fill_kernel(bf16 *kc, bf16 *vc, const bf16 *qkv, int rows, int Tc,
+                                         int T, int b0, int QD, int KVD) {
+  int ld = QD + 2 * KVD, per = KVD / 8;
+  size_t total = (size_t)rows * Tc * per;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+       i += (size_t)gridDim.x * blockDim.x) {
+    int c8 = (int)(i % (size_t)per) * 8;
+    size_t tok = i / (size_t)per; /* r * Tc + p */
+    size_t r = tok / (size_t)Tc, p = tok % (size_t)Tc;
+    const bf16 *src = qkv + tok * ld + QD + c8;
+    size_t dst = ((size_t)(b0 + r) * T + p) * KVD + c8;
+    *(uint4 *)(kc + dst) = *(const uint4 *)src;
+    *(uint4 *)(vc + dst) = *(const uint4 *)(src + KVD);
+  }
+}
+
+/* RoPE of the new q (into q (n, QD)) and k at each row's position, as
+ * rope.cu (same tables and formula), read from the rows of qkv (n,
+ * QD|KVD|KVD); k and v go into the layer's cache (B, T, KVD) at that
+ * position. Rows at position -1 are left alone. One thread per rotated
+ * pair (or copied pair of v). */
+static __global__ void rope_append_kernel(bf16 *q, const bf16 *qkv, bf16 *kc, bf16 *vc,
+                                          const int *pos, const float *cosb, const float *sinb,
+                                          int n, int NH, int NKV, int HD, int T) {
+  int hd2 = HD / 2, slots = NH + 2 * NKV, QD = NH * HD, KVD = NKV * HD, ld = QD + 2 * KVD;
   size_t total = (size_t)n * slots * hd2;
   for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
        idx += (size_t)gridDim.x * blockDim.x) {
@@ -282,10 +303,10 @@ static __global__ void rope_append_kernel(bf16 *q, const bf16 *kn, const bf16 *v
       bf16 *dst;
       if (slot < NH) {
         dst = q + (size_t)b * QD + (size_t)slot * HD;
-        src = dst;
+        src = qkv + (size_t)b * ld + (size_t)slot * HD;
       } else {
         int h = slot - NH;
-        src = kn + (size_t)b * KVD + (size_t)h * HD;
+        src = qkv + (size_t)b * ld + QD + (size_t)h * HD;
         dst = kc + ((size_t)b * T + p) * KVD + (size_t)h * HD;
       }
       float cs = cosb[(size_t)p * hd2 + i], sn = sinb[(size_t)p * hd2 + i];
@@ -294,7 +315,7 @@ static __global__ void rope_append_kernel(bf16 *q, const bf16 *kn, const bf16 *v
       dst[i + hd2] = __float2bfloat16(x2 * cs + x1 * sn);
     } else {
       int h = slot - NH - NKV;
-      const bf16 *src = vn + (size_t)b * KVD + (size_t)h * HD;
+      const bf16 *src = qkv + (size_t)b * ld + QD + KVD + (size_t)h * HD;
       bf16 *dst = vc + ((size_t)b * T + p) * KVD + (size_t)h * HD;
       dst[i] = src[i];
       dst[i + hd2] = src[i + hd2];
@@ -526,11 +547,10 @@ static bool prefill_reserve(nn_cuda_kv *c, int N) {
   double QD = NH * g->head_dim, KVD = (double)g->n_kv_heads * g->head_dim;
   carve_item it[] = {
       {(void **)&c->px, 4 * Nd * C},     {(void **)&c->pln, 2 * Nd * C},
-      {(void **)&c->prstd, 4 * Nd},      {(void **)&c->pq, 2 * Nd * QD},
-      {(void **)&c->pk, 2 * Nd * KVD},   {(void **)&c->pv, 2 * Nd * KVD},
+      {(void **)&c->prstd, 4 * Nd},      {(void **)&c->pqkv, 2 * Nd * (QD + 2 * KVD)},
       {(void **)&c->patty, 2 * Nd * QD}, {(void **)&c->plse, 4 * Nd * NH},
-      {(void **)&c->ph1, 2 * Nd * F},    {(void **)&c->ph3, 2 * Nd * F},
-      {(void **)&c->phg, 2 * Nd * F},    {(void **)&c->pin, 4 * Nd},
+      {(void **)&c->ph13, 2 * Nd * 2 * F}, {(void **)&c->phg, 2 * Nd * F},
+      {(void **)&c->pin, 4 * Nd},
   };
   double bytes = carve_total(it, (int)DG_ARRAY_LEN(it));
   if (c->pre_mem && bytes <= c->pre_bytes) { /* the block is big enough: carve it for this N */
@@ -567,7 +587,7 @@ extern "C" bool nn_cuda_kv_prefill(nn_cuda_kv *c, const int32_t *const *prompts,
   const nn_config *g = &c->cfg;
   int L = g->n_layers, C = g->d_model, V = g->vocab_size, F = g->ffn_hidden;
   int NH = g->n_heads, NKV = g->n_kv_heads, HD = g->head_dim, QD = NH * HD, KVD = NKV * HD;
-  int B = c->B, T = c->T;
+  int QKVD = QD + 2 * KVD, B = c->B, T = c->T;
   if (n < 1 || n > B)
     return dg_fail(st, DG_ERR_INVALID, "CUDA prefill: %d rows, the cache holds %d", n, B);
   for (int b = 0; b < n; b++) {
@@ -609,40 +629,32 @@ extern "C" bool nn_cuda_kv_prefill(nn_cuda_kv *c, const int32_t *const *prompts,
     ok = NC_CUDA(cudaMemcpyAsync(c->pin, hin, sizeof(int) * (size_t)N, cudaMemcpyHostToDevice, s)) &&
          NC_CUDA(cudaMemcpyAsync(c->gather, hg, sizeof(int) * (size_t)rows, cudaMemcpyHostToDevice, s));
     if (!ok) break;
-    nc_embedding_forward(c->px, c->pin, wf(c, NN_PARAM_WTE), N, C, s);
+    nc_embedding_forward(c->px, c->pin, wf(c, NN_PARAM_WTE, 0), N, C, s);
+    bf16 *pq = c->pqkv, *pk = pq + QD, *pv = pk + KVD;
     for (int l = 0; ok && l < L; l++) {
-      nc_rmsnorm_forward(c->pln, c->prstd, c->px, wf(c, NN_PARAM_LN1W) + (size_t)l * C, N, C,
-                         g->norm_eps, s);
-      ok = nc_mm_forward(bl, c->pq, CUDA_R_16BF, NULL, 0.0f, c->pln,
-                         wb(c, NN_PARAM_WQ) + (size_t)l * QD * C, N, C, QD, s) &&
-           nc_mm_forward(bl, c->pk, CUDA_R_16BF, NULL, 0.0f, c->pln,
-                         wb(c, NN_PARAM_WK) + (size_t)l * KVD * C, N, C, KVD, s) &&
-           nc_mm_forward(bl, c->pv, CUDA_R_16BF, NULL, 0.0f, c->pln,
-                         wb(c, NN_PARAM_WV) + (size_t)l * KVD * C, N, C, KVD, s);
+      nc_rmsnorm_forward(c->pln, c->prstd, c->px, wf(c, NN_PARAM_LN1W, l), N, C, g->norm_eps, s);
+      ok = nc_mm_forward(bl, c->pqkv, CUDA_R_16BF, NULL, 0.0f, c->pln, wb(c, NN_PARAM_WQ, l), N, C,
+                         QKVD, s);
       if (!ok) break;
-      nc_rope_qk(c->pq, c->pk, c->w.rope_cos, c->w.rope_sin, rows, Tc, NH, NKV, HD, s);
-      ok = nc_attention_forward(c->patty, c->plse, c->pq, c->pk, c->pv, rows, Tc, NH, NKV, HD, s);
+      nc_rope_qk(pq, pk, QKVD, c->w.rope_cos, c->w.rope_sin, rows, Tc, NH, NKV, HD, s);
+      ok = nc_attention_forward(c->patty, c->plse, pq, pk, pv, QKVD, rows, Tc, NH, NKV, HD, s);
       if (!ok) break;
       /* rows b0.. of this layer's cache, positions 0..Tc-1 */
-      size_t off = (((size_t)l * B + b0) * T) * KVD, row = sizeof(bf16) * (size_t)Tc * KVD;
-      ok = NC_CUDA(cudaMemcpy2DAsync(c->kc + off, sizeof(bf16) * (size_t)T * KVD, c->pk, row, row,
-                                     (size_t)rows, cudaMemcpyDeviceToDevice, s)) &&
-           NC_CUDA(cudaMemcpy2DAsync(c->vc + off, sizeof(bf16) * (size_t)T * KVD, c->pv, row, row,
-                                     (size_t)rows, cudaMemcpyDeviceToDevice, s)) &&
-           /* x += atty . wo^T, in place */
-           nc_mm_forward(bl, c->px, CUDA_R_32F, c->px, 1.0f, c->patty,
-                         wb(c, NN_PARAM_WO) + (size_t)l * C * QD, N, QD, C, s);
+      size_t items = (size_t)rows * Tc * (KVD / 8);
+      cache_fill_kernel<<<nc_grid(items, 256), 256, 0, s>>>(c->kc + (size_t)l * B * T * KVD,
+                                                            c->vc + (size_t)l * B * T * KVD,
+                                                            c->pqkv, rows, Tc, T, b0, QD, KVD);
+      /* x += atty . wo^T, in place */
+      ok = NC_LAUNCHED() && nc_mm_forward(bl, c->px, CUDA_R_32F, c->px, 1.0f, c->patty,
+                                          wb(c, NN_PARAM_WO, l), N, QD, C, s);
       if (!ok) break;
-      nc_rmsnorm_forward(c->pln, c->prstd, c->px, wf(c, NN_PARAM_LN2W) + (size_t)l * C, N, C,
-                         g->norm_eps, s);
-      ok = nc_mm_forward(bl, c->ph1, CUDA_R_16BF, NULL, 0.0f, c->pln,
-                         wb(c, NN_PARAM_W1) + (size_t)l * F * C, N, C, F, s) &&
-           nc_mm_forward(bl, c->ph3, CUDA_R_16BF, NULL, 0.0f, c->pln,
-                         wb(c, NN_PARAM_W3) + (size_t)l * F * C, N, C, F, s);
+      nc_rmsnorm_forward(c->pln, c->prstd, c->px, wf(c, NN_PARAM_LN2W, l), N, C, g->norm_eps, s);
+      ok = nc_mm_forward(bl, c->ph13, CUDA_R_16BF, NULL, 0.0f, c->pln, wb(c, NN_PARAM_W1, l), N, C,
+                         2 * F, s);
       if (!ok) break;
-      nc_swiglu_forward(c->phg, c->ph1, c->ph3, (size_t)N * F, s);
-      ok = nc_mm_forward(bl, c->px, CUDA_R_32F, c->px, 1.0f, c->phg,
-                         wb(c, NN_PARAM_W2) + (size_t)l * C * F, N, F, C, s);
+      nc_swiglu_forward(c->phg, c->ph13, N, F, s);
+      ok = nc_mm_forward(bl, c->px, CUDA_R_32F, c->px, 1.0f, c->phg, wb(c, NN_PARAM_W2, l), N, F, C,
+                         s);
     }
     if (!ok) break;
     gather_rows_kernel<<<nc_grid((size_t)rows * C, 256), 256, 0, s>>>(c->x + (size_t)b0 * C, c->px,
@@ -651,9 +663,9 @@ extern "C" bool nn_cuda_kv_prefill(nn_cuda_kv *c, const int32_t *const *prompts,
     b0 += rows;
   }
   if (ok) {
-    nc_rmsnorm_forward(c->ln, c->rstd, c->x, wf(c, NN_PARAM_LNFW), n, C, g->norm_eps, s);
-    ok = nc_mm_forward(bl, c->logits, CUDA_R_32F, NULL, 0.0f, c->ln, wb(c, NN_PARAM_WLM), n, C, V,
-                       s) &&
+    nc_rmsnorm_forward(c->ln, c->rstd, c->x, wf(c, NN_PARAM_LNFW, 0), n, C, g->norm_eps, s);
+    ok = nc_mm_forward(bl, c->logits, CUDA_R_32F, NULL, 0.0f, c->ln, wb(c, NN_PARAM_WLM, 0), n, C,
+                       V, s) &&
          NC_CUDA(cudaStreamSynchronize(s));
   }
   free(hin);
@@ -689,43 +701,34 @@ extern "C" bool nn_cuda_kv_step(nn_cuda_kv *c, const int32_t *tokens, const bool
   int *tok = c->io, *pos = c->io + n;
   bool ok = NC_CUDA(cudaMemcpyAsync(c->io, c->h_io, sizeof(int) * 2 * (size_t)n,
                                     cudaMemcpyHostToDevice, s));
-  if (ok) nc_embedding_forward(c->x, tok, wf(c, NN_PARAM_WTE), n, C, s);
+  if (ok) nc_embedding_forward(c->x, tok, wf(c, NN_PARAM_WTE, 0), n, C, s);
   for (int l = 0; ok && l < L; l++) {
     bf16 *kc = c->kc + (size_t)l * B * T * KVD, *vc = c->vc + (size_t)l * B * T * KVD;
-    nc_rmsnorm_forward(c->ln, c->rstd, c->x, wf(c, NN_PARAM_LN1W) + (size_t)l * C, n, C,
-                       g->norm_eps, s);
-    ok = nc_mm_forward(bl, c->q, CUDA_R_16BF, NULL, 0.0f, c->ln,
-                       wb(c, NN_PARAM_WQ) + (size_t)l * QD * C, n, C, QD, s) &&
-         nc_mm_forward(bl, c->kn, CUDA_R_16BF, NULL, 0.0f, c->ln,
-                       wb(c, NN_PARAM_WK) + (size_t)l * KVD * C, n, C, KVD, s) &&
-         nc_mm_forward(bl, c->vn, CUDA_R_16BF, NULL, 0.0f, c->ln,
-                       wb(c, NN_PARAM_WV) + (size_t)l * KVD * C, n, C, KVD, s);
+    nc_rmsnorm_forward(c->ln, c->rstd, c->x, wf(c, NN_PARAM_LN1W, l), n, C, g->norm_eps, s);
+    ok = nc_mm_forward(bl, c->qkv, CUDA_R_16BF, NULL, 0.0f, c->ln, wb(c, NN_PARAM_WQ, l), n, C,
+                       QD + 2 * KVD, s);
     if (!ok) break;
     size_t pairs = (size_t)n * (NH + 2 * NKV) * (HD / 2);
-    rope_append_kernel<<<nc_grid(pairs, 256), 256, 0, s>>>(c->q, c->kn, c->vn, kc, vc, pos,
+    rope_append_kernel<<<nc_grid(pairs, 256), 256, 0, s>>>(c->q, c->qkv, kc, vc, pos,
                                                            c->w.rope_cos, c->w.rope_sin, n, NH,
                                                            NKV, HD, T);
     ok = NC_LAUNCHED() &&
          decode_attention(c->atty, c->att, c->q, kc, vc, pos, n, NH, NKV, HD, T, s) &&
-         nc_mm_forward(bl, c->x, CUDA_R_32F, c->x, 1.0f, c->atty,
-                       wb(c, NN_PARAM_WO) + (size_t)l * C * QD, n, QD, C, s);
+         nc_mm_forward(bl, c->x, CUDA_R_32F, c->x, 1.0f, c->atty, wb(c, NN_PARAM_WO, l), n, QD, C,
+                       s);
     if (!ok) break;
-    nc_rmsnorm_forward(c->ln, c->rstd, c->x, wf(c, NN_PARAM_LN2W) + (size_t)l * C, n, C,
-                       g->norm_eps, s);
-    ok = nc_mm_forward(bl, c->h1, CUDA_R_16BF, NULL, 0.0f, c->ln,
-                       wb(c, NN_PARAM_W1) + (size_t)l * F * C, n, C, F, s) &&
-         nc_mm_forward(bl, c->h3, CUDA_R_16BF, NULL, 0.0f, c->ln,
-                       wb(c, NN_PARAM_W3) + (size_t)l * F * C, n, C, F, s);
+    nc_rmsnorm_forward(c->ln, c->rstd, c->x, wf(c, NN_PARAM_LN2W, l), n, C, g->norm_eps, s);
+    ok = nc_mm_forward(bl, c->h13, CUDA_R_16BF, NULL, 0.0f, c->ln, wb(c, NN_PARAM_W1, l), n, C,
+                       2 * F, s);
     if (!ok) break;
-    nc_swiglu_forward(c->hg, c->h1, c->h3, (size_t)n * F, s);
-    ok = nc_mm_forward(bl, c->x, CUDA_R_32F, c->x, 1.0f, c->hg,
-                       wb(c, NN_PARAM_W2) + (size_t)l * C * F, n, F, C, s);
+    nc_swiglu_forward(c->hg, c->h13, n, F, s);
+    ok = nc_mm_forward(bl, c->x, CUDA_R_32F, c->x, 1.0f, c->hg, wb(c, NN_PARAM_W2, l), n, F, C, s);
   }
   if (ok) {
-    nc_rmsnorm_forward(c->ln, c->rstd, c->x, wf(c, NN_PARAM_LNFW), n, C, g->norm_eps, s);
+    nc_rmsnorm_forward(c->ln, c->rstd, c->x, wf(c, NN_PARAM_LNFW, 0), n, C, g->norm_eps, s);
     /* the sync also frees the pinned h_io for the next step */
-    ok = nc_mm_forward(bl, c->logits, CUDA_R_32F, NULL, 0.0f, c->ln, wb(c, NN_PARAM_WLM), n, C, V,
-                       s) &&
+    ok = nc_mm_forward(bl, c->logits, CUDA_R_32F, NULL, 0.0f, c->ln, wb(c, NN_PARAM_WLM, 0), n, C,
+                       V, s) &&
          NC_CUDA(cudaStreamSynchronize(s));
   }
   if (!ok || nc_error_pending()) return nc_error_take(st, "CUDA decode step");

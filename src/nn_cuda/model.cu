@@ -3,7 +3,9 @@
  * copies to and from the C reference's nn_model.
  *
  * Precision (docs/model-cuda.md): fp32 master weights, gradients and AdamW
- * state in the C layout; a bf16 copy of the weights for the matmuls; the
+ * state in the device layout (model_view.cuh: a layer's q/k/v projections
+ * are one matrix, and so are its gate and up projections, each used by one
+ * matmul); a bf16 copy of the weights for the matmuls; the
  * residual stream (x, xmid) and its gradient in fp32, with the residual
  * adds fused into the matmuls' epilogue (C = x, beta = 1); matmul operands
  * (normalised rows, q, k, v, attention output, MLP activations, logits and
@@ -24,6 +26,7 @@
 #include <string.h>
 
 #include "common.cuh"
+#include "model_view.cuh"
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -85,15 +88,12 @@ extern "C" int nn_cuda_device_count(dg_status *st) {
   X(float, xmid, L * N * C)      /* (L, N, C) after attention */              \
   X(bf16, ln1, L * N * C)        /* (L, N, C) */                              \
   X(float, rstd1, L * N)                                                      \
-  X(bf16, q, L * N * QD)         /* (L, N, QD) after RoPE */                  \
-  X(bf16, k, L * N * KVD)        /* (L, N, KVD) after RoPE */                 \
-  X(bf16, v, L * N * KVD)                                                     \
+  X(bf16, qkv, L * N * QKVD)     /* (L, N, QD|KVD|KVD) q, k after RoPE */     \
   X(bf16, atty, L * N * QD)      /* (L, N, QD) attention output */            \
   X(float, lse, L * N * NH)      /* (L, B, NH, T) row log-sum-exp */          \
   X(bf16, ln2, L * N * C)                                                     \
   X(float, rstd2, L * N)                                                      \
-  X(bf16, h1, L * N * F)         /* (L, N, F) gate */                         \
-  X(bf16, h3, L * N * F)         /* (L, N, F) up */                           \
+  X(bf16, h13, L * N * 2 * F)    /* (L, N, F|F) gate, up */                   \
   X(bf16, hg, L * N * F)         /* (L, N, F) silu(h1) * h3 */                \
   X(bf16, lnf, N * C)                                                         \
   X(float, rstdf, N)                                                          \
@@ -109,13 +109,10 @@ extern "C" int nn_cuda_device_count(dg_status *st) {
   X(bf16, dxb, N * C)            /* its bf16 copy, a matmul operand */        \
   X(float, dn, N * C)            /* gradient of a norm's output */            \
   X(bf16, datty, N * QD)                                                      \
-  X(bf16, dq, N * QD)                                                         \
-  X(bf16, dk, N * KVD)                                                        \
-  X(bf16, dv, N * KVD)                                                        \
+  X(bf16, dqkv, N * QKVD)        /* (N, QD|KVD|KVD) */                        \
   X(float, delta, N * NH)                                                     \
   X(bf16, dhg, N * F)                                                         \
-  X(bf16, dh1, N * F)                                                         \
-  X(bf16, dh3, N * F)                                                         \
+  X(bf16, dh13, N * 2 * F)       /* (N, F|F) */                               \
   X(float, norm_part, (double)NC_NORM_ROW_CHUNKS * C)                               \
   X(double, scal, NC_NORM_BLOCKS + 2.0) /* norm partials, sumsq, loss */
 
@@ -138,6 +135,7 @@ static double round_up(double bytes) { return ceil(bytes / ALIGN) * ALIGN; }
 static void act_bytes(const nn_config *c, double N, double out[ACT_COUNT]) {
   double L = c->n_layers, C = c->d_model, V = c->vocab_size, F = c->ffn_hidden;
   double NH = c->n_heads, QD = NH * c->head_dim, KVD = (double)c->n_kv_heads * c->head_dim;
+  double QKVD = QD + 2 * KVD;
   int i = 0;
 #define X(type, f, n) out[i++] = round_up((double)sizeof(type) * (n));
   NC_ACT_LIST(X)
@@ -154,8 +152,9 @@ static double params_bytes(const nn_config *c) {
 struct nn_cuda_model {
   nn_config cfg;
   int B, T; /* capacity */
-  size_t param_sizes[NN_PARAM_COUNT], param_off[NN_PARAM_COUNT], num_params;
-  float *params, *grads, *mom, *var; /* fp32, C layout */
+  nc_layout lay;
+  size_t num_params;
+  float *params, *grads, *mom, *var; /* fp32, device layout */
   bf16 *params_bf;
   float *rope_cos, *rope_sin; /* (max T, HD/2) */
   unsigned char *acts_mem;
@@ -173,32 +172,60 @@ struct nn_cuda_model {
   bool last_has_targets, logits_valid;
 };
 
-/* device pointers of a parameter block */
-typedef struct {
-#define X(e, f, pl, d, hf) float *f;
-  NN_PARAM_LIST(X)
-#undef X
-} wf32;
-typedef struct {
-#define X(e, f, pl, d, hf) bf16 *f;
-  NN_PARAM_LIST(X)
-#undef X
-} wbf16;
+/* ---- the device layout (model_view.cuh) ---------------------------------- */
 
-static wf32 point_f32(const nn_cuda_model *m, float *base) {
-  wf32 w;
-#define X(e, f, pl, d, hf) w.f = base + m->param_off[NN_PARAM_##e];
-  NN_PARAM_LIST(X)
-#undef X
-  return w;
+void nc_layout_make(const nn_config *cfg, nc_layout *lay) {
+  memset(lay, 0, sizeof *lay);
+  size_t L = (size_t)cfg->n_layers, block = 0, at = 0;
+  for (int i = 0; i < NN_PARAM_COUNT; i++) {
+    int64_t dims[2];
+    nn_param_shape(cfg, (nn_param_id)i, dims);
+    lay->size[i] = (size_t)(dims[0] * dims[1]);
+  }
+  /* decaying global tensors */
+  for (int i = 0; i < NN_PARAM_COUNT; i++)
+    if (nn_param_decays((nn_param_id)i) && !nn_param_per_layer((nn_param_id)i)) {
+      lay->off[i] = at;
+      at += lay->size[i];
+    }
+  /* one block a layer of the decaying per-layer tensors, in list order */
+  for (int i = 0; i < NN_PARAM_COUNT; i++)
+    if (nn_param_decays((nn_param_id)i) && nn_param_per_layer((nn_param_id)i)) {
+      lay->off[i] = at + block;
+      block += lay->size[i];
+    }
+  for (int i = 0; i < NN_PARAM_COUNT; i++)
+    if (nn_param_decays((nn_param_id)i) && nn_param_per_layer((nn_param_id)i))
+      lay->stride[i] = block;
+  at += L * block;
+  lay->n_decay = at;
+  /* the rest, each tensor's layers contiguous */
+  for (int i = 0; i < NN_PARAM_COUNT; i++)
+    if (!nn_param_decays((nn_param_id)i)) {
+      bool per = nn_param_per_layer((nn_param_id)i);
+      lay->off[i] = at;
+      lay->stride[i] = per ? lay->size[i] : 0;
+      at += lay->size[i] * (per ? L : 1);
+    }
+  lay->total = at;
 }
 
-static wbf16 point_bf16(const nn_cuda_model *m, bf16 *base) {
-  wbf16 w;
-#define X(e, f, pl, d, hf) w.f = base + m->param_off[NN_PARAM_##e];
-  NN_PARAM_LIST(X)
-#undef X
-  return w;
+/* Copies a parameter-shaped block between the C layout (host, at `host`)
+ * and the device layout (at `dev`), one tensor layer at a time. */
+static bool copy_permuted(const nn_cuda_model *m, float *dev, float *host, bool to_device) {
+  const nc_layout *lay = &m->lay;
+  size_t c_off = 0;
+  bool ok = true;
+  for (int i = 0; ok && i < NN_PARAM_COUNT; i++) {
+    int layers = nn_param_per_layer((nn_param_id)i) ? m->cfg.n_layers : 1;
+    size_t bytes = sizeof(float) * lay->size[i];
+    for (int l = 0; ok && l < layers; l++, c_off += lay->size[i]) {
+      float *d = dev + nc_at(lay, (nn_param_id)i, l), *h = host + c_off;
+      ok = to_device ? NC_CUDA(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, m->stream))
+                     : NC_CUDA(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, m->stream));
+    }
+  }
+  return ok && NC_CUDA(cudaStreamSynchronize(m->stream));
 }
 
 /* ---- creation ------------------------------------------------------------ */
@@ -282,14 +309,9 @@ extern "C" bool nn_cuda_model_init(nn_cuda_model **out, const nn_config *cfg, in
   m->B = B;
   m->T = T;
   nn_optim_default(&m->opt);
-  for (int i = 0; i < NN_PARAM_COUNT; i++) {
-    int64_t dims[2];
-    nn_param_shape(cfg, (nn_param_id)i, dims);
-    m->param_sizes[i] =
-        (size_t)(dims[0] * dims[1] * (nn_param_per_layer((nn_param_id)i) ? cfg->n_layers : 1));
-    m->param_off[i] = m->num_params;
-    m->num_params += m->param_sizes[i];
-  }
+  nc_layout_make(cfg, &m->lay);
+  m->num_params = m->lay.total;
+  DG_ASSERT((int64_t)m->num_params == nn_config_param_count(cfg));
   size_t P = m->num_params, N = (size_t)B * T, hd2 = (size_t)cfg->head_dim / 2;
   size_t nrope = (size_t)cfg->max_seq_len * hd2;
   bool ok = NC_CUDA(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking)) &&
@@ -359,12 +381,11 @@ extern "C" bool nn_cuda_model_load(nn_cuda_model *m, const nn_model *ref, bool w
     return dg_fail(st, DG_ERR_INVALID, "CUDA model load: the C model has no AdamW state");
   size_t bytes = sizeof(float) * m->num_params;
   cudaStream_t s = m->stream;
-  bool ok = NC_CUDA(cudaMemcpyAsync(m->params, ref->params_mem, bytes, cudaMemcpyHostToDevice, s));
+  bool ok = copy_permuted(m, m->params, ref->params_mem, true);
   if (ok) nc_to_bf16(m->params_bf, m->params, m->num_params, s);
   ok = ok && !nc_error_pending();
   if (ok && with_state)
-    ok = NC_CUDA(cudaMemcpyAsync(m->mom, ref->m_mem, bytes, cudaMemcpyHostToDevice, s)) &&
-         NC_CUDA(cudaMemcpyAsync(m->var, ref->v_mem, bytes, cudaMemcpyHostToDevice, s));
+    ok = copy_permuted(m, m->mom, ref->m_mem, true) && copy_permuted(m, m->var, ref->v_mem, true);
   else if (ok)
     ok = NC_CUDA(cudaMemsetAsync(m->mom, 0, bytes, s)) && NC_CUDA(cudaMemsetAsync(m->var, 0, bytes, s));
   ok = ok && NC_CUDA(cudaMemsetAsync(m->grads, 0, bytes, s)) && NC_CUDA(cudaStreamSynchronize(s));
@@ -384,10 +405,9 @@ extern "C" bool nn_cuda_model_store(const nn_cuda_model *m, nn_model *ref, bool 
     return dg_fail(st, DG_ERR_INVALID, "CUDA model store: the C model has another config");
   if (with_state && (!ref->m_mem || !ref->v_mem))
     return dg_fail(st, DG_ERR_INVALID, "CUDA model store: the C model has no AdamW state");
-  size_t bytes = sizeof(float) * m->num_params;
-  if (copy_to_host(m, ref->params_mem, m->params, bytes) && with_state &&
-      copy_to_host(m, ref->m_mem, m->mom, bytes))
-    copy_to_host(m, ref->v_mem, m->var, bytes);
+  if (copy_permuted(m, m->params, ref->params_mem, false) && with_state &&
+      copy_permuted(m, m->mom, ref->m_mem, false))
+    copy_permuted(m, m->var, ref->v_mem, false);
   return nc_error_take(st, "CUDA model store");
 }
 
@@ -419,12 +439,13 @@ static bool forward_impl(nn_cuda_model *m, const int32_t *inputs, const int32_t 
   const nn_config *c = &m->cfg;
   int L = c->n_layers, C = c->d_model, V = c->vocab_size, F = c->ffn_hidden;
   int NH = c->n_heads, NKV = c->n_kv_heads, HD = c->head_dim, QD = NH * HD, KVD = NKV * HD;
-  int N = B * T;
+  int QKVD = QD + 2 * KVD, N = B * T;
   size_t NC = (size_t)N * C;
   cudaStream_t s = m->stream;
   nc_acts *a = &m->a;
-  wf32 pf = point_f32(m, m->params);
-  wbf16 pb = point_bf16(m, m->params_bf);
+  const nc_layout *lay = &m->lay;
+  const float *pf = m->params;
+  const bf16 *pb = m->params_bf;
   nc_blas *bl = m->blas;
   m->logits_valid = m->last_has_targets = false;
 
@@ -442,35 +463,42 @@ static bool forward_impl(nn_cuda_model *m, const int32_t *inputs, const int32_t 
   }
   if (!ok) return nc_error_take(st, "CUDA forward");
 
-  nc_embedding_forward(a->x, a->inputs, pf.wte, N, C, s);
+  nc_embedding_forward(a->x, a->inputs, pf + nc_at(lay, NN_PARAM_WTE, 0), N, C, s);
   for (int l = 0; ok && l < L; l++) {
     float *x = a->x + l * NC, *xmid = a->xmid + l * NC, *xout = a->x + (l + 1) * NC;
     bf16 *ln1 = a->ln1 + l * NC, *ln2 = a->ln2 + l * NC;
-    bf16 *q = a->q + (size_t)l * N * QD, *k = a->k + (size_t)l * N * KVD, *v = a->v + (size_t)l * N * KVD;
+    bf16 *qkv = a->qkv + (size_t)l * N * QKVD, *q = qkv, *k = qkv + QD, *v = qkv + QD + KVD;
     bf16 *atty = a->atty + (size_t)l * N * QD;
     float *lse = a->lse + (size_t)l * N * NH;
-    bf16 *h1 = a->h1 + (size_t)l * N * F, *h3 = a->h3 + (size_t)l * N * F, *hg = a->hg + (size_t)l * N * F;
+    bf16 *h13 = a->h13 + (size_t)l * N * 2 * F, *hg = a->hg + (size_t)l * N * F;
 
-    nc_rmsnorm_forward(ln1, a->rstd1 + (size_t)l * N, x, pf.ln1w + (size_t)l * C, N, C, c->norm_eps, s);
-    ok = nc_mm_forward(bl, q, CUDA_R_16BF, NULL, 0.0f, ln1, pb.wq + (size_t)l * QD * C, N, C, QD, s) &&
-         nc_mm_forward(bl, k, CUDA_R_16BF, NULL, 0.0f, ln1, pb.wk + (size_t)l * KVD * C, N, C, KVD, s) &&
-         nc_mm_forward(bl, v, CUDA_R_16BF, NULL, 0.0f, ln1, pb.wv + (size_t)l * KVD * C, N, C, KVD, s);
+    nc_rmsnorm_forward(ln1, a->rstd1 + (size_t)l * N, x, pf + nc_at(lay, NN_PARAM_LN1W, l), N, C,
+                       c->norm_eps, s);
+    /* q|k|v = ln1 . [wq; wk; wv]^T, one matmul */
+    ok = nc_mm_forward(bl, qkv, CUDA_R_16BF, NULL, 0.0f, ln1, pb + nc_at(lay, NN_PARAM_WQ, l), N,
+                       C, QKVD, s);
     if (!ok) break;
-    nc_rope_qk(q, k, m->rope_cos, m->rope_sin, B, T, NH, NKV, HD, s);
-    ok = nc_attention_forward(atty, lse, q, k, v, B, T, NH, NKV, HD, s) &&
+    nc_rope_qk(q, k, QKVD, m->rope_cos, m->rope_sin, B, T, NH, NKV, HD, s);
+    ok = nc_attention_forward(atty, lse, q, k, v, QKVD, B, T, NH, NKV, HD, s) &&
          /* xmid = x + atty . wo^T, the residual add in the epilogue */
-         nc_mm_forward(bl, xmid, CUDA_R_32F, x, 1.0f, atty, pb.wo + (size_t)l * C * QD, N, QD, C, s);
+         nc_mm_forward(bl, xmid, CUDA_R_32F, x, 1.0f, atty, pb + nc_at(lay, NN_PARAM_WO, l), N, QD,
+                       C, s);
     if (!ok) break;
-    nc_rmsnorm_forward(ln2, a->rstd2 + (size_t)l * N, xmid, pf.ln2w + (size_t)l * C, N, C, c->norm_eps, s);
-    ok = nc_mm_forward(bl, h1, CUDA_R_16BF, NULL, 0.0f, ln2, pb.w1 + (size_t)l * F * C, N, C, F, s) &&
-         nc_mm_forward(bl, h3, CUDA_R_16BF, NULL, 0.0f, ln2, pb.w3 + (size_t)l * F * C, N, C, F, s);
+    nc_rmsnorm_forward(ln2, a->rstd2 + (size_t)l * N, xmid, pf + nc_at(lay, NN_PARAM_LN2W, l), N,
+                       C, c->norm_eps, s);
+    /* gate|up = ln2 . [w1; w3]^T */
+    ok = nc_mm_forward(bl, h13, CUDA_R_16BF, NULL, 0.0f, ln2, pb + nc_at(lay, NN_PARAM_W1, l), N, C,
+                       2 * F, s);
     if (!ok) break;
-    nc_swiglu_forward(hg, h1, h3, (size_t)N * F, s);
-    ok = nc_mm_forward(bl, xout, CUDA_R_32F, xmid, 1.0f, hg, pb.w2 + (size_t)l * C * F, N, F, C, s);
+    nc_swiglu_forward(hg, h13, N, F, s);
+    ok = nc_mm_forward(bl, xout, CUDA_R_32F, xmid, 1.0f, hg, pb + nc_at(lay, NN_PARAM_W2, l), N, F,
+                       C, s);
   }
   if (ok) {
-    nc_rmsnorm_forward(a->lnf, a->rstdf, a->x + L * NC, pf.lnfw, N, C, c->norm_eps, s);
-    ok = nc_mm_forward(bl, a->logits, CUDA_R_16BF, NULL, 0.0f, a->lnf, pb.wlm, N, C, V, s);
+    nc_rmsnorm_forward(a->lnf, a->rstdf, a->x + L * NC, pf + nc_at(lay, NN_PARAM_LNFW, 0), N, C,
+                       c->norm_eps, s);
+    ok = nc_mm_forward(bl, a->logits, CUDA_R_16BF, NULL, 0.0f, a->lnf,
+                       pb + nc_at(lay, NN_PARAM_WLM, 0), N, C, V, s);
   }
   if (!ok || nc_error_pending()) return nc_error_take(st, "CUDA forward");
   m->last_B = B;
@@ -531,60 +559,65 @@ extern "C" bool nn_cuda_backward(nn_cuda_model *m, dg_status *st) {
   int B = m->last_B, T = m->last_T, N = B * T;
   int L = c->n_layers, C = c->d_model, V = c->vocab_size, F = c->ffn_hidden;
   int NH = c->n_heads, NKV = c->n_kv_heads, HD = c->head_dim, QD = NH * HD, KVD = NKV * HD;
+  int QKVD = QD + 2 * KVD;
   size_t NC = (size_t)N * C, NF = (size_t)N * F;
   cudaStream_t s = m->stream;
   nc_acts *a = &m->a;
-  wf32 pf = point_f32(m, m->params), g = point_f32(m, m->grads);
-  wbf16 pb = point_bf16(m, m->params_bf);
+  const nc_layout *lay = &m->lay;
+  const float *pf = m->params;
+  float *g = m->grads;
+  const bf16 *pb = m->params_bf;
   nc_blas *bl = m->blas;
   /* the forward with targets left d loss / d logits in a->logits */
   m->last_has_targets = false;
 
-  bool ok = nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 0.0f, a->logits, pb.wlm, N, C, V, s) &&
-            nc_mm_backward_weight(bl, g.wlm, a->logits, a->lnf, N, C, V, s) &&
+#define P_(id, l) nc_at(lay, NN_PARAM_##id, l)
+  bool ok = nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 0.0f, a->logits, pb + P_(WLM, 0), N, C, V,
+                                 s) &&
+            nc_mm_backward_weight(bl, g + P_(WLM, 0), a->logits, a->lnf, N, C, V, s) &&
             NC_CUDA(cudaMemsetAsync(a->dx, 0, sizeof(float) * NC, s));
   if (ok)
-    nc_rmsnorm_backward(a->dx, a->dxb, g.lnfw, a->norm_part, a->dn, a->x + L * NC, pf.lnfw,
-                        a->rstdf, N, C, s);
+    nc_rmsnorm_backward(a->dx, a->dxb, g + P_(LNFW, 0), a->norm_part, a->dn, a->x + L * NC,
+                        pf + P_(LNFW, 0), a->rstdf, N, C, s);
+  bf16 *dqkv = a->dqkv;
   for (int l = L - 1; ok && l >= 0; l--) {
     float *x = a->x + l * NC, *xmid = a->xmid + l * NC;
     bf16 *ln1 = a->ln1 + l * NC, *ln2 = a->ln2 + l * NC;
-    bf16 *q = a->q + (size_t)l * N * QD, *k = a->k + (size_t)l * N * KVD, *v = a->v + (size_t)l * N * KVD;
+    bf16 *qkv = a->qkv + (size_t)l * N * QKVD, *q = qkv, *k = qkv + QD, *v = qkv + QD + KVD;
     bf16 *atty = a->atty + (size_t)l * N * QD;
     float *lse = a->lse + (size_t)l * N * NH;
-    bf16 *h1 = a->h1 + l * NF, *h3 = a->h3 + l * NF, *hg = a->hg + l * NF;
+    bf16 *h13 = a->h13 + l * 2 * NF, *hg = a->hg + l * NF;
 
     /* x[l+1] = xmid + hg . w2^T: dx passes through the residual */
-    ok = nc_mm_backward_input(bl, a->dhg, CUDA_R_16BF, 0.0f, a->dxb, pb.w2 + (size_t)l * C * F, N, F, C, s) &&
-         nc_mm_backward_weight(bl, g.w2 + (size_t)l * C * F, a->dxb, hg, N, F, C, s);
+    ok = nc_mm_backward_input(bl, a->dhg, CUDA_R_16BF, 0.0f, a->dxb, pb + P_(W2, l), N, F, C, s) &&
+         nc_mm_backward_weight(bl, g + P_(W2, l), a->dxb, hg, N, F, C, s);
     if (!ok) break;
-    nc_swiglu_backward(a->dh1, a->dh3, a->dhg, h1, h3, NF, s);
-    ok = nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 0.0f, a->dh1, pb.w1 + (size_t)l * F * C, N, C, F, s) &&
-         nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 1.0f, a->dh3, pb.w3 + (size_t)l * F * C, N, C, F, s) &&
-         nc_mm_backward_weight(bl, g.w1 + (size_t)l * F * C, a->dh1, ln2, N, C, F, s) &&
-         nc_mm_backward_weight(bl, g.w3 + (size_t)l * F * C, a->dh3, ln2, N, C, F, s);
+    nc_swiglu_backward(a->dh13, a->dhg, h13, N, F, s);
+    /* [w1; w3] is one (2F, C) matrix: one product for the input, one for
+     * the weights */
+    ok = nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 0.0f, a->dh13, pb + P_(W1, l), N, C, 2 * F, s) &&
+         nc_mm_backward_weight(bl, g + P_(W1, l), a->dh13, ln2, N, C, 2 * F, s);
     if (!ok) break;
-    nc_rmsnorm_backward(a->dx, a->dxb, g.ln2w + (size_t)l * C, a->norm_part, a->dn, xmid,
-                        pf.ln2w + (size_t)l * C, a->rstd2 + (size_t)l * N, N, C, s);
+    nc_rmsnorm_backward(a->dx, a->dxb, g + P_(LN2W, l), a->norm_part, a->dn, xmid, pf + P_(LN2W, l),
+                        a->rstd2 + (size_t)l * N, N, C, s);
 
     /* xmid = x + atty . wo^T */
-    ok = nc_mm_backward_input(bl, a->datty, CUDA_R_16BF, 0.0f, a->dxb, pb.wo + (size_t)l * C * QD, N, QD, C, s) &&
-         nc_mm_backward_weight(bl, g.wo + (size_t)l * C * QD, a->dxb, atty, N, QD, C, s) &&
+    ok = nc_mm_backward_input(bl, a->datty, CUDA_R_16BF, 0.0f, a->dxb, pb + P_(WO, l), N, QD, C, s) &&
+         nc_mm_backward_weight(bl, g + P_(WO, l), a->dxb, atty, N, QD, C, s) &&
          /* dq, dk come out rotated back by RoPE (fused into the kernels) */
-         nc_attention_backward(a->dq, a->dk, a->dv, a->delta, a->datty, atty, lse, q, k, v, B, T,
-                               NH, NKV, HD, m->rope_cos, m->rope_sin, s);
+         nc_attention_backward(dqkv, dqkv + QD, dqkv + QD + KVD, a->delta, a->datty, atty, lse, q,
+                               k, v, QKVD, B, T, NH, NKV, HD, m->rope_cos, m->rope_sin, s);
     if (!ok) break;
-    ok = nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 0.0f, a->dq, pb.wq + (size_t)l * QD * C, N, C, QD, s) &&
-         nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 1.0f, a->dk, pb.wk + (size_t)l * KVD * C, N, C, KVD, s) &&
-         nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 1.0f, a->dv, pb.wv + (size_t)l * KVD * C, N, C, KVD, s) &&
-         nc_mm_backward_weight(bl, g.wq + (size_t)l * QD * C, a->dq, ln1, N, C, QD, s) &&
-         nc_mm_backward_weight(bl, g.wk + (size_t)l * KVD * C, a->dk, ln1, N, C, KVD, s) &&
-         nc_mm_backward_weight(bl, g.wv + (size_t)l * KVD * C, a->dv, ln1, N, C, KVD, s);
+    ok = nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 0.0f, dqkv, pb + P_(WQ, l), N, C, QKVD, s) &&
+         nc_mm_backward_weight(bl, g + P_(WQ, l), dqkv, ln1, N, C, QKVD, s);
     if (!ok) break;
-    nc_rmsnorm_backward(a->dx, a->dxb, g.ln1w + (size_t)l * C, a->norm_part, a->dn, x,
-                        pf.ln1w + (size_t)l * C, a->rstd1 + (size_t)l * N, N, C, s);
+    nc_rmsnorm_backward(a->dx, a->dxb, g + P_(LN1W, l), a->norm_part, a->dn, x, pf + P_(LN1W, l),
+                        a->rstd1 + (size_t)l * N, N, C, s);
   }
-  if (ok) nc_embedding_backward(g.wte, a->dx, a->emb_order, a->emb_uniq, a->emb_start, m->emb_u, C, s);
+  if (ok)
+    nc_embedding_backward(g + P_(WTE, 0), a->dx, a->emb_order, a->emb_uniq, a->emb_start, m->emb_u,
+                          C, s);
+#undef P_
   if (ok) NC_CUDA(cudaStreamSynchronize(s));
   return nc_error_take(st, "CUDA backward");
 }
@@ -602,12 +635,12 @@ extern "C" bool nn_cuda_update(nn_cuda_model *m, int64_t step, float *norm, dg_s
   float lr = nn_optim_lr(o, step);
   double t = (double)step + 1;
   float bc1 = (float)(1.0 - pow(o->beta1, t)), bc2 = (float)(1.0 - pow(o->beta2, t));
-  for (int i = 0; i < NN_PARAM_COUNT; i++) {
-    size_t off = m->param_off[i];
-    float wd = nn_param_decays((nn_param_id)i) ? o->weight_decay : 0.0f;
-    nc_adamw(m->params + off, m->params_bf + off, m->mom + off, m->var + off, m->grads + off,
-             m->param_sizes[i], sumsq, o->grad_clip, lr, o->beta1, o->beta2, o->eps, wd, bc1, bc2, s);
-  }
+  /* the decaying tensors, then the rest (the layout puts them first) */
+  size_t nd = m->lay.n_decay, P = m->num_params;
+  nc_adamw(m->params, m->params_bf, m->mom, m->var, m->grads, nd, sumsq, o->grad_clip, lr,
+           o->beta1, o->beta2, o->eps, o->weight_decay, bc1, bc2, s);
+  nc_adamw(m->params + nd, m->params_bf + nd, m->mom + nd, m->var + nd, m->grads + nd, P - nd,
+           sumsq, o->grad_clip, lr, o->beta1, o->beta2, o->eps, 0.0f, bc1, bc2, s);
   double ss = 0;
   if (!nc_error_pending() && copy_to_host(m, &ss, sumsq, sizeof ss) && norm) *norm = (float)sqrt(ss);
   return nc_error_take(st, "CUDA update");
@@ -637,24 +670,22 @@ extern "C" bool nn_cuda_copy_losses(const nn_cuda_model *m, float *out, dg_statu
 }
 
 extern "C" bool nn_cuda_copy_params(const nn_cuda_model *m, float *out, dg_status *st) {
-  copy_to_host(m, out, m->params, sizeof(float) * m->num_params);
+  copy_permuted(m, m->params, out, false);
   return nc_error_take(st, "CUDA params");
 }
 
 extern "C" bool nn_cuda_copy_grads(const nn_cuda_model *m, float *out, dg_status *st) {
-  copy_to_host(m, out, m->grads, sizeof(float) * m->num_params);
+  copy_permuted(m, m->grads, out, false);
   return nc_error_take(st, "CUDA grads");
 }
 
 /* ---- the decoder's view (decode.cu, model_view.cuh) ------------------------ */
 
-#include "model_view.cuh"
-
 void nc_model_view_get(const nn_cuda_model *m, nc_model_view *v) {
   v->cfg = &m->cfg;
   v->params = m->params;
   v->params_bf = m->params_bf;
-  for (int i = 0; i < NN_PARAM_COUNT; i++) v->param_off[i] = m->param_off[i];
+  v->layout = m->lay;
   v->rope_cos = m->rope_cos;
   v->rope_sin = m->rope_sin;
   v->stream = m->stream;

@@ -8,17 +8,23 @@
  * Does not do Llama-3 frequency scaling.
  *
  * One thread rotates 8 pairs of a row with 16-byte loads and stores; q and
- * k go through one launch (nc_rope_qk). Rows whose HD is not a multiple of
- * 16, or unaligned buffers, take a pair-per-thread path.
+ * k go through one launch. Rows whose HD is not a multiple of 16, or
+ * unaligned buffers, take a pair-per-thread path.
  *
- * x (B, T, nh, HD); cos, sin (max T, HD/2).
+ * q (B, T, NH, HD), k (B, T, NKV, HD), tokens `ld` elements apart (the
+ * model's fused q|k|v rows); cos, sin (max T, HD/2).
  */
 #include <stdint.h>
 
 #include "common.cuh"
 
-static __global__ void rope_kernel(bf16 *x, const float *cosb, const float *sinb, int B, int T,
-                                   int nh, int HD, float dir) {
+/* Row r of x's (b, t, h) rows: token r / nh, head r % nh; tokens ld apart. */
+static __device__ __forceinline__ bf16 *head_row(bf16 *x, size_t r, int nh, size_t ld, int HD) {
+  return x + (r / (size_t)nh) * ld + (r % (size_t)nh) * (size_t)HD;
+}
+
+static __global__ void rope_kernel(bf16 *x, size_t ld, const float *cosb, const float *sinb, int B,
+                                   int T, int nh, int HD, float dir) {
   int hd2 = HD / 2;
   size_t total = (size_t)B * T * nh * hd2;
   for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
@@ -26,7 +32,7 @@ static __global__ void rope_kernel(bf16 *x, const float *cosb, const float *sinb
     int i = (int)(idx % (size_t)hd2);
     size_t row = idx / (size_t)hd2; /* (b, t, h) */
     int t = (int)((row / (size_t)nh) % (size_t)T);
-    bf16 *v = x + row * (size_t)HD;
+    bf16 *v = head_row(x, row, nh, ld, HD);
     float c = cosb[(size_t)t * hd2 + i], s = dir * sinb[(size_t)t * hd2 + i];
     float x1 = __bfloat162float(v[i]), x2 = __bfloat162float(v[i + hd2]);
     v[i] = __float2bfloat16(x1 * c - x2 * s);
@@ -35,10 +41,10 @@ static __global__ void rope_kernel(bf16 *x, const float *cosb, const float *sinb
 }
 
 /* Items are (row, group of 8 pairs), first those of x (nx items, nhx
- * heads a row), then those of y (nhy heads). */
+ * heads a row), then those of y (nhy heads); tokens ld apart in both. */
 static __global__ void rope_vec_kernel(bf16 *x, int nhx, size_t nx, bf16 *y, int nhy, size_t total,
-                                       const float *cosb, const float *sinb, int T, int HD,
-                                       float dir) {
+                                       size_t ld, const float *cosb, const float *sinb, int T,
+                                       int HD, float dir) {
   const int hd2 = HD / 2, groups = hd2 / 8;
   for (size_t idx = blockIdx.x * (size_t)blockDim.x + threadIdx.x; idx < total;
        idx += (size_t)gridDim.x * blockDim.x) {
@@ -47,7 +53,7 @@ static __global__ void rope_vec_kernel(bf16 *x, int nhx, size_t nx, bf16 *y, int
     int nh = in_x ? nhx : nhy, i = (int)(it % (size_t)groups) * 8;
     size_t row = it / (size_t)groups;
     int t = (int)((row / (size_t)nh) % (size_t)T);
-    bf16 *v = (in_x ? x : y) + row * (size_t)HD + i;
+    bf16 *v = head_row(in_x ? x : y, row, nh, ld, HD) + i;
     uint4 a = *(const uint4 *)v, b = *(const uint4 *)(v + hd2);
     const float4 *cp = (const float4 *)(cosb + (size_t)t * hd2 + i);
     const float4 *sp = (const float4 *)(sinb + (size_t)t * hd2 + i);
@@ -66,32 +72,22 @@ static __global__ void rope_vec_kernel(bf16 *x, int nhx, size_t nx, bf16 *y, int
   }
 }
 
-static bool vec_ok(const void *p, const float *cosb, const float *sinb, int HD) {
-  return HD % 16 == 0 && ((uintptr_t)p | (uintptr_t)cosb | (uintptr_t)sinb) % 16 == 0;
+static bool vec_ok(const void *p, size_t ld, const float *cosb, const float *sinb, int HD) {
+  return HD % 16 == 0 && ld % 8 == 0 &&
+         ((uintptr_t)p | (uintptr_t)cosb | (uintptr_t)sinb) % 16 == 0;
 }
 
-void nc_rope(bf16 *x, const float *cosb, const float *sinb, int B, int T, int nh, int HD, float dir,
-             cudaStream_t s) {
-  if (vec_ok(x, cosb, sinb, HD)) {
-    size_t total = (size_t)B * T * nh * (HD / 16);
-    rope_vec_kernel<<<nc_grid(total, 256), 256, 0, s>>>(x, nh, total, x, nh, total, cosb, sinb, T,
-                                                        HD, dir);
-  } else {
-    size_t total = (size_t)B * T * nh * (HD / 2);
-    rope_kernel<<<nc_grid(total, 256), 256, 0, s>>>(x, cosb, sinb, B, T, nh, HD, dir);
-  }
-  NC_LAUNCHED();
-}
-
-void nc_rope_qk(bf16 *q, bf16 *k, const float *cosb, const float *sinb, int B, int T, int NH,
-                int NKV, int HD, cudaStream_t s) {
-  if (!vec_ok(q, cosb, sinb, HD) || !vec_ok(k, cosb, sinb, HD)) {
-    nc_rope(q, cosb, sinb, B, T, NH, HD, 1.0f, s);
-    nc_rope(k, cosb, sinb, B, T, NKV, HD, 1.0f, s);
+void nc_rope_qk(bf16 *q, bf16 *k, size_t ld, const float *cosb, const float *sinb, int B, int T,
+                int NH, int NKV, int HD, cudaStream_t s) {
+  if (!vec_ok(q, ld, cosb, sinb, HD) || !vec_ok(k, ld, cosb, sinb, HD)) {
+    size_t nq = (size_t)B * T * NH * (HD / 2), nk = (size_t)B * T * NKV * (HD / 2);
+    rope_kernel<<<nc_grid(nq, 256), 256, 0, s>>>(q, ld, cosb, sinb, B, T, NH, HD, 1.0f);
+    rope_kernel<<<nc_grid(nk, 256), 256, 0, s>>>(k, ld, cosb, sinb, B, T, NKV, HD, 1.0f);
+    NC_LAUNCHED();
     return;
   }
   size_t nq = (size_t)B * T * NH * (HD / 16), total = nq + (size_t)B * T * NKV * (HD / 16);
-  rope_vec_kernel<<<nc_grid(total, 256), 256, 0, s>>>(q, NH, nq, k, NKV, total, cosb, sinb, T, HD,
-                                                      1.0f);
+  rope_vec_kernel<<<nc_grid(total, 256), 256, 0, s>>>(q, NH, nq, k, NKV, total, ld, cosb, sinb, T,
+                                                      HD, 1.0f);
   NC_LAUNCHED();
 }
