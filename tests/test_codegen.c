@@ -108,11 +108,17 @@ DG_TEST(codegen_c_reference_parallel_loop) {
   CHECK(src != NULL);
 
   /* a batch of one outermost: the spatial loops below it are collapsed in,
-   * the reduction loop is not */
+   * the reduction loop is not, nor the innermost spatial loop once it is
+   * moved inside the reduction loop (test_codegen_reference.c) */
   f = wl_build("GMM/0", &st);
   CHECK(f != NULL);
   if (f) {
     char *gmm = codegen_emit(f, &codegen_lang_c, &o, &st);
+    CHECK(gmm != NULL && strstr(gmm, "#pragma omp parallel for collapse(2) schedule(static)") != NULL);
+    free(gmm);
+    o.reference_in_order = true;
+    gmm = codegen_emit(f, &codegen_lang_c, &o, &st);
+    o.reference_in_order = false;
     CHECK(gmm != NULL && strstr(gmm, "#pragma omp parallel for collapse(3) schedule(static)") != NULL);
     free(gmm);
     ir_func_free(f);

@@ -17,6 +17,10 @@
  * Reference mode (codegen_opts.reference) emits the same loop nest with
  * every float buffer, value and operation in double: the float64 reference
  * a scheduled kernel is checked against. Integer and bool stay as they are.
+ * Its outer independent loops get OpenMP pragmas, and a reduction nest may
+ * have its innermost spatial loop moved inside the reduction loops (see
+ * codegen_opts.reference_in_order); neither changes a single bit of the
+ * results.
  */
 #ifndef DRAGON_CODEGEN_H
 #define DRAGON_CODEGEN_H
@@ -101,6 +105,13 @@ const dg_lang *codegen_lang_find(const char *name);
 
 typedef struct {
   bool reference;      /* float64 everywhere (see above) */
+  /* Reference mode: emit every loop nest in its own order. By default a
+   * nest of spatial loops over reduction loops down to one block with an
+   * init runs its innermost spatial loop inside the reduction loops where
+   * that walks memory more closely (see emit.c); each element's terms are
+   * still summed in the same order, so the results are the same bit for
+   * bit. */
+  bool reference_in_order;
   /* NULL: the kernel's name, prefixed dg_ where it would clash with C
    * (`main` becomes dg_main). */
   const char *fn_name;

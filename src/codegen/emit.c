@@ -14,6 +14,14 @@
  * C's precedence. f16 values are floats rounded after every operation; in
  * reference mode every float is a double and nothing is rounded.
  *
+ * In reference mode two things make a large workload affordable without
+ * changing a bit of its results: OpenMP pragmas on the outer loops whose
+ * iterations are independent, and, in a nest of spatial loops over
+ * reduction loops (a GEMM's i, j over k), the innermost spatial loop moved
+ * inside the reduction loops where that walks memory more closely (j over
+ * a row of B instead of k down a column). Every output element still
+ * takes its init and then its terms in the same order.
+ *
  * It assumes a kernel the verifier accepts; what it cannot express it
  * reports, and it does not lower thread bindings or insert barriers (that is
  * lower/'s job).
@@ -444,6 +452,245 @@ static void expr(emitter *e, const dg_expr *x) {
 
 static void stmt(emitter *e, const dg_stmt *s);
 
+/* ---- a reference that walks memory in order -------------------------------- */
+
+/* What of a block emit_block writes: all of it, or (for the interchanged
+ * nest below) only its init or only its body. */
+typedef enum { BLOCK_WHOLE, BLOCK_INIT, BLOCK_UPDATE } block_part;
+
+static void emit_block(emitter *e, const dg_stmt *s, bool is_root, block_part part);
+
+static bool stmt_uses_var(const dg_stmt *s, const dg_var *v) {
+  if (!s) return false;
+  switch (s->kind) {
+    case DG_STMT_FOR: return s->loop_var == v || stmt_uses_var(s->body, v);
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++)
+        if (stmt_uses_var(s->stmts[i], v)) return true;
+      return false;
+    case DG_STMT_BLOCK: return true; /* nested blocks: not judged */
+    case DG_STMT_STORE:
+      for (int i = 0; i < s->nidx; i++)
+        if (ir_expr_uses_var(s->idx[i], v)) return true;
+      return ir_expr_uses_var(s->value, v);
+    case DG_STMT_IF:
+      return ir_expr_uses_var(s->cond, v) || stmt_uses_var(s->then_s, v) ||
+             stmt_uses_var(s->else_s, v);
+  }
+  return true;
+}
+
+static bool expr_has_load(const dg_expr *x) {
+  if (!x) return false;
+  if (x->kind == DG_EXPR_LOAD) return true;
+  for (int i = 0; x->kind == DG_EXPR_CALL && i < x->nargs; i++)
+    if (expr_has_load(x->args[i])) return true;
+  return expr_has_load(x->a) || expr_has_load(x->b) || expr_has_load(x->c);
+}
+
+/* Whether every load of b in x has exactly variable v as index d. */
+static bool loads_at(const dg_expr *x, const dg_buffer *b, const dg_var *v, int d) {
+  if (!x) return true;
+  if (x->kind == DG_EXPR_LOAD && x->buf == b &&
+      !(d < x->nargs && x->args[d]->kind == DG_EXPR_VAR && x->args[d]->var == v))
+    return false;
+  if (x->kind == DG_EXPR_LOAD || x->kind == DG_EXPR_CALL) {
+    for (int i = 0; i < x->nargs; i++)
+      if (!loads_at(x->args[i], b, v, d)) return false;
+  }
+  return loads_at(x->a, b, v, d) && loads_at(x->b, b, v, d) && loads_at(x->c, b, v, d);
+}
+
+/* Whether every access to b under s, store or load, has exactly variable v
+ * as index d. */
+static bool accesses_at(const dg_stmt *s, const dg_buffer *b, const dg_var *v, int d) {
+  if (!s) return true;
+  switch (s->kind) {
+    case DG_STMT_FOR: return accesses_at(s->body, b, v, d);
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++)
+        if (!accesses_at(s->stmts[i], b, v, d)) return false;
+      return true;
+    case DG_STMT_BLOCK: return false; /* nested blocks: not judged */
+    case DG_STMT_STORE:
+      if (s->buf == b &&
+          !(d < s->nidx && s->idx[d]->kind == DG_EXPR_VAR && s->idx[d]->var == v))
+        return false;
+      for (int i = 0; i < s->nidx; i++)
+        if (!loads_at(s->idx[i], b, v, d)) return false;
+      return loads_at(s->value, b, v, d);
+    case DG_STMT_IF:
+      return loads_at(s->cond, b, v, d) && accesses_at(s->then_s, b, v, d) &&
+             accesses_at(s->else_s, b, v, d);
+  }
+  return false;
+}
+
+/* Whether block blk's iterations with distinct values of its iteration
+ * variable v touch distinct elements of every buffer it writes: each store
+ * under s (its init or body) has v as some index d at which every access
+ * of the block to that buffer has v too. */
+static bool stores_private(const dg_stmt *s, const dg_block *blk, const dg_var *v) {
+  if (!s) return true;
+  switch (s->kind) {
+    case DG_STMT_FOR: return stores_private(s->body, blk, v);
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++)
+        if (!stores_private(s->stmts[i], blk, v)) return false;
+      return true;
+    case DG_STMT_BLOCK: return false;
+    case DG_STMT_STORE:
+      for (int d = 0; d < s->nidx; d++)
+        if (s->idx[d]->kind == DG_EXPR_VAR && s->idx[d]->var == v &&
+            accesses_at(blk->init, s->buf, v, d) && accesses_at(blk->body, s->buf, v, d))
+          return true;
+      return false;
+    case DG_STMT_IF: return stores_private(s->then_s, blk, v) && stores_private(s->else_s, blk, v);
+  }
+  return false;
+}
+
+/* The coefficient *c of v in x when x is affine in v (sums, differences,
+ * products by constants); false when it is not. */
+static bool affine_in(const dg_expr *x, const dg_var *v, int64_t *c) {
+  if (!ir_expr_uses_var(x, v)) {
+    *c = 0;
+    return true;
+  }
+  int64_t a, b, k;
+  switch (x->kind) {
+    case DG_EXPR_VAR: *c = 1; return true;
+    case DG_EXPR_ADD:
+    case DG_EXPR_SUB:
+      if (!affine_in(x->a, v, &a) || !affine_in(x->b, v, &b)) return false;
+      return x->kind == DG_EXPR_ADD ? !__builtin_add_overflow(a, b, c)
+                                    : !__builtin_sub_overflow(a, b, c);
+    case DG_EXPR_MUL:
+      if (ir_is_const_int(x->a, &k) && affine_in(x->b, v, &b))
+        return !__builtin_mul_overflow(k, b, c);
+      if (ir_is_const_int(x->b, &k) && affine_in(x->a, v, &a))
+        return !__builtin_mul_overflow(k, a, c);
+      return false;
+    default: return false;
+  }
+}
+
+/* Whether buf[idx...] moves by more than 8 elements (a cache line of
+ * doubles), or not affinely, as v steps by one. */
+static bool access_far(const dg_buffer *b, dg_expr *const *idx, int n, const dg_var *v) {
+  int64_t stride = 1, step = 0;
+  for (int d = n; d-- > 0;) {
+    int64_t c, t;
+    if (!affine_in(idx[d], v, &c) || __builtin_mul_overflow(c, stride, &t) ||
+        __builtin_add_overflow(step, t, &step))
+      return true;
+    stride *= b->shape[d];
+  }
+  return step > 8 || step < -8;
+}
+
+static int far_loads(const dg_expr *x, const dg_var *v) {
+  if (!x) return 0;
+  int n = x->kind == DG_EXPR_LOAD && access_far(x->buf, x->args, x->nargs, v);
+  if (x->kind == DG_EXPR_LOAD || x->kind == DG_EXPR_CALL)
+    for (int i = 0; i < x->nargs; i++) n += far_loads(x->args[i], v);
+  return n + far_loads(x->a, v) + far_loads(x->b, v) + far_loads(x->c, v);
+}
+
+/* How many accesses under s jump far as v steps (see access_far). */
+static int far_accesses(const dg_stmt *s, const dg_var *v) {
+  if (!s) return 0;
+  int n = 0;
+  switch (s->kind) {
+    case DG_STMT_FOR: return far_accesses(s->body, v);
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++) n += far_accesses(s->stmts[i], v);
+      return n;
+    case DG_STMT_BLOCK: return 0;
+    case DG_STMT_STORE:
+      n = access_far(s->buf, s->idx, s->nidx, v);
+      for (int i = 0; i < s->nidx; i++) n += far_loads(s->idx[i], v);
+      return n + far_loads(s->value, v);
+    case DG_STMT_IF:
+      return far_loads(s->cond, v) + far_accesses(s->then_s, v) + far_accesses(s->else_s, v);
+  }
+  return 0;
+}
+
+/* The iteration variable of b of the given kind bound to exactly v, or NULL. */
+static const dg_iter *iter_bound_to(const dg_block *b, const dg_var *v, dg_iter_kind kind) {
+  for (int i = 0; i < b->n_iters; i++) {
+    const dg_iter *it = &b->iters[i];
+    if (it->kind == kind && it->binding->kind == DG_EXPR_VAR && it->binding->var == v) return it;
+  }
+  return NULL;
+}
+
+#define REFERENCE_MAX_NEST 64
+
+/* The loop of the perfect loop nest starting at s that the reference runs
+ * innermost instead, or NULL where the nest stays as it is. The nest must
+ * be loops s_1 .. s_p, r_1 .. r_q down to one block with an init (no
+ * predicate, no allocations), where
+ *  - each r_j binds a reduce iteration variable, and every reduce iteration
+ *    variable is bound to exactly some r_j: the init runs at the first
+ *    iteration of the r loops, as it will before them;
+ *  - s_p binds a spatial iteration variable v at which every store of the
+ *    block, and every load of a buffer it stores, indexes the same
+ *    dimension: distinct iterations of s_p touch distinct elements of what
+ *    the block writes, so they may run in any order, and the r loops (which
+ *    ascend as before) give each element its terms in the same order;
+ *  - no spatial binding nor the init uses the r loops (the init is emitted
+ *    outside them) and no binding loads;
+ *  - p >= 2: the loops above s_p keep the nest parallel (a lone spatial
+ *    loop over a reduction stays the parallel loop it is);
+ *  - v does not walk memory farther than r_q does (see access_far): a row
+ *    reduction over contiguous elements keeps its order.
+ * Then s_p, r_1 .. r_q are emitted as
+ *   for s_p: init;   for r_1 .. r_q: for s_p: body */
+static const dg_stmt *reference_swap_loop(const emitter *e, const dg_stmt *s) {
+  if (!e->ref || e->in_order) return NULL;
+  const dg_stmt *loops[REFERENCE_MAX_NEST];
+  int n = 0;
+  const dg_stmt *t = s;
+  for (; t && t->kind == DG_STMT_FOR; t = t->body) {
+    if (n == REFERENCE_MAX_NEST) return NULL;
+    loops[n++] = t;
+  }
+  if (!t || t->kind != DG_STMT_BLOCK) return NULL;
+  const dg_block *b = t->block;
+  if (!b->init || b->predicate || b->n_allocs) return NULL;
+  int p = n;
+  while (p > 0 && iter_bound_to(b, loops[p - 1]->loop_var, DG_ITER_REDUCE)) p--;
+  if (p == n || p < 2) return NULL;
+  const dg_stmt *sp = loops[p - 1];
+  const dg_iter *vs = iter_bound_to(b, sp->loop_var, DG_ITER_SPATIAL);
+  if (!vs) return NULL;
+  for (int j = p - 1; j < n; j++)
+    if (loops[j]->loop_kind != DG_LOOP_SERIAL && loops[j]->loop_kind != DG_LOOP_PARALLEL)
+      return NULL;
+  for (int i = 0; i < b->n_iters; i++) {
+    const dg_iter *it = &b->iters[i];
+    if (expr_has_load(it->binding)) return NULL;
+    if (it->kind == DG_ITER_REDUCE) {
+      bool bound = false;
+      for (int j = p; j < n && !bound; j++)
+        bound = it->binding->kind == DG_EXPR_VAR && it->binding->var == loops[j]->loop_var;
+      if (!bound || stmt_uses_var(b->init, it->var)) return NULL;
+    } else {
+      for (int j = p; j < n; j++)
+        if (ir_expr_uses_var(it->binding, loops[j]->loop_var)) return NULL;
+    }
+  }
+  for (int j = p; j < n; j++)
+    if (stmt_uses_var(b->init, loops[j]->loop_var)) return NULL;
+  if (!stores_private(b->init, b, vs->var) || !stores_private(b->body, b, vs->var))
+    return NULL;
+  const dg_iter *vr = iter_bound_to(b, loops[n - 1]->loop_var, DG_ITER_REDUCE);
+  if (far_accesses(b->body, vs->var) > far_accesses(b->body, vr->var)) return NULL;
+  return sp;
+}
+
 /* ---- a parallel reference ------------------------------------------------ */
 
 /* Whether every store under s writes, at some index, exactly iteration
@@ -479,13 +726,14 @@ static const dg_block *sole_block(const dg_stmt *s) {
  * may run in parallel, collapsed (an OpenMP pragma, in effect only where
  * the C compiler is given -fopenmp: see rt_cpu_compile's DRAGON_CFLAGS),
  * which is what makes the float64 reference of a large workload
- * affordable; a batch of 1 outermost is why more than one loop counts. */
-static int reference_parallel_depth(const emitter *e, const dg_stmt *s) {
+ * affordable; a batch of 1 outermost is why more than one loop counts.
+ * They stop above `swap`, the loop moved inside the reduction loops. */
+static int reference_parallel_depth(const emitter *e, const dg_stmt *s, const dg_stmt *swap) {
   if (!e->ref || e->for_depth != 0) return 0;
   const dg_block *b = sole_block(s);
   if (!b) return 0;
   int depth = 0;
-  for (const dg_stmt *t = s; t->kind == DG_STMT_FOR && depth < 4; t = t->body) {
+  for (const dg_stmt *t = s; t->kind == DG_STMT_FOR && t != swap && depth < 4; t = t->body) {
     if (t->loop_kind != DG_LOOP_SERIAL && t->loop_kind != DG_LOOP_PARALLEL) break;
     bool ok = false;
     for (int i = 0; i < b->n_iters && !ok; i++) {
@@ -500,14 +748,16 @@ static int reference_parallel_depth(const emitter *e, const dg_stmt *s) {
   return depth;
 }
 
-static void emit_for(emitter *e, const dg_stmt *s) {
+/* Opens loop s (its header, or the binding of a hardware index) with `par`
+ * loops from it collapsed into an OpenMP parallel loop (0: none); false
+ * after a failure. */
+static bool for_open(emitter *e, const dg_stmt *s, int par) {
   const char *idx = s->loop_kind == DG_LOOP_THREAD ? e->L->thread_index[s->tag] : NULL;
   if (s->extent <= 0 || s->extent > INT32_MAX) {
     fail(e, "loop %s has extent %" PRId64 " (must be in [1, 2^31))", s->loop_var->name,
          s->extent);
-    return;
+    return false;
   }
-  int par = reference_parallel_depth(e, s);
   if (par == 1) {
     put_indent(e);
     dg_str_puts(&e->out, "#pragma omp parallel for schedule(static)\n");
@@ -542,11 +792,44 @@ static void emit_for(emitter *e, const dg_stmt *s) {
     e->indent++;
   }
   e->for_depth++;
-  stmt(e, s->body);
+  return true;
+}
+
+static void for_close(emitter *e) {
   e->for_depth--;
   e->indent--;
   put_indent(e);
   dg_str_puts(&e->out, "}\n");
+}
+
+/* Loop sp of reference_swap_loop, the reduction loops below it and their
+ * block: sp with the init, then the reduction loops with sp innermost. */
+static void emit_swapped(emitter *e, const dg_stmt *sp) {
+  const dg_stmt *realize = sp->body;
+  while (realize->kind == DG_STMT_FOR) realize = realize->body;
+  if (!for_open(e, sp, 0)) return;
+  emit_block(e, realize, false, BLOCK_INIT);
+  for_close(e);
+  int opened = 0;
+  for (const dg_stmt *r = sp->body; r->kind == DG_STMT_FOR; r = r->body, opened++)
+    if (!for_open(e, r, 0)) return;
+  if (!for_open(e, sp, 0)) return;
+  emit_block(e, realize, false, BLOCK_UPDATE);
+  for_close(e);
+  for (; opened > 0; opened--) for_close(e);
+}
+
+/* Loop s; `swap` (NULL: none) is the loop of its nest to emit with
+ * emit_swapped, found at the outermost loop of the nest. */
+static void emit_for(emitter *e, const dg_stmt *s, const dg_stmt *swap) {
+  if (s == swap) {
+    emit_swapped(e, s);
+    return;
+  }
+  if (!for_open(e, s, reference_parallel_depth(e, s, swap))) return;
+  if (swap && s->body->kind == DG_STMT_FOR) emit_for(e, s->body, swap);
+  else stmt(e, s->body);
+  for_close(e);
 }
 
 static bool alloc_on_heap(const emitter *e, const dg_buffer *b) {
@@ -555,18 +838,21 @@ static bool alloc_on_heap(const emitter *e, const dg_buffer *b) {
   return e->L->max_stack_bytes > 0 && bytes > e->L->max_stack_bytes;
 }
 
-static void emit_block(emitter *e, const dg_stmt *s, bool is_root) {
+static void emit_block(emitter *e, const dg_stmt *s, bool is_root, block_part part) {
   const dg_block *b = s->block;
   const dg_block *outer = e->block;
   e->block = b;
   size_t live0 = e->live.len;
   if (!is_root) {
     put_indent(e);
-    dg_str_printf(&e->out, "{  /* block %s */\n", b->name);
+    dg_str_printf(&e->out, "{  /* block %s%s */\n", b->name,
+                  part == BLOCK_INIT ? ", init" : part == BLOCK_UPDATE ? ", update" : "");
     e->indent++;
   }
   for (int i = 0; i < b->n_iters; i++) {
     const dg_iter *it = &b->iters[i];
+    /* an init of its own runs where the reduce loops are not */
+    if (part == BLOCK_INIT && it->kind == DG_ITER_REDUCE) continue;
     put_indent(e);
     dg_str_printf(&e->out, "const %s ", value_type(e, it->var->dtype));
     put_var(e, it->var);
@@ -621,10 +907,10 @@ static void emit_block(emitter *e, const dg_stmt *s, bool is_root) {
     e->indent++;
     opened++;
   }
-  if (b->init) {
+  if (b->init && part != BLOCK_UPDATE) {
     int n_reduce = 0;
     for (int i = 0; i < b->n_iters; i++) n_reduce += b->iters[i].kind == DG_ITER_REDUCE;
-    if (n_reduce) {
+    if (n_reduce && part == BLOCK_WHOLE) {
       put_indent(e);
       dg_str_puts(&e->out, "if (");
       bool first = true;
@@ -645,7 +931,7 @@ static void emit_block(emitter *e, const dg_stmt *s, bool is_root) {
       stmt(e, b->init);
     }
   }
-  stmt(e, b->body);
+  if (part != BLOCK_INIT) stmt(e, b->body);
   for (; opened > 0; opened--) {
     e->indent--;
     put_indent(e);
@@ -670,11 +956,11 @@ static void emit_block(emitter *e, const dg_stmt *s, bool is_root) {
 static void stmt(emitter *e, const dg_stmt *s) {
   if (e->failed || !s) return;
   switch (s->kind) {
-    case DG_STMT_FOR: emit_for(e, s); return;
+    case DG_STMT_FOR: emit_for(e, s, reference_swap_loop(e, s)); return;
     case DG_STMT_SEQ:
       for (int i = 0; i < s->n; i++) stmt(e, s->stmts[i]);
       return;
-    case DG_STMT_BLOCK: emit_block(e, s, false); return;
+    case DG_STMT_BLOCK: emit_block(e, s, false, BLOCK_WHOLE); return;
     case DG_STMT_STORE: {
       bool conv = is_f16_value(e, s->buf->dtype);
       put_indent(e);
@@ -749,7 +1035,7 @@ char *codegen_emit(const dg_func *f, const dg_lang *lang, const codegen_opts *o,
     return dg_fail(st, DG_ERR_INVALID, "codegen %s: kernel %s has no root block",
                    lang->name, f->name),
            NULL;
-  emitter e = {.L = lang, .ref = o->reference, .st = st};
+  emitter e = {.L = lang, .ref = o->reference, .in_order = o->reference_in_order, .st = st};
   for (int i = 0; i < f->n_params; i++) DG_VEC_PUSH(&e.buf_names, f->params[i]->name);
   ir_visit_blocks(f->body, collect_names, &e);
   dg_str_init(&e.out);
@@ -771,7 +1057,7 @@ char *codegen_emit(const dg_func *f, const dg_lang *lang, const codegen_opts *o,
     dg_str_printf(&e.out, " = (%s%s *)args[%d];\n", c, t, i);
     DG_VEC_PUSH(&e.live, b);
   }
-  emit_block(&e, f->body, true);
+  emit_block(&e, f->body, true, BLOCK_WHOLE);
   dg_str_puts(&e.out, "}\n");
   DG_VEC_FREE(&e.live);
   DG_VEC_FREE(&e.buf_names);
