@@ -16,6 +16,8 @@
 #      generating 500, KV cache on the GPU);
 # writing every log into LOGDIR and a summary last (LOGDIR/summary.txt).
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0), as the machines ask.
+# NGPU=1 (with CUDA_VISIBLE_DEVICES) keeps to one GPU, so another job can
+# use the other.
 #
 # Nothing is installed: the machine has no network.
 set -uo pipefail
@@ -28,7 +30,7 @@ summary="$LOGDIR/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 
-NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+NGPU=${NGPU:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)}
 {
   date -u
   uname -a

@@ -22,6 +22,8 @@
 #   WEIGHTS    shares of the budget, e.g. "GEMM16=4 C3D=2" (default 1 each)
 #   GPUS       device ids to use, e.g. "1" (default every GPU): two runs
 #              with disjoint GPUS and LOGDIRs can share one machine
+#   RERUN_ONLY=1  no tuning: measure the best traces already in LOGDIR/db<g>
+#              again beside PyTorch (the table's rerun column)
 set -uo pipefail
 LOGDIR=${1:?usage: scripts/gpu_tune.sh LOGDIR}
 mkdir -p "$LOGDIR"
@@ -107,6 +109,7 @@ shard() { # gpu
   local wsum=0
   for w in "${ws[@]}"; do wsum=$((wsum + $(weight_of "$w"))); done
   for w in "${ws[@]}"; do
+    [ -n "${RERUN_ONLY:-}" ] && break
     left=$((deadline - $(date +%s)))
     per=$((left * $(weight_of "$w") / wsum))
     [ $per -lt 15 ] && per=15

@@ -93,14 +93,14 @@ void nc_embedding_backward(float *dwte, const float *dx, const int *order, const
  * hold N ints, start N + 1; returns U. */
 int nc_embedding_plan(const int32_t *inp, int N, int V, int *order, int *uniq, int *start);
 
-/* rmsnorm.cu: out = inp * rstd * w (bf16 out, fp32 in). Backward:
- * dinp += ..., dinp_bf = bf16(dinp), and dw += sum over rows of
+/* rmsnorm.cu: out = inp * rstd * w (bf16 out, fp32 in). Backward from
+ * dout (bf16): dinp += ..., dinp_bf = bf16(dinp), and dw += sum over rows of
  * dout * inp * rstd through `part` (NC_NORM_ROW_CHUNKS * C floats, one
  * partial row per chunk of rows). */
 void nc_rmsnorm_forward(bf16 *out, float *rstd, const float *inp, const float *w, int N, int C,
                         float eps, cudaStream_t s);
 enum { NC_NORM_ROW_CHUNKS = 1024 };
-void nc_rmsnorm_backward(float *dinp, bf16 *dinp_bf, float *dw, float *part, const float *dout,
+void nc_rmsnorm_backward(float *dinp, bf16 *dinp_bf, float *dw, float *part, const bf16 *dout,
                          const float *inp, const float *w, const float *rstd, int N, int C,
                          cudaStream_t s);
 

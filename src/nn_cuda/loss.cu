@@ -58,6 +58,10 @@ static __global__ void __launch_bounds__(VEC_THREADS)
     }
   }
   float M = block_reduce(mx, true, red);
+  /* up to 4 pieces (V <= 8192) the exponentials stay in registers for the
+   * gradient, so each is computed once */
+  constexpr bool KEEP = NV <= 4;
+  float ex[KEEP ? NV : 1][8];
   float sum = 0.0f;
 #pragma unroll
   for (int j = 0; j < NV; j++) {
@@ -67,7 +71,9 @@ static __global__ void __launch_bounds__(VEC_THREADS)
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       float2 f = __bfloat1622float2(h[e]);
-      sum += __expf(f.x - M) + __expf(f.y - M);
+      float e0 = __expf(f.x - M), e1 = __expf(f.y - M);
+      if (KEEP) ex[KEEP ? j : 0][2 * e] = e0, ex[KEEP ? j : 0][2 * e + 1] = e1;
+      sum += e0 + e1;
     }
   }
   float S = block_reduce(sum, false, red);
@@ -85,10 +91,18 @@ static __global__ void __launch_bounds__(VEC_THREADS)
     if (!dlosses) continue;
 #pragma unroll
     for (int e = 0; e < 4; e++) {
-      float2 f = __bfloat1622float2(h[e]);
       int c = i * 8 + 2 * e;
-      float g0 = (__expf(f.x - M) * inv - (c == tg ? 1.0f : 0.0f)) * d;
-      float g1 = (__expf(f.y - M) * inv - (c + 1 == tg ? 1.0f : 0.0f)) * d;
+      float e0, e1;
+      if (KEEP) {
+        e0 = ex[KEEP ? j : 0][2 * e];
+        e1 = ex[KEEP ? j : 0][2 * e + 1];
+      } else {
+        float2 f = __bfloat1622float2(h[e]);
+        e0 = __expf(f.x - M);
+        e1 = __expf(f.y - M);
+      }
+      float g0 = (e0 * inv - (c == tg ? 1.0f : 0.0f)) * d;
+      float g1 = (e1 * inv - (c + 1 == tg ? 1.0f : 0.0f)) * d;
       h[e] = __floats2bfloat162_rn(g0, g1);
     }
     z8[i] = raw[j];

@@ -107,7 +107,7 @@ extern "C" int nn_cuda_device_count(dg_status *st) {
   X(int, emb_start, N + 1)                                                    \
   X(float, dx, N * C)            /* residual gradient */                      \
   X(bf16, dxb, N * C)            /* its bf16 copy, a matmul operand */        \
-  X(float, dn, N * C)            /* gradient of a norm's output */            \
+  X(bf16, dn, N * C)             /* gradient of a norm's output */            \
   X(bf16, datty, N * QD)                                                      \
   X(bf16, dqkv, N * QKVD)        /* (N, QD|KVD|KVD) */                        \
   X(float, delta, N * NH)                                                     \
@@ -572,7 +572,7 @@ extern "C" bool nn_cuda_backward(nn_cuda_model *m, dg_status *st) {
   m->last_has_targets = false;
 
 #define P_(id, l) nc_at(lay, NN_PARAM_##id, l)
-  bool ok = nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 0.0f, a->logits, pb + P_(WLM, 0), N, C, V,
+  bool ok = nc_mm_backward_input(bl, a->dn, CUDA_R_16BF, 0.0f, a->logits, pb + P_(WLM, 0), N, C, V,
                                  s) &&
             nc_mm_backward_weight(bl, g + P_(WLM, 0), a->logits, a->lnf, N, C, V, s) &&
             NC_CUDA(cudaMemsetAsync(a->dx, 0, sizeof(float) * NC, s));
@@ -595,7 +595,7 @@ extern "C" bool nn_cuda_backward(nn_cuda_model *m, dg_status *st) {
     nc_swiglu_backward(a->dh13, a->dhg, h13, N, F, s);
     /* [w1; w3] is one (2F, C) matrix: one product for the input, one for
      * the weights */
-    ok = nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 0.0f, a->dh13, pb + P_(W1, l), N, C, 2 * F, s) &&
+    ok = nc_mm_backward_input(bl, a->dn, CUDA_R_16BF, 0.0f, a->dh13, pb + P_(W1, l), N, C, 2 * F, s) &&
          nc_mm_backward_weight(bl, g + P_(W1, l), a->dh13, ln2, N, C, 2 * F, s);
     if (!ok) break;
     nc_rmsnorm_backward(a->dx, a->dxb, g + P_(LN2W, l), a->norm_part, a->dn, xmid, pf + P_(LN2W, l),
@@ -608,7 +608,7 @@ extern "C" bool nn_cuda_backward(nn_cuda_model *m, dg_status *st) {
          nc_attention_backward(dqkv, dqkv + QD, dqkv + QD + KVD, a->delta, a->datty, atty, lse, q,
                                k, v, QKVD, B, T, NH, NKV, HD, m->rope_cos, m->rope_sin, s);
     if (!ok) break;
-    ok = nc_mm_backward_input(bl, a->dn, CUDA_R_32F, 0.0f, dqkv, pb + P_(WQ, l), N, C, QKVD, s) &&
+    ok = nc_mm_backward_input(bl, a->dn, CUDA_R_16BF, 0.0f, dqkv, pb + P_(WQ, l), N, C, QKVD, s) &&
          nc_mm_backward_weight(bl, g + P_(WQ, l), dqkv, ln1, N, C, QKVD, s);
     if (!ok) break;
     nc_rmsnorm_backward(a->dx, a->dxb, g + P_(LN1W, l), a->norm_part, a->dn, x, pf + P_(LN1W, l),

@@ -2,7 +2,8 @@
  *
  * Forward: one warp per row reads the fp32 residual stream and the fp32
  * gain, writes the bf16 normalised row (the next matmul's operand) and the
- * row's rstd. Backward, in one pass over the rows: one warp per row adds
+ * row's rstd. Backward, in one pass over the rows, from the bf16 gradient
+ * of the normalised row (a matmul's output): one warp per row adds
  * the input gradient into the fp32 residual gradient and refreshes its
  * bf16 copy (the next matmul's operand), and keeps the row's share of the
  * gain's gradient in registers; each block (a fixed chunk of rows) sums
@@ -29,6 +30,13 @@ static bool aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
 static int pieces(int C) {
   if (C % 4 != 0 || C > 128 * MAX_NJ) return 0;
   return (C + 127) / 128;
+}
+
+static __device__ __forceinline__ float4 load_bf16x4(const bf16 *p) {
+  uint2 u = *(const uint2 *)p;
+  float2 lo = __bfloat1622float2(*(const __nv_bfloat162 *)&u.x);
+  float2 hi = __bfloat1622float2(*(const __nv_bfloat162 *)&u.y);
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
 
 static __device__ __forceinline__ void store_bf16x4(bf16 *p, float4 v) {
@@ -119,7 +127,7 @@ void nc_rmsnorm_forward(bf16 *out, float *rstd, const float *inp, const float *w
  * dw goes to part[b]. */
 template <int NJ>
 static __global__ void __launch_bounds__(ROW_WARPS * 32)
-    rmsnorm_backward_vec_kernel(float *dinp, bf16 *dinp_bf, float *part, const float *dout,
+    rmsnorm_backward_vec_kernel(float *dinp, bf16 *dinp_bf, float *part, const bf16 *dout,
                                 const float *inp, const float *w, const float *rstd, int N, int C,
                                 int per) {
   __shared__ float4 red[ROW_WARPS][32 * NJ];
@@ -134,7 +142,7 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
     acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   for (int row = r0 + warp; row < r1; row += ROW_WARPS) {
-    const float4 *dy4 = (const float4 *)(dout + (size_t)row * C);
+    const bf16 *dyr = dout + (size_t)row * C;
     const float4 *x4 = (const float4 *)(inp + (size_t)row * C);
     float4 *dx4 = (float4 *)(dinp + (size_t)row * C);
     float4 dy[NJ], xv[NJ], dxv[NJ];
@@ -144,7 +152,7 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
       int i = lane + 32 * j;
       bool ok = i < C4;
       float4 z = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      dy[j] = ok ? dy4[i] : z;
+      dy[j] = ok ? load_bf16x4(dyr + 4 * i) : z;
       xv[j] = ok ? x4[i] : z;
       dxv[j] = ok ? dx4[i] : z;
       dot += dy[j].x * wv[j].x * xv[j].x + dy[j].y * wv[j].y * xv[j].y +
@@ -186,20 +194,21 @@ static __global__ void __launch_bounds__(ROW_WARPS * 32)
   }
 }
 
-static __global__ void rmsnorm_backward_kernel(float *dinp, bf16 *dinp_bf, const float *dout,
+static __global__ void rmsnorm_backward_kernel(float *dinp, bf16 *dinp_bf, const bf16 *dout,
                                                const float *inp, const float *w,
                                                const float *rstd, int N, int C) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
-  const float *dy = dout + (size_t)row * C, *x = inp + (size_t)row * C;
+  const bf16 *dy = dout + (size_t)row * C;
+  const float *x = inp + (size_t)row * C;
   float *dx = dinp + (size_t)row * C;
   bf16 *dxb = dinp_bf + (size_t)row * C;
   float r = rstd[row], dot = 0.0f;
-  for (int i = lane; i < C; i += 32) dot += dy[i] * w[i] * x[i];
+  for (int i = lane; i < C; i += 32) dot += __bfloat162float(dy[i]) * w[i] * x[i];
   dot = nc_warp_sum(dot);
   float c = dot * r * r * r / (float)C;
   for (int i = lane; i < C; i += 32) {
-    float v = dx[i] + (r * w[i] * dy[i] - c * x[i]);
+    float v = dx[i] + (r * w[i] * __bfloat162float(dy[i]) - c * x[i]);
     dx[i] = v;
     dxb[i] = __float2bfloat16(v);
   }
@@ -208,7 +217,7 @@ static __global__ void rmsnorm_backward_kernel(float *dinp, bf16 *dinp_bf, const
 /* grid (column tiles, chunks), block (COL_TILE, ROW_WARPS): each block sums
  * its chunk of rows of one column tile; threads stride rows, then the
  * block adds the ROW_WARPS partials in order. */
-static __global__ void rmsnorm_dw_partial_kernel(float *part, const float *dout, const float *inp,
+static __global__ void rmsnorm_dw_partial_kernel(float *part, const bf16 *dout, const float *inp,
                                                  const float *rstd, int N, int C, int per) {
   __shared__ float acc[ROW_WARPS][COL_TILE];
   int c = blockIdx.x * COL_TILE + threadIdx.x;
@@ -216,7 +225,7 @@ static __global__ void rmsnorm_dw_partial_kernel(float *part, const float *dout,
   float s = 0.0f;
   if (c < C)
     for (int r = r0 + (int)threadIdx.y; r < r1; r += ROW_WARPS)
-      s += dout[(size_t)r * C + c] * inp[(size_t)r * C + c] * rstd[r];
+      s += __bfloat162float(dout[(size_t)r * C + c]) * inp[(size_t)r * C + c] * rstd[r];
   acc[threadIdx.y][threadIdx.x] = s;
   __syncthreads();
   if (threadIdx.y == 0 && c < C) {
@@ -245,20 +254,20 @@ static __global__ void rmsnorm_dw_final_kernel(float *dw, const float *part, int
 }
 
 template <int NJ>
-static void backward_vec(float *dinp, bf16 *dinp_bf, float *part, const float *dout,
+static void backward_vec(float *dinp, bf16 *dinp_bf, float *part, const bf16 *dout,
                          const float *inp, const float *w, const float *rstd, int N, int C,
                          int per, cudaStream_t s) {
   rmsnorm_backward_vec_kernel<NJ><<<NC_NORM_ROW_CHUNKS, ROW_WARPS * 32, 0, s>>>(
       dinp, dinp_bf, part, dout, inp, w, rstd, N, C, per);
 }
 
-void nc_rmsnorm_backward(float *dinp, bf16 *dinp_bf, float *dw, float *part, const float *dout,
+void nc_rmsnorm_backward(float *dinp, bf16 *dinp_bf, float *dw, float *part, const bf16 *dout,
                          const float *inp, const float *w, const float *rstd, int N, int C,
                          cudaStream_t s) {
   int chunks = NC_NORM_ROW_CHUNKS, per = (N + chunks - 1) / chunks;
   int nj = pieces(C);
-  if (!aligned16(dinp) || !aligned16(part) || !aligned16(dout) || !aligned16(inp) ||
-      !aligned16(w) || (uintptr_t)dinp_bf % 8 != 0)
+  if (!aligned16(dinp) || !aligned16(part) || !aligned16(inp) || !aligned16(w) ||
+      ((uintptr_t)dinp_bf | (uintptr_t)dout) % 8 != 0)
     nj = 0;
   switch (nj) {
     case 1: backward_vec<1>(dinp, dinp_bf, part, dout, inp, w, rstd, N, C, per, s); break;
