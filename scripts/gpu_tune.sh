@@ -22,6 +22,7 @@
 #   WEIGHTS    shares of the budget, e.g. "GEMM16=4 C3D=2" (default 1 each)
 #   GPUS       device ids to use, e.g. "1" (default every GPU): two runs
 #              with disjoint GPUS and LOGDIRs can share one machine
+#   THREADS    search threads per tuning process (default: cores / GPUs)
 #   RERUN_ONLY=1  no tuning: measure the best traces already in LOGDIR/db<g>
 #              again beside PyTorch (the table's rerun column)
 set -uo pipefail
@@ -63,7 +64,7 @@ for w in $WORKLOADS; do echo "$w $("$DRAGON" workloads --canonical "$(spec_of "$
 NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 [ "$NGPU" -ge 1 ] || { note "no GPU"; exit 1; }
 # the cores are shared by every GPU of the machine, also another run's
-THREADS=$(($(nproc) / NGPU))
+THREADS=${THREADS:-$(($(nproc) / NGPU))}
 read -r -a GPU_IDS <<<"${GPUS:-$(seq -s ' ' 0 $((NGPU - 1)))}"
 NGPU=${#GPU_IDS[@]}
 note "GPUs: $NGPU; tuning budget $BUDGET s per GPU, at most $TRIALS trials per workload"

@@ -15,6 +15,7 @@
 #include "dragon/rt_cuda.h"
 #include "dragon/sched.h"
 #include "dragon/wl.h"
+#include "lower/lower_impl.h"
 #include "test.h"
 
 static sched_val I(int64_t v) { return (sched_val){.kind = SV_INT, .i = v}; }
@@ -256,6 +257,19 @@ DG_TEST(wmma_hand_schedule_4096) {
   free(cu);
   int nv = nvrtc_compiles(p, &st);
   CHECK_MSG(nv != 0, "nvrtc: %s", st.msg);
+  /* its fragments (a 64 x 64 warp tile of accumulators and the A and B
+   * fragments of a K step) fit the register file; one byte less of room
+   * rejects it, naming the fragments */
+  int64_t frag = 0;
+  for (int i = 0; i < k->n_local; i++)
+    if (lower_scope_is_fragment(k->local[i]->scope))
+      frag += ir_buffer_numel(k->local[i]) * dg_dtype_bytes(k->local[i]->dtype) / 32;
+  CHECK(frag > 0 && frag <= lower_limits_sm90.max_fragment_bytes);
+  CHECK_MSG(lower_verify(p, &lower_limits_sm90, &st), "%s", st.msg);
+  lw_limits tight = lower_limits_sm90;
+  tight.max_fragment_bytes = frag - 1;
+  CHECK(!lower_verify(p, &tight, &st));
+  CHECK_MSG(strstr(st.msg, "bytes of tensor-core fragments per thread") != NULL, "%s", st.msg);
   lower_program_free(p);
   sched_free(s);
   ir_func_free(f);

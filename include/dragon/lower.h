@@ -171,6 +171,7 @@ typedef struct {
   int64_t max_shared_bytes;        /* static shared per block: 48 KiB */
   int64_t max_shared_dyn_bytes;    /* shared.dyn per block: 227 KiB */
   int64_t max_local_bytes;         /* per thread (registers + local) */
+  int64_t max_fragment_bytes;      /* tensor-core fragments per thread: 255 registers */
   int64_t max_vthread;             /* 8 */
   int64_t max_vector_bytes;        /* 16 */
   int64_t warp_size;               /* 32 */

@@ -6,7 +6,11 @@
  * static and dynamic shared memory, local memory per thread, the largest
  * vthread, the widest vector access, and the thread-extent bounds that
  * MetaSchedule annotates on blocks. Registers are not counted (the
- * compiler decides them).
+ * compiler decides them), except for tensor-core fragments: a warp's
+ * fragment arrays are register arrays of its lanes, and arrays past the
+ * register file (255 registers a thread) spill to local memory, which
+ * makes a slow kernel that also takes minutes to compile (its unrolled
+ * body holds hundreds of fragment operations).
  */
 #include <inttypes.h>
 
@@ -19,6 +23,7 @@ const lw_limits lower_limits_sm90 = {
     .max_shared_bytes = 48 * 1024,
     .max_shared_dyn_bytes = 227 * 1024,
     .max_local_bytes = 512 * 1024,
+    .max_fragment_bytes = 255 * 4,
     .max_vthread = 8,
     .max_vector_bytes = 16,
     .warp_size = 32,
@@ -69,17 +74,24 @@ bool lower_verify(const lw_program *p, const lw_limits *lim, dg_status *st) {
     if (dyn > lim->max_shared_dyn_bytes)
       VFAIL("%" PRId64 " bytes of dynamic shared memory (limit %" PRId64 ")", dyn,
             lim->max_shared_dyn_bytes);
-    int64_t local = 0;
+    int64_t local = 0, frag = 0;
     for (int j = 0; j < k->n_local; j++) {
       const dg_buffer *b = k->local[j];
       int64_t bytes = ir_buffer_numel(b) * dg_dtype_bytes(b->dtype);
       /* a fragment is spread over the lanes of its warp */
-      if (lower_scope_is_fragment(b->scope)) bytes = (bytes + lim->warp_size - 1) / lim->warp_size;
+      if (lower_scope_is_fragment(b->scope)) {
+        bytes = (bytes + lim->warp_size - 1) / lim->warp_size;
+        frag += bytes;
+      }
       local += bytes;
     }
     if (local > lim->max_local_bytes)
       VFAIL("%" PRId64 " bytes of local memory per thread (limit %" PRId64 ")", local,
             lim->max_local_bytes);
+    if (frag > lim->max_fragment_bytes)
+      VFAIL("%" PRId64 " bytes of tensor-core fragments per thread (limit %" PRId64
+            ", the register file)",
+            frag, lim->max_fragment_bytes);
     if (k->max_vthread > lim->max_vthread)
       VFAIL("a vthread loop of extent %" PRId64 " (limit %" PRId64 ")", k->max_vthread,
             lim->max_vthread);
