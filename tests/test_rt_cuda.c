@@ -56,6 +56,34 @@ DG_TEST(cuda_nvrtc_cubin_and_ptx) {
   rt_cubin_free(&b);
 }
 
+/* A compilation past its time limit is stopped and says so; the same
+ * source without a limit (and with a generous one) compiles. */
+DG_TEST(cuda_nvrtc_time_limit) {
+  if (!have_nvrtc()) return;
+  if (!rt_nvrtc_can_cancel()) {
+    printf("  note: this NVRTC cannot stop a compilation (before CUDA 12.8), test skipped\n");
+    return;
+  }
+  /* a body NVVM takes a while over: 512 unrolled dependent updates */
+  dg_str src;
+  dg_str_init(&src);
+  dg_str_puts(&src, "extern \"C\" __global__ void slow(float *x) {\n  float v = x[threadIdx.x];\n"
+                    "#pragma unroll\n  for (int i = 0; i < 512; i++) v = v * 1.0001f + "
+                    "__sinf(v + i);\n  x[threadIdx.x] = v;\n}\n");
+  rt_cubin b;
+  dg_status st;
+  bool ok = rt_nvrtc_compile_within(src.s, "slow", "sm_90", 1e-6, &b, &st);
+  CHECK(!ok);
+  CHECK_MSG(strstr(st.msg, "nvrtc: slow.cu: stopped after") != NULL, "%s", st.msg);
+  CHECK(b.image == NULL);
+  rt_cubin_free(&b);
+  ok = rt_nvrtc_compile_within(src.s, "slow", "sm_90", 600, &b, &st);
+  CHECK_MSG(ok, "%s", st.msg);
+  CHECK(b.size > 64);
+  rt_cubin_free(&b);
+  dg_str_free(&src);
+}
+
 DG_TEST(cuda_nvrtc_f16_header) {
   if (!have_nvrtc()) return;
   static const char *const src =

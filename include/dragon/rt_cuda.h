@@ -67,6 +67,13 @@ void rt_cubin_free(rt_cubin *b);
  * out->log holds the whole log (free it with rt_cubin_free either way). */
 bool rt_nvrtc_compile(const char *src, const char *name, const char *arch, rt_cubin *out,
                       dg_status *st);
+/* The same, stopped once it has taken limit_s seconds (<= 0: no limit):
+ * then st says "nvrtc: NAME.cu: stopped after ... (limit ...)". Where the
+ * NVRTC library cannot cancel (before CUDA 12.8) there is no limit. */
+bool rt_nvrtc_compile_within(const char *src, const char *name, const char *arch, double limit_s,
+                             rt_cubin *out, dg_status *st);
+/* Whether the NVRTC library can stop a compilation (false if absent). */
+bool rt_nvrtc_can_cancel(void);
 
 typedef struct {
   const char *src, *name, *arch;

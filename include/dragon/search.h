@@ -341,6 +341,9 @@ typedef struct {
   /* init succeeds where no GPU is seen: every candidate that compiles then
    * fails with the worker's reason (tests of the pipeline without a GPU) */
   bool allow_no_gpu;
+  /* NVRTC seconds a candidate may take before its compilation is stopped
+   * (it then fails, "stopped after ..."); 0: no limit */
+  double compile_limit_s;
   /* Since init, over every call: where candidates got to and where the
    * time went. Thread-seconds are summed over the threads; the waits are
    * wall time of the calling thread, which waits either for the GPU worker

@@ -22,6 +22,7 @@
 int cmd_tune(int argc, char **argv) {
   int64_t trials = 64, workers = 1, seed = 1, population = 512, per_round = 64, repeats = 3;
   int64_t threads = 0;
+  double compile_limit = 120;
   const char *db_dir = NULL, *target = "cpu", *space_path = NULL, *model_dir = NULL;
   bool quiet = false;
   const cli_opt opts[] = {
@@ -37,6 +38,9 @@ int cmd_tune(int argc, char **argv) {
       {"--repeats", CLI_OPT_INT, &repeats, 1, 8, "timed runs per candidate (cpu)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024,
        "threads building candidates in the search (0: all cores; same results for any count)"},
+      {"--compile-limit", CLI_OPT_F64, &compile_limit, 0, 0,
+       "seconds NVRTC may spend on one candidate before it is stopped and fails (cuda; 0: no "
+       "limit)"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no progress lines"},
   };
   const cli_spec spec = {
@@ -72,7 +76,14 @@ int cmd_tune(int argc, char **argv) {
   mallopt(M_MMAP_THRESHOLD, 4 << 20);
   mallopt(M_TRIM_THRESHOLD, 32 << 20);
   bool on_gpu = strcmp(target, "cuda") == 0;
+  if (!(compile_limit >= 0 && compile_limit <= 86400)) {
+    free(pos);
+    fprintf(stderr, "dragon tune: --compile-limit: %g is not in [0, 86400] seconds\n",
+            compile_limit);
+    return CLI_USAGE;
+  }
   search_cuda_measure gm = {(int)repeats, 10, (uint64_t)seed, NULL};
+  gm.compile_limit_s = compile_limit;
   if (on_gpu && !search_cuda_measure_init(&gm, &st)) {
     free(pos);
     return cli_report("tune", &st);

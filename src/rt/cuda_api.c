@@ -241,6 +241,11 @@ const rt_nvrtc_api *rt_nvrtc_api_load(dg_status *st) {
         dlclose(lib);
         nvrtc_state = -1;
       } else {
+        static const char *const flow[] = {"nvrtcSetFlowCallback", NULL};
+        dg_str absent;
+        dg_str_init(&absent);
+        if (!resolve(lib, flow, &a->SetFlowCallback, &absent)) a->SetFlowCallback = NULL;
+        dg_str_free(&absent);
         void *sym = dlsym(lib, "nvrtcVersion");
         find_include(a, sym);
         nvrtc_state = 1;

@@ -100,6 +100,9 @@ typedef struct {
   int (*GetProgramLogSize)(nvrtc_prog p, size_t *n);
   int (*GetProgramLog)(nvrtc_prog p, char *out);
   const char *(*GetErrorString)(int r);
+  /* optional (CUDA 12.8 on; NULL before): a callback NVRTC polls during a
+   * compilation, which cancels it by returning 1 */
+  int (*SetFlowCallback)(nvrtc_prog p, int (*cb)(void *payload, void *reserved), void *payload);
   /* "-I<dir>" for the toolkit's headers (cuda_fp16.h), "" if not found */
   char include_opt[600];
   char path[512]; /* the library that was opened */

@@ -91,8 +91,36 @@ static void log_head(const char *log, char *out, size_t n, int max_lines) {
   out[len] = 0;
 }
 
+/* The flow callback's payload: when the compilation must stop. */
+typedef struct {
+  double deadline;
+  atomic_bool stopped;
+} flow_limit;
+
+/* Polled by NVRTC on its own threads too: reads the clock, keeps saying
+ * stop once it has said it (as NVRTC asks). */
+static int flow_check(void *payload, void *reserved) {
+  (void)reserved;
+  flow_limit *f = payload;
+  if (atomic_load(&f->stopped)) return 1;
+  if (dg_now() < f->deadline) return 0;
+  atomic_store(&f->stopped, true);
+  return 1;
+}
+
+bool rt_nvrtc_can_cancel(void) {
+  dg_status st;
+  const rt_nvrtc_api *nv = rt_nvrtc_api_load(&st);
+  return nv && nv->SetFlowCallback;
+}
+
 bool rt_nvrtc_compile(const char *src, const char *name, const char *arch, rt_cubin *out,
                       dg_status *st) {
+  return rt_nvrtc_compile_within(src, name, arch, 0, out, st);
+}
+
+bool rt_nvrtc_compile_within(const char *src, const char *name, const char *arch, double limit_s,
+                             rt_cubin *out, dg_status *st) {
   memset(out, 0, sizeof *out);
   out->log = dg_strdup("");
   dg_status_ok(st);
@@ -123,6 +151,9 @@ bool rt_nvrtc_compile(const char *src, const char *name, const char *arch, rt_cu
   opts[n_opts++] = arch_opt;
   opts[n_opts++] = "-std=c++17";
   if (nv->include_opt[0]) opts[n_opts++] = nv->include_opt;
+  flow_limit limit = {.deadline = t0 + limit_s};
+  atomic_init(&limit.stopped, false);
+  if (limit_s > 0 && nv->SetFlowCallback) nv->SetFlowCallback(prog, flow_check, &limit);
   int cr = nv->CompileProgram(prog, n_opts, opts);
 
   size_t log_n = 0;
@@ -132,7 +163,10 @@ bool rt_nvrtc_compile(const char *src, const char *name, const char *arch, rt_cu
     if (nv->GetProgramLog(prog, out->log) != 0) out->log[0] = 0;
   }
   bool ok = false;
-  if (cr != 0) {
+  if (cr != 0 && atomic_load(&limit.stopped)) {
+    dg_fail(st, DG_ERR_RUNTIME, "nvrtc: %s: stopped after %.1f s (limit %.1f s)", fname,
+            dg_now() - t0, limit_s);
+  } else if (cr != 0) {
     char head[400];
     log_head(out->log, head, sizeof head, 6);
     dg_fail(st, DG_ERR_RUNTIME, "nvrtc: %s for %s failed (%s):\n%s", fname, arch,

@@ -12,7 +12,9 @@
  * candidate, the worker is replaced): checked
  * against the reference on their first run, then timed with the L2 flushed
  * before each repeat. A candidate that does not lower, compile, run or
- * match costs a failure reason, never the run.
+ * match costs a failure reason, never the run; so does one whose NVRTC
+ * compilation passes compile_limit_s (stopped through NVRTC's flow
+ * callback), which would otherwise hold up the whole round.
  *
  * The threads share nothing but the read-only round description: each
  * candidate's kernel is read by its own thread only (lower_program works
@@ -120,6 +122,7 @@ typedef struct {
   uint64_t seed;
   rt_cuda_timing timing;
   cand_job *jobs; /* (n) jobs[i] written by candidate i's thread only */
+  double compile_limit_s;
 } round_ctx;
 
 static void set_error(char *dst, size_t n, const char *why) {
@@ -152,7 +155,7 @@ static void cand_prepare(void *p, int i) {
   }
   j->lowered = true;
   rt_cubin bin;
-  bool ok = rt_nvrtc_compile(src, "cand", "sm_90", &bin, &st);
+  bool ok = rt_nvrtc_compile_within(src, "cand", "sm_90", r->compile_limit_s, &bin, &st);
   j->t_compile = dg_now() - t1;
   free(src);
   if (!ok) {
@@ -262,7 +265,7 @@ void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, i
   }
   search_cuda_measure_state *s = m->state;
   int reps = m->repeats < 1 ? 1 : m->repeats > 8 ? 8 : m->repeats;
-  round_ctx r = {cand, s->path, m->seed, {1, reps, true, m->timeout_s}, NULL};
+  round_ctx r = {cand, s->path, m->seed, {1, reps, true, m->timeout_s}, NULL, m->compile_limit_s};
   r.jobs = dg_calloc((size_t)n, sizeof *r.jobs);
   for (int i = 0; i < n; i++) dg_str_init(&r.jobs[i].msg);
   round_run rr = {m, &r, n, reps, s->next_id, dg_calloc((size_t)n, sizeof(bool)),
