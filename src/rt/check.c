@@ -63,54 +63,118 @@ static void element_name(const rt_tensor *t, int64_t i, char *out, size_t n) {
  * unscheduled kernel gets right must be right. */
 enum { BASE_FACTOR = 4 };
 
+/* What the verdict on one element needs, and what it accumulates (kept in
+ * locals of the loops below, not in the rt_check, so that stores to it do
+ * not alias the tensors' arrays). */
+typedef struct {
+  const rt_tensor *t, *base;
+  bool is_float;
+  double atol, rtol, rel_floor;
+  double max_abs, max_rel;
+  int64_t n_bad, first_bad;
+  double first_out, first_ref;
+} verdict;
+
+static inline void note_error(verdict *v, double err, double ref) {
+  /* ref is finite here; the division only where rel may be a new maximum
+   * (the test is conservative, the result the same) */
+  double den = fabs(ref) > v->rel_floor ? fabs(ref) : v->rel_floor;
+  if (err > v->max_abs) v->max_abs = err;
+  if (err >= v->max_rel * den * 0.999999) {
+    double rel = err / den;
+    if (rel > v->max_rel) v->max_rel = rel;
+  }
+}
+
+static inline void judge(verdict *v, int64_t i, double out, double ref) {
+  double err = fabs(out - ref);
+  /* the common case: within tolerance (false for any NaN or infinity) */
+  if (v->is_float && err <= v->atol + v->rtol * fabs(ref)) {
+    note_error(v, err, ref);
+    return;
+  }
+  bool ok;
+  if (!v->is_float) {
+    ok = out == ref;
+  } else if (isnan(out)) {
+    ok = false;
+  } else if (out == ref) {
+    ok = true;
+    err = 0;
+  } else {
+    ok = isfinite(out) && isfinite(ref) && err <= v->atol + v->rtol * fabs(ref);
+    if (!ok && v->base && isfinite(out) && isfinite(ref)) {
+      double berr = fabs(rt_data_get(v->base, i, false) - ref);
+      ok = isfinite(berr) && err <= BASE_FACTOR * berr;
+    }
+  }
+  if (isnan(err) || isinf(err)) {
+    v->max_abs = INFINITY;
+    v->max_rel = INFINITY;
+  } else {
+    note_error(v, err, ref);
+  }
+  if (!ok) {
+    if (v->n_bad == 0) {
+      v->first_bad = i;
+      v->first_out = out;
+      v->first_ref = ref;
+    }
+    v->n_bad++;
+  }
+}
+
+/* Every output element of every candidate goes through here: the common
+ * float dtypes read their arrays directly, the rest through rt_data_get. */
 static void check_tensor(const rt_tensor *t, const rt_tensor *base, int64_t K, rt_check *c) {
   dg_dtype d = t->buf->dtype;
   bool is_float = dg_dtype_is_float(d);
+  const double *rf = is_float ? t->ref : NULL; /* a float reference is double */
   double scale = 0;
-  if (is_float)
-    for (int64_t i = 0; i < t->numel; i++) {
-      double r = fabs(rt_data_get(t, i, true));
-      if (isfinite(r) && r > scale) scale = r;
-    }
+  for (int64_t i = 0; is_float && i < t->numel; i++) {
+    double r = fabs(rf[i]);
+    if (r > scale && isfinite(r)) scale = r;
+  }
   if (scale == 0) scale = 1;
   rt_tol tol = rt_check_tolerance(d);
-  double atol = tol.atol * sqrt((double)K) * scale;
-  for (int64_t i = 0; i < t->numel; i++) {
-    double out = rt_data_get(t, i, false), ref = rt_data_get(t, i, true);
-    double err = fabs(out - ref);
-    bool ok;
-    if (!is_float) {
-      ok = out == ref;
-    } else if (isnan(out)) {
-      ok = false;
-    } else if (out == ref) {
-      ok = true;
-      err = 0;
-    } else {
-      ok = isfinite(out) && isfinite(ref) && err <= atol + tol.rtol * fabs(ref);
-      if (!ok && base && isfinite(out) && isfinite(ref)) {
-        double berr = fabs(rt_data_get(base, i, false) - ref);
-        ok = isfinite(berr) && err <= BASE_FACTOR * berr;
-      }
+  verdict v = {.t = t,
+               .base = base,
+               .is_float = is_float,
+               .atol = tol.atol * sqrt((double)K) * scale,
+               .rtol = tol.rtol,
+               .rel_floor = 1e-3 * scale,
+               .max_abs = c->max_abs,
+               .max_rel = c->max_rel};
+  int64_t n = t->numel;
+  switch (d) {
+    case DG_F32: {
+      const float *o = t->data;
+      for (int64_t i = 0; i < n; i++) judge(&v, i, o[i], rf[i]);
+      break;
     }
-    c->n_checked++;
-    if (isnan(err) || isinf(err)) {
-      c->max_abs = INFINITY;
-      c->max_rel = INFINITY;
-    } else {
-      double rel = err / fmax(fabs(ref), 1e-3 * scale);
-      if (err > c->max_abs) c->max_abs = err;
-      if (rel > c->max_rel) c->max_rel = rel;
+    case DG_F64: {
+      const double *o = t->data;
+      for (int64_t i = 0; i < n; i++) judge(&v, i, o[i], rf[i]);
+      break;
     }
-    if (!ok) {
-      if (c->n_bad == 0) {
-        char name[96];
-        element_name(t, i, name, sizeof name);
-        snprintf(c->first_bad, sizeof c->first_bad, "%s: got %.9g, want %.9g", name, out, ref);
-      }
-      c->n_bad++;
+    case DG_F16: {
+      const uint16_t *o = t->data;
+      for (int64_t i = 0; i < n; i++) judge(&v, i, dg_f16_to_f32(o[i]), rf[i]);
+      break;
     }
+    default:
+      for (int64_t i = 0; i < n; i++) judge(&v, i, rt_data_get(t, i, false), rt_data_get(t, i, true));
   }
+  if (v.n_bad && c->n_bad == 0) {
+    char name[96];
+    element_name(t, v.first_bad, name, sizeof name);
+    snprintf(c->first_bad, sizeof c->first_bad, "%s: got %.9g, want %.9g", name, v.first_out,
+             v.first_ref);
+  }
+  c->n_checked += n;
+  c->n_bad += v.n_bad;
+  c->max_abs = v.max_abs;
+  c->max_rel = v.max_rel;
 }
 
 void rt_check_outputs(const rt_tensors *ts, int64_t K, rt_check *out) {
