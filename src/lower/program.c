@@ -222,12 +222,15 @@ static lw_program *lower(const dg_func *in, const lower_opts *o, bool check, dg_
                                      lower_expand_vthreads, lower_vectorize,
                                      lower_unroll,          lower_insert_barriers,
                                      lower_wmma_finalize};
-    size_t n_passes = DG_ARRAY_LEN(passes);
-    if (check) {
-      n_passes -= 3; /* unroll, barriers, finalize: checked below */
-      DG_ASSERT(passes[n_passes] == lower_unroll);
-    }
-    for (size_t i = 0; i < n_passes; i++)
+    size_t n_passes = DG_ARRAY_LEN(passes), n_sized = 4; /* up to vectorize */
+    DG_ASSERT(passes[n_sized] == lower_unroll);
+    if (check) n_passes = n_sized; /* unroll, barriers, finalize: checked below */
+    for (size_t i = 0; i < n_sized; i++)
+      if (!passes[i](p, k, st)) goto fail;
+    /* the limits first: a launch past them (a tensor-core tile with
+     * hundreds of fragments) would make unrolling costly for nothing */
+    if (!o->skip_verify && !lower_verify_kernel(k, o->limits, st)) goto fail;
+    for (size_t i = n_sized; i < n_passes; i++)
       if (!passes[i](p, k, st)) goto fail;
     if (check) {
       int r = lower_wmma_check_unrolled(p, k, st);

@@ -47,65 +47,68 @@ int64_t lower_kernel_shared_bytes(const lw_kernel *k, bool dynamic) {
 static const char *const dim_name[3] = {"x", "y", "z"};
 
 bool lower_verify(const lw_program *p, const lw_limits *lim, dg_status *st) {
+  for (int i = 0; i < p->n_kernels; i++)
+    if (!lower_verify_kernel(&p->kernels[i], lim, st)) return false;
+  return true;
+}
+
+bool lower_verify_kernel(const lw_kernel *k, const lw_limits *lim, dg_status *st) {
   if (!lim) lim = &lower_limits_sm90;
-  for (int i = 0; i < p->n_kernels; i++) {
-    const lw_kernel *k = &p->kernels[i];
 #define VFAIL(...)                                                          \
   do {                                                                      \
     dg_fail(st, DG_ERR_INVALID, __VA_ARGS__);                               \
     dg_status_prefix(st, "lower: kernel %s", k->name);                      \
     return false;                                                           \
   } while (0)
-    int64_t threads = k->block[0] * k->block[1] * k->block[2];
-    if (threads > lim->max_threads_per_block)
-      VFAIL("%" PRId64 " threads per block (limit %" PRId64 ")", threads, lim->max_threads_per_block);
-    for (int d = 0; d < 3; d++) {
-      if (k->block[d] > lim->max_thread_dim[d])
-        VFAIL("threadIdx.%s extent %" PRId64 " (limit %" PRId64 ")", dim_name[d], k->block[d],
-              lim->max_thread_dim[d]);
-      if (k->grid[d] > lim->max_grid_dim[d])
-        VFAIL("blockIdx.%s extent %" PRId64 " (limit %" PRId64 ")", dim_name[d], k->grid[d],
-              lim->max_grid_dim[d]);
-    }
-    int64_t sh = lower_kernel_shared_bytes(k, false);
-    if (sh > lim->max_shared_bytes)
-      VFAIL("%" PRId64 " bytes of shared memory (limit %" PRId64 ")", sh, lim->max_shared_bytes);
-    int64_t dyn = lower_kernel_shared_bytes(k, true);
-    if (dyn > lim->max_shared_dyn_bytes)
-      VFAIL("%" PRId64 " bytes of dynamic shared memory (limit %" PRId64 ")", dyn,
-            lim->max_shared_dyn_bytes);
-    int64_t local = 0, frag = 0;
-    for (int j = 0; j < k->n_local; j++) {
-      const dg_buffer *b = k->local[j];
-      int64_t bytes = ir_buffer_numel(b) * dg_dtype_bytes(b->dtype);
-      /* a fragment is spread over the lanes of its warp */
-      if (lower_scope_is_fragment(b->scope)) {
-        bytes = (bytes + lim->warp_size - 1) / lim->warp_size;
-        frag += bytes;
-      }
-      local += bytes;
-    }
-    if (local > lim->max_local_bytes)
-      VFAIL("%" PRId64 " bytes of local memory per thread (limit %" PRId64 ")", local,
-            lim->max_local_bytes);
-    if (frag > lim->max_fragment_bytes)
-      VFAIL("%" PRId64 " bytes of tensor-core fragments per thread (limit %" PRId64
-            ", the register file)",
-            frag, lim->max_fragment_bytes);
-    if (k->max_vthread > lim->max_vthread)
-      VFAIL("a vthread loop of extent %" PRId64 " (limit %" PRId64 ")", k->max_vthread,
-            lim->max_vthread);
-    if (k->max_vector_bytes > lim->max_vector_bytes)
-      VFAIL("vectorized loop %s accesses %" PRId64 " bytes at once (limit %" PRId64 ")",
-            k->vector_loop ? k->vector_loop : "?", k->max_vector_bytes, lim->max_vector_bytes);
-    for (int j = 0; j < k->n_checks; j++) {
-      const lw_thread_check *c = &k->checks[j];
-      if ((c->low >= 0 && c->threads < c->low) || (c->high >= 0 && c->threads > c->high))
-        VFAIL("block %s runs on %" PRId64 " threads, outside its thread extent bounds [%" PRId64
-              ", %" PRId64 "]",
-              c->block, c->threads, c->low, c->high);
-    }
-#undef VFAIL
+  int64_t threads = k->block[0] * k->block[1] * k->block[2];
+  if (threads > lim->max_threads_per_block)
+    VFAIL("%" PRId64 " threads per block (limit %" PRId64 ")", threads, lim->max_threads_per_block);
+  for (int d = 0; d < 3; d++) {
+    if (k->block[d] > lim->max_thread_dim[d])
+      VFAIL("threadIdx.%s extent %" PRId64 " (limit %" PRId64 ")", dim_name[d], k->block[d],
+            lim->max_thread_dim[d]);
+    if (k->grid[d] > lim->max_grid_dim[d])
+      VFAIL("blockIdx.%s extent %" PRId64 " (limit %" PRId64 ")", dim_name[d], k->grid[d],
+            lim->max_grid_dim[d]);
   }
+  int64_t sh = lower_kernel_shared_bytes(k, false);
+  if (sh > lim->max_shared_bytes)
+    VFAIL("%" PRId64 " bytes of shared memory (limit %" PRId64 ")", sh, lim->max_shared_bytes);
+  int64_t dyn = lower_kernel_shared_bytes(k, true);
+  if (dyn > lim->max_shared_dyn_bytes)
+    VFAIL("%" PRId64 " bytes of dynamic shared memory (limit %" PRId64 ")", dyn,
+          lim->max_shared_dyn_bytes);
+  int64_t local = 0, frag = 0;
+  for (int j = 0; j < k->n_local; j++) {
+    const dg_buffer *b = k->local[j];
+    int64_t bytes = ir_buffer_numel(b) * dg_dtype_bytes(b->dtype);
+    /* a fragment is spread over the lanes of its warp */
+    if (lower_scope_is_fragment(b->scope)) {
+      bytes = (bytes + lim->warp_size - 1) / lim->warp_size;
+      frag += bytes;
+    }
+    local += bytes;
+  }
+  if (local > lim->max_local_bytes)
+    VFAIL("%" PRId64 " bytes of local memory per thread (limit %" PRId64 ")", local,
+          lim->max_local_bytes);
+  if (frag > lim->max_fragment_bytes)
+    VFAIL("%" PRId64 " bytes of tensor-core fragments per thread (limit %" PRId64
+          ", the register file)",
+          frag, lim->max_fragment_bytes);
+  if (k->max_vthread > lim->max_vthread)
+    VFAIL("a vthread loop of extent %" PRId64 " (limit %" PRId64 ")", k->max_vthread,
+          lim->max_vthread);
+  if (k->max_vector_bytes > lim->max_vector_bytes)
+    VFAIL("vectorized loop %s accesses %" PRId64 " bytes at once (limit %" PRId64 ")",
+          k->vector_loop ? k->vector_loop : "?", k->max_vector_bytes, lim->max_vector_bytes);
+  for (int j = 0; j < k->n_checks; j++) {
+    const lw_thread_check *c = &k->checks[j];
+    if ((c->low >= 0 && c->threads < c->low) || (c->high >= 0 && c->threads > c->high))
+      VFAIL("block %s runs on %" PRId64 " threads, outside its thread extent bounds [%" PRId64
+            ", %" PRId64 "]",
+            c->block, c->threads, c->low, c->high);
+  }
+#undef VFAIL
   return true;
 }
