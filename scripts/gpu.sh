@@ -27,16 +27,8 @@ note() { echo "$*" | tee -a "$summary"; }
 
 # Libraries the machine lacks (jansson, xgboost): the carried packages,
 # unpacked under /tmp (scripts/fetch_debs.sh makes .debs/ here).
-if ls .debs/*.deb >/dev/null 2>&1; then
-  root=/tmp/dragon-debs
-  mkdir -p "$root"
-  for d in .debs/*.deb; do dpkg -x "$d" "$root"; done
-  lib="$root/usr/lib/x86_64-linux-gnu"
-  export CFLAGS="-I$root/usr/include" LDFLAGS="-L$lib -Wl,-rpath,$lib" LD_LIBRARY_PATH="$lib:${LD_LIBRARY_PATH:-}"
-  note "libraries: unpacked .debs into $root"
-else
-  note "libraries: no .debs carried (scripts/fetch_debs.sh); the build needs jansson and xgboost"
-fi
+. scripts/debs_env.sh
+note "libraries: $DEBS_NOTE"
 
 t0=$(date +%s)
 if make BUILD="$BUILD" -j"$JOBS" all "$BUILD/dragon_tests" bench >"$LOGDIR/build.log" 2>&1; then
