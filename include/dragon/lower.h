@@ -200,8 +200,8 @@ bool lower_check(const dg_func *f, const lower_opts *o, dg_status *st);
  * ("lower: kernel main_kernel0: 2048 threads per block (limit 1024)"). */
 bool lower_verify(const lw_program *p, const lw_limits *lim, dg_status *st);
 /* The same for one launch (lim NULL: lower_limits_sm90). What it reads is
- * settled once the launch's buffers are compacted and its vthreads and
- * vectors expanded, so lowering checks it there, before the costly passes. */
+ * settled once the launch's buffers are compacted (conversion collects the
+ * rest), so lowering checks it there, before the costly passes. */
 bool lower_verify_kernel(const lw_kernel *k, const lw_limits *lim, dg_status *st);
 
 /* Bytes of shared memory a launch declares (static, dynamic). */

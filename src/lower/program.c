@@ -222,13 +222,16 @@ static lw_program *lower(const dg_func *in, const lower_opts *o, bool check, dg_
                                      lower_expand_vthreads, lower_vectorize,
                                      lower_unroll,          lower_insert_barriers,
                                      lower_wmma_finalize};
-    size_t n_passes = DG_ARRAY_LEN(passes), n_sized = 4; /* up to vectorize */
-    DG_ASSERT(passes[n_sized] == lower_unroll);
-    if (check) n_passes = n_sized; /* unroll, barriers, finalize: checked below */
+    /* the buffers are sized by compaction, and the other facts the limits
+     * need were collected by conversion */
+    size_t n_passes = DG_ARRAY_LEN(passes), n_sized = 2, n_rolled = 4;
+    DG_ASSERT(passes[n_sized - 1] == lower_compact_buffers && passes[n_rolled] == lower_unroll);
+    if (check) n_passes = n_rolled; /* unroll, barriers, finalize: checked below */
     for (size_t i = 0; i < n_sized; i++)
       if (!passes[i](p, k, st)) goto fail;
-    /* the limits first: a launch past them (a tensor-core tile with
-     * hundreds of fragments) would make unrolling costly for nothing */
+    /* the limits first: a launch past them (a convolution tile over the
+     * shared memory, a tensor-core tile with hundreds of fragments) would
+     * make vthread expansion and unrolling costly for nothing */
     if (!o->skip_verify && !lower_verify_kernel(k, o->limits, st)) goto fail;
     for (size_t i = n_sized; i < n_passes; i++)
       if (!passes[i](p, k, st)) goto fail;
