@@ -25,5 +25,19 @@ typedef struct {
  * reports the worst element (NaN counts as worst) as a test failure. */
 bool nt_compare(const char *what, const float *a, const float *b, size_t n, nt_tolerance t);
 
+/* Runs a call that takes a dg_status (passed as ST); on failure reports
+ * the call and its message as a test failure and jumps to the test's
+ * `done:` label, where it frees what it holds. */
+#define CHECK_GPU(call)                                                       \
+  do {                                                                        \
+    dg_status st_;                                                            \
+    dg_status_ok(&st_);                                                       \
+    if (!(call)) {                                                            \
+      dg_test_fail(__FILE__, __LINE__, "%s: %s", #call, st_.msg);             \
+      goto done;                                                              \
+    }                                                                         \
+  } while (0)
+#define ST (&st_)
+
 #endif
 #endif

@@ -150,17 +150,6 @@ DG_TEST(sample_device_option) {
 /* The training forward's logits tolerance (docs/model-cuda.md). */
 static const nt_tolerance LOGITS_TOL = {0.02, NT_BF16_REL, 0.02};
 
-#define CHECK_GPU(call)                                                       \
-  do {                                                                        \
-    dg_status st_;                                                            \
-    dg_status_ok(&st_);                                                       \
-    if (!(call)) {                                                            \
-      dg_test_fail(__FILE__, __LINE__, "%s: %s", #call, st_.msg);             \
-      goto done;                                                              \
-    }                                                                         \
-  } while (0)
-#define ST (&st_)
-
 static nn_config small_config(int V, int C, int L, int NH, int NKV, int HD, int F, int maxT) {
   nn_config c;
   memset(&c, 0, sizeof c);

@@ -134,17 +134,6 @@ static nn_cuda_model *cuda_from(const nn_model *ref, int B, int T) {
   return g;
 }
 
-#define CHECK_GPU(call)                                                       \
-  do {                                                                        \
-    dg_status st_;                                                            \
-    dg_status_ok(&st_);                                                       \
-    if (!(call)) {                                                            \
-      dg_test_fail(__FILE__, __LINE__, "%s: %s", #call, st_.msg);             \
-      goto done;                                                              \
-    }                                                                         \
-  } while (0)
-#define ST (&st_)
-
 static void run_case(const case_def *c) {
   printf("  -- %s: V %d C %d L %d heads %d/%d HD %d F %d, batch %dx%d\n", c->name,
          c->cfg.vocab_size, c->cfg.d_model, c->cfg.n_layers, c->cfg.n_heads, c->cfg.n_kv_heads,

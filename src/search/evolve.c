@@ -493,10 +493,10 @@ static void next_generation(search_evolve *ev, const ev_entries *pop, int pop_si
   bool *copied = dg_calloc(pop->len, 1);
   gen_ctx c = {ev, pop, sum > 0 ? w : NULL, slots, pending};
   double t0 = dg_now();
-  for (size_t n_todo = n; n_todo > 0;) {
-    par_for(ev->threads, n_todo, slot_run, &c);
+  for (size_t n_pending = n; n_pending > 0;) {
+    par_for(ev->threads, n_pending, slot_run, &c);
     size_t left = 0;
-    for (size_t k = 0; k < n_todo; k++) {
+    for (size_t k = 0; k < n_pending; k++) {
       ev_slot *sl = &slots[pending[k]];
       if (sl->state != SLOT_WANTS) continue;
       if (!copied[sl->parent]) {
@@ -507,7 +507,7 @@ static void next_generation(search_evolve *ev, const ev_entries *pop, int pop_si
         pending[left++] = pending[k];
       }
     }
-    n_todo = left;
+    n_pending = left;
   }
   ev_acct sum_acct = {0};
   for (size_t i = 0; i < n; i++) {
