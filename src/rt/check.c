@@ -19,14 +19,10 @@
 
 rt_tol rt_check_tolerance(dg_dtype t) {
   switch (t) {
-  case DG_F16:
-    return (rt_tol){1e-3, 1e-2};
-  case DG_F32:
-    return (rt_tol){1e-6, 1e-5};
-  case DG_F64:
-    return (rt_tol){1e-12, 1e-11};
-  default:
-    return (rt_tol){0, 0};
+    case DG_F16: return (rt_tol){1e-3, 1e-2};
+    case DG_F32: return (rt_tol){1e-6, 1e-5};
+    case DG_F64: return (rt_tol){1e-12, 1e-11};
+    default: return (rt_tol){0, 0};
   }
 }
 
@@ -34,10 +30,8 @@ static bool reduce_len_fn(dg_block *b, dg_stmt *s, void *ctx) {
   (void)s;
   int64_t *k = ctx, p = 1;
   for (int i = 0; i < b->n_iters; i++)
-    if (b->iters[i].kind == DG_ITER_REDUCE && b->iters[i].extent > 0)
-      p *= b->iters[i].extent;
-  if (p > *k)
-    *k = p;
+    if (b->iters[i].kind == DG_ITER_REDUCE && b->iters[i].extent > 0) p *= b->iters[i].extent;
+  if (p > *k) *k = p;
   return true;
 }
 
@@ -57,10 +51,8 @@ static void element_name(const rt_tensor *t, int64_t i, char *out, size_t n) {
   }
   size_t len = (size_t)snprintf(out, n, "%s[", b->name);
   for (int d = 0; d < b->ndim && len < n; d++)
-    len += (size_t)snprintf(out + len, n - len, "%s%lld", d ? ", " : "",
-                            (long long)idx[d]);
-  if (len < n)
-    snprintf(out + len, n - len, "]");
+    len += (size_t)snprintf(out + len, n - len, "%s%lld", d ? ", " : "", (long long)idx[d]);
+  if (len < n) snprintf(out + len, n - len, "]");
 }
 
 /* base (may be NULL): the same tensor as computed by the unscheduled kernel
@@ -87,12 +79,10 @@ static inline void note_error(verdict *v, double err, double ref) {
   /* ref is finite here; the division only where rel may be a new maximum
    * (the test is conservative, the result the same) */
   double den = fabs(ref) > v->rel_floor ? fabs(ref) : v->rel_floor;
-  if (err > v->max_abs)
-    v->max_abs = err;
+  if (err > v->max_abs) v->max_abs = err;
   if (err >= v->max_rel * den * 0.999999) {
     double rel = err / den;
-    if (rel > v->max_rel)
-      v->max_rel = rel;
+    if (rel > v->max_rel) v->max_rel = rel;
   }
 }
 
@@ -136,19 +126,16 @@ static inline void judge(verdict *v, int64_t i, double out, double ref) {
 
 /* Every output element of every candidate goes through here: the common
  * float dtypes read their arrays directly, the rest through rt_data_get. */
-static void check_tensor(const rt_tensor *t, const rt_tensor *base, int64_t K,
-                         rt_check *c) {
+static void check_tensor(const rt_tensor *t, const rt_tensor *base, int64_t K, rt_check *c) {
   dg_dtype d = t->buf->dtype;
   bool is_float = dg_dtype_is_float(d);
   const double *rf = is_float ? t->ref : NULL; /* a float reference is double */
   double scale = 0;
   for (int64_t i = 0; is_float && i < t->numel; i++) {
     double r = fabs(rf[i]);
-    if (r > scale && isfinite(r))
-      scale = r;
+    if (r > scale && isfinite(r)) scale = r;
   }
-  if (scale == 0)
-    scale = 1;
+  if (scale == 0) scale = 1;
   rt_tol tol = rt_check_tolerance(d);
   verdict v = {.base = base,
                .is_float = is_float,
@@ -159,33 +146,29 @@ static void check_tensor(const rt_tensor *t, const rt_tensor *base, int64_t K,
                .max_rel = c->max_rel};
   int64_t n = t->numel;
   switch (d) {
-  case DG_F32: {
-    const float *o = t->data;
-    for (int64_t i = 0; i < n; i++)
-      judge(&v, i, o[i], rf[i]);
-    break;
-  }
-  case DG_F64: {
-    const double *o = t->data;
-    for (int64_t i = 0; i < n; i++)
-      judge(&v, i, o[i], rf[i]);
-    break;
-  }
-  case DG_F16: {
-    const uint16_t *o = t->data;
-    for (int64_t i = 0; i < n; i++)
-      judge(&v, i, dg_f16_to_f32(o[i]), rf[i]);
-    break;
-  }
-  default:
-    for (int64_t i = 0; i < n; i++)
-      judge(&v, i, rt_data_get(t, i, false), rt_data_get(t, i, true));
+    case DG_F32: {
+      const float *o = t->data;
+      for (int64_t i = 0; i < n; i++) judge(&v, i, o[i], rf[i]);
+      break;
+    }
+    case DG_F64: {
+      const double *o = t->data;
+      for (int64_t i = 0; i < n; i++) judge(&v, i, o[i], rf[i]);
+      break;
+    }
+    case DG_F16: {
+      const uint16_t *o = t->data;
+      for (int64_t i = 0; i < n; i++) judge(&v, i, dg_f16_to_f32(o[i]), rf[i]);
+      break;
+    }
+    default:
+      for (int64_t i = 0; i < n; i++) judge(&v, i, rt_data_get(t, i, false), rt_data_get(t, i, true));
   }
   if (v.n_bad && c->n_bad == 0) {
     char name[96];
     element_name(t, v.first_bad, name, sizeof name);
-    snprintf(c->first_bad, sizeof c->first_bad, "%s: got %.9g, want %.9g", name,
-             v.first_out, v.first_ref);
+    snprintf(c->first_bad, sizeof c->first_bad, "%s: got %.9g, want %.9g", name, v.first_out,
+             v.first_ref);
   }
   c->n_checked += n;
   c->n_bad += v.n_bad;
@@ -197,13 +180,12 @@ void rt_check_outputs(const rt_tensors *ts, int64_t K, rt_check *out) {
   rt_check_outputs_baseline(ts, NULL, K, out);
 }
 
-void rt_check_outputs_baseline(const rt_tensors *ts, const rt_tensors *base,
-                               int64_t K, rt_check *out) {
+void rt_check_outputs_baseline(const rt_tensors *ts, const rt_tensors *base, int64_t K,
+                               rt_check *out) {
   memset(out, 0, sizeof *out);
   out->K = K < 1 ? 1 : K;
   for (int i = 0; i < ts->n; i++)
     if (ts->t[i].is_output)
-      check_tensor(&ts->t[i], base && i < base->n ? &base->t[i] : NULL, out->K,
-                   out);
+      check_tensor(&ts->t[i], base && i < base->n ? &base->t[i] : NULL, out->K, out);
   out->pass = out->n_bad == 0 && out->n_checked > 0;
 }
