@@ -5,7 +5,8 @@
 #   make test-gpu    the gpu_ tests (on a machine with a GPU; skipped elsewhere)
 #   make bench       bench/ programs (build/bench_runtime: NVRTC + GPU throughput;
 #                    build/train_bench: the CUDA model's training throughput,
-#                    build/sample_bench: its KV-cache generation throughput)
+#                    build/sample_bench: its KV-cache generation throughput,
+#                    build/attention_bench: the attention kernels alone)
 #   make fuzz        libFuzzer targets under ASan+UBSan (clang), FUZZ_SECONDS each
 # CI=1 turns warnings into errors. BUILD=dir keeps object files apart.
 
@@ -88,6 +89,11 @@ $(TRAIN_BENCH): $(BUILD)/bench/train_bench.o $(BUILD)/libdragon.a
 # bench/sample_bench: KV-cache generation throughput of the CUDA model
 # (says so and exits 1 in a build without CUDA).
 $(BUILD)/sample_bench: $(BUILD)/bench/sample_bench.o $(BUILD)/libdragon.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# bench/attention_bench: the CUDA attention kernels alone at the training
+# shapes (says so and exits 1 in a build without CUDA).
+$(BUILD)/attention_bench: $(BUILD)/bench/attention_bench.o $(BUILD)/libdragon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The CUDA model (src/nn_cuda/*.cu), only where nvcc is found: compiled for

@@ -8,6 +8,13 @@
 # of each config, then sums the kernels' times by name
 # (LOGDIR/profile_<config>.txt). The PyTorch anchor's own breakdown comes
 # from torch.profiler over the same configs (LOGDIR/torch_profile.txt).
+# The bench's peak-rate matmul measurement is skipped (--peak-tflops), so
+# only training steps are profiled.
+#
+# DETAIL="REGEX ..." (e.g. DETAIL="forward_kernel dq_kernel") adds, for the
+# first launch of a kernel matching each, in the first config, Nsight
+# Compute's speed-of-light, occupancy, warp-state, scheduler and source
+# sections (LOGDIR/detail_<config>.txt). TORCH=0 skips PyTorch's breakdown.
 set -uo pipefail
 LOGDIR=${1:?usage: scripts/gpu_profile.sh LOGDIR}
 mkdir -p "$LOGDIR"
@@ -21,7 +28,7 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 for cfg in $CONFIGS; do
   "$NCU" --clock-control none --target-processes all --metrics gpu__time_duration.sum --csv \
     --log-file "$LOGDIR/ncu_$cfg.csv" "./$BUILD/train_bench" --configs "$cfg" --gpus 1 \
-    --steps 2 --warmup 1 >"$LOGDIR/ncu_$cfg.out" 2>&1
+    --steps 2 --warmup 1 --peak-tflops 1000 >"$LOGDIR/ncu_$cfg.out" 2>&1
   python3 - "$LOGDIR/ncu_$cfg.csv" 3 >"$LOGDIR/profile_$cfg.txt" <<'PY'
 import csv, sys, collections
 path, steps = sys.argv[1], int(sys.argv[2])
@@ -41,7 +48,19 @@ for n, t in sorted(tot.items(), key=lambda x: -x[1]):
     print("%8.2f ms %5.1f%% %6d  %s" % (t / 1000, 100 * t / all_us, cnt[n], n))
 PY
 done
-python3 - >"$LOGDIR/torch_profile.txt" 2>&1 <<'PY'
+if [ -n "${DETAIL:-}" ]; then
+  cfg=${CONFIGS%% *}
+  : >"$LOGDIR/detail_$cfg.txt"
+  for re in $DETAIL; do
+    "$NCU" --target-processes all --kernel-name "regex:$re" --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+      --section LaunchStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section SourceCounters \
+      "./$BUILD/train_bench" --configs "$cfg" --gpus 1 --steps 1 --warmup 0 --peak-tflops 1000 \
+      >>"$LOGDIR/detail_$cfg.txt" 2>&1
+  done
+fi
+[ "${TORCH:-1}" = 0 ] || python3 - >"$LOGDIR/torch_profile.txt" 2>&1 <<'PY'
 import torch, sys
 sys.argv = ["x"]
 src = open("bench/torch_llama_train.py").read().split("rows = []")[0]
@@ -67,4 +86,4 @@ for name, V, d, L, h, kv, ff, B, T in (("25M", 8192, 384, 8, 6, 2, 1024, 64, 102
             print("sort key", key, "failed:", e)
 PY
 for cfg in $CONFIGS; do head -40 "$LOGDIR/profile_$cfg.txt"; done
-grep -A35 "====" "$LOGDIR/torch_profile.txt" | cut -c1-200 | head -80
+[ "${TORCH:-1}" = 0 ] || grep -A35 "====" "$LOGDIR/torch_profile.txt" | cut -c1-200 | head -80

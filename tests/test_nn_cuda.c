@@ -346,14 +346,21 @@ static void run_attention_case(const att_case *c, uint64_t seed) {
   for (size_t i = 0; i < nkv; i++) v[i] = round_bf16((float)(2 * dg_rng_uniform(&r) - 1));
   for (size_t i = 0; i < nq; i++) dout[i] = round_bf16((float)(2 * dg_rng_uniform(&r) - 1));
   nn_rope_table(cosb, sinb, 10000.0f, HD, T);
-  dg_status st;
-  dg_status_ok(&st);
-  bool ran = nn_cuda_attention_run(q, k, v, dout, B, T, NH, NKV, HD, c->rope ? cosb : NULL,
-                                   c->rope ? sinb : NULL, out, lse, dq, dk, dv, &st);
-  if (!ran) dg_test_fail(__FILE__, __LINE__, "nn_cuda_attention_run: %s", st.msg);
-  if (ran) {
-    attention_ref(c, q, k, v, dout, c->rope ? cosb : NULL, c->rope ? sinb : NULL, rout, rlse, rdq,
-                  rdk, rdv);
+  attention_ref(c, q, k, v, dout, c->rope ? cosb : NULL, c->rope ? sinb : NULL, rout, rlse, rdq,
+                rdk, rdv);
+  /* both shapes of each kernel (HD 128 has one), against the same
+   * reference: one m-tile a warp and 2 dK/dV blocks an SM, then two and 3 */
+  for (int mt = 1; mt <= (HD <= 64 ? 2 : 1); mt++) {
+    nn_cuda_attention_tiles tiles = {mt, mt, mt + 1};
+    printf("     %d m-tile(s) a warp, %d dK/dV blocks an SM\n", mt, mt + 1);
+    dg_status st;
+    dg_status_ok(&st);
+    bool ran = nn_cuda_attention_run(q, k, v, dout, B, T, NH, NKV, HD, c->rope ? cosb : NULL,
+                                     c->rope ? sinb : NULL, &tiles, out, lse, dq, dk, dv, &st);
+    if (!ran) {
+      dg_test_fail(__FILE__, __LINE__, "nn_cuda_attention_run: %s", st.msg);
+      break;
+    }
     struct {
       const char *name;
       const float *got;
@@ -446,16 +453,27 @@ DG_TEST(gpu_nn_deterministic) {
   int32_t *in = malloc(sizeof(int32_t) * N), *tg = malloc(sizeof(int32_t) * N);
   float *w = malloc(sizeof(float) * N);
   make_batch(in, tg, w, N, cfg.vocab_size, 3);
-  float loss[2][3];
+  float loss[2][3], norm[2][3], x;
+  dg_status st;
   if (!g[0] || !g[1]) goto done;
-  for (int k = 0; k < 2; k++)
-    for (int step = 0; step < 3; step++)
-      CHECK_GPU(nn_cuda_forward(g[k], in, tg, w, B, T, &loss[k][step], ST) &&
-                nn_cuda_zero_grad(g[k], ST) && nn_cuda_backward(g[k], ST) &&
-                nn_cuda_update(g[k], step, NULL, ST));
+  /* nothing to read before a forward with targets and an update */
+  CHECK(!nn_cuda_last_loss(g[1], &x, &st) && strstr(st.msg, "no forward"));
+  CHECK(!nn_cuda_last_norm(g[1], &x, &st) && strstr(st.msg, "no update"));
+  /* model 0 waits at every step; model 1 queues its three steps without
+   * waiting and reads the last step's loss and norm afterwards (its
+   * parameters and gradients are compared below): the same bits */
   for (int step = 0; step < 3; step++)
-    CHECK_MSG(memcmp(&loss[0][step], &loss[1][step], sizeof(float)) == 0,
-              "step %d: loss %.9g vs %.9g", step, (double)loss[0][step], (double)loss[1][step]);
+    CHECK_GPU(nn_cuda_forward(g[0], in, tg, w, B, T, &loss[0][step], ST) &&
+              nn_cuda_zero_grad(g[0], ST) && nn_cuda_backward(g[0], ST) &&
+              nn_cuda_update(g[0], step, &norm[0][step], ST));
+  for (int step = 0; step < 3; step++)
+    CHECK_GPU(nn_cuda_forward(g[1], in, tg, w, B, T, NULL, ST) && nn_cuda_zero_grad(g[1], ST) &&
+              nn_cuda_backward(g[1], ST) && nn_cuda_update(g[1], step, NULL, ST));
+  CHECK_GPU(nn_cuda_last_loss(g[1], &loss[1][2], ST) && nn_cuda_last_norm(g[1], &norm[1][2], ST));
+  CHECK_MSG(memcmp(&loss[0][2], &loss[1][2], sizeof(float)) == 0, "loss %.9g vs %.9g",
+            (double)loss[0][2], (double)loss[1][2]);
+  CHECK_MSG(memcmp(&norm[0][2], &norm[1][2], sizeof(float)) == 0, "norm %.9g vs %.9g",
+            (double)norm[0][2], (double)norm[1][2]);
   CHECK_GPU(nn_cuda_copy_params(g[0], pa, ST) && nn_cuda_copy_params(g[1], pb, ST));
   CHECK(memcmp(pa, pb, sizeof(float) * P) == 0);
   CHECK_GPU(nn_cuda_copy_grads(g[0], pa, ST) && nn_cuda_copy_grads(g[1], pb, ST));

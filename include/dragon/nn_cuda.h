@@ -70,7 +70,13 @@ bool nn_cuda_batch_check(const nn_cuda_model *m, const int32_t *inputs, const in
  * sum(w * nll) / sum(w) as nn_forward's (weights NULL: all 1; a zero total
  * gives 0); without targets only the logits are computed and *loss is -1.
  * Under data parallelism (nn_cuda_model_set_dp) sums run over all ranks'
- * batches, so the loss is the one of the global batch. Checks the batch. */
+ * batches, so the loss is the one of the global batch. Checks the batch.
+ *
+ * Asynchronous use: with targets and loss NULL the forward only queues its
+ * work (nn_cuda_last_loss reads the loss later), and backward and an
+ * update with norm NULL do not wait for the device either, so the host
+ * prepares the next batch while the device works (at most one batch
+ * ahead); a device fault then surfaces at the next call that waits. */
 bool nn_cuda_forward(nn_cuda_model *m, const int32_t *inputs, const int32_t *targets,
                      const float *weights, int B, int T, float *loss, dg_status *st);
 /* Same with an explicit normaliser, as nn_forward_weighted: weights any
@@ -85,6 +91,10 @@ bool nn_cuda_backward(nn_cuda_model *m, dg_status *st);
  * parallelism first sums the gradients over the ranks; clips by the global
  * norm, which *norm receives (may be NULL). */
 bool nn_cuda_update(nn_cuda_model *m, int64_t step, float *norm, dg_status *st);
+/* The loss of the last forward with targets, and the gradient norm of the
+ * last update (before clipping), waiting for the device. */
+bool nn_cuda_last_loss(nn_cuda_model *m, float *loss, dg_status *st);
+bool nn_cuda_last_norm(nn_cuda_model *m, float *norm, dg_status *st);
 
 /* Host copies, for checks against the C reference. Logits (B, T, V) exist
  * after a forward without targets (a forward with targets turns them into
@@ -96,6 +106,17 @@ bool nn_cuda_copy_losses(const nn_cuda_model *m, float *out, dg_status *st);
 bool nn_cuda_copy_params(const nn_cuda_model *m, float *out, dg_status *st);
 bool nn_cuda_copy_grads(const nn_cuda_model *m, float *out, dg_status *st);
 
+/* The attention kernels' shapes, 0 for each default (2, 1, 2): how many
+ * 16-row m-tiles of queries a warp owns in the forward and in the dQ pass
+ * (1 or 2; head_dim 128 always 1): two share each K and V fragment loaded
+ * from shared memory between twice the rows, at the cost of registers;
+ * and how many dK/dV blocks share an SM (2: a warp keeps its K and V
+ * fragments in registers; 3: it reads them from shared memory, in fewer
+ * registers; head_dim 128 always 2). */
+typedef struct {
+  int fwd_mtiles, dq_mtiles, dkdv_blocks;
+} nn_cuda_attention_tiles;
+
 /* The attention kernels alone, for checks against a reference: causal
  * grouped-query attention of host arrays q (B, T, NH, HD), k and v (B, T,
  * NKV, HD), each rounded to bf16 on the way in, into out (B, T, NH, HD)
@@ -103,11 +124,20 @@ bool nn_cuda_copy_grads(const nn_cuda_model *m, float *out, dg_status *st);
  * scaled by 1/sqrt(HD). With dout non-NULL also the backward into dq, dk,
  * dv; with rope_cos and rope_sin (T, HD/2) non-NULL as well, dq and dk
  * come out rotated back by RoPE as in training (q and k are taken as
- * already rotated). Outputs are the kernels' bf16 values as floats. */
+ * already rotated). tiles NULL: the defaults. Outputs are the kernels'
+ * bf16 values as floats. */
 bool nn_cuda_attention_run(const float *q, const float *k, const float *v, const float *dout,
                            int B, int T, int NH, int NKV, int HD, const float *rope_cos,
-                           const float *rope_sin, float *out, float *lse, float *dq, float *dk,
-                           float *dv, dg_status *st);
+                           const float *rope_sin, const nn_cuda_attention_tiles *tiles,
+                           float *out, float *lse, float *dq, float *dk, float *dv,
+                           dg_status *st);
+
+/* The attention kernels' time on random bf16 inputs of that shape (the
+ * model's fused q|k|v rows, RoPE backward on): median of reps runs after
+ * two warm-up runs, forward and backward apart, in ms. */
+bool nn_cuda_attention_time(int B, int T, int NH, int NKV, int HD,
+                            const nn_cuda_attention_tiles *tiles, int reps, double *fwd_ms,
+                            double *bwd_ms, dg_status *st);
 
 /* cuBLASLt bf16 matmul rate on the current device: n x n x n, fp32
  * accumulate, median of reps timed products after warm-up, in TFLOP/s. */

@@ -137,15 +137,15 @@ static __device__ __forceinline__ int b_lane(int l) {
   return ((l & 7) + (l >> 4) * 8) * LDH + ((l >> 3) & 1) * 8;
 }
 
-/* 64 rows of HD bf16 from global rows `stride` elements apart (the first
- * nvalid real, the rest zero) into shared rows HD + 8 apart, by cp.async;
- * the caller commits. */
-template <int HD>
+/* ROWS (default one 64-row tile) rows of HD bf16 from global rows
+ * `stride` elements apart (the first nvalid real, the rest zero) into
+ * shared rows HD + 8 apart, by cp.async; the caller commits. */
+template <int HD, int ROWS = TILE>
 static __device__ __forceinline__ void tile_async(bf16 *dst, const bf16 *src, size_t stride,
                                                   int nvalid) {
   constexpr int CPR = HD / 8, LDH = HD + 8;
 #pragma unroll
-  for (int i = threadIdx.x; i < TILE * CPR; i += THREADS) {
+  for (int i = threadIdx.x; i < ROWS * CPR; i += THREADS) {
     int r = i / CPR, c = (i % CPR) * 8;
     bool ok = r < nvalid;
     cp_async16(smem_addr(dst + r * LDH + c), src + (size_t)(ok ? r : 0) * stride + c, ok);
@@ -178,6 +178,38 @@ static __device__ __forceinline__ void mma_trans_b(float (*c)[4], const uint32_t
     ldsm_x4_trans(r, smem_addr(b + np * 16 + a_lane<LDH>(lane)));
     mma_bf16(c[2 * np], a, r[0], r[1]);
     mma_bf16(c[2 * np + 1], a, r[2], r[3]);
+  }
+}
+
+/* The same for MR A operands (the warp's MR 16-row m-tiles) sharing each
+ * B fragment: one ldmatrix feeds 2 * MR products. */
+template <int LDH, int N, int MR>
+static __device__ __forceinline__ void mma_row_b_mr(float (*c)[N][4], const uint32_t (*a)[4],
+                                                    const bf16 *b, int lane) {
+#pragma unroll
+  for (int np = 0; np < N / 2; np++) {
+    uint32_t r[4];
+    ldsm_x4(r, smem_addr(b + np * 16 * LDH + b_lane<LDH>(lane)));
+#pragma unroll
+    for (int mr = 0; mr < MR; mr++) {
+      mma_bf16(c[mr][2 * np], a[mr], r[0], r[1]);
+      mma_bf16(c[mr][2 * np + 1], a[mr], r[2], r[3]);
+    }
+  }
+}
+
+template <int LDH, int N, int MR>
+static __device__ __forceinline__ void mma_trans_b_mr(float (*c)[N][4], const uint32_t (*a)[4],
+                                                      const bf16 *b, int lane) {
+#pragma unroll
+  for (int np = 0; np < N / 2; np++) {
+    uint32_t r[4];
+    ldsm_x4_trans(r, smem_addr(b + np * 16 + a_lane<LDH>(lane)));
+#pragma unroll
+    for (int mr = 0; mr < MR; mr++) {
+      mma_bf16(c[mr][2 * np], a[mr], r[0], r[1]);
+      mma_bf16(c[mr][2 * np + 1], a[mr], r[2], r[3]);
+    }
   }
 }
 
@@ -231,48 +263,61 @@ static __device__ __forceinline__ void store_rows(bf16 *dst, size_t stride, int 
 
 /* ---- forward ------------------------------------------------------------- */
 
-template <int HD>
+/* A block of MR * 64 query rows: each warp owns MR m-tiles of 16 rows,
+ * m-tile mr of warp w being the block's rows 16 w + 64 mr, so that every
+ * K and V fragment loaded from shared memory feeds MR products. */
+template <int HD, int MR>
 struct fwd_smem {
-  static constexpr int TS = TILE * (HD + 8);               /* elements of a tile */
-  static constexpr size_t bytes = 5 * TS * sizeof(bf16); /* Q, K x 2, V x 2 */
+  static constexpr int TS = TILE * (HD + 8);                    /* elements of a tile */
+  static constexpr size_t bytes = (MR + 4) * TS * sizeof(bf16); /* Q, K x 2, V x 2 */
 };
 
-/* grid (B*NH, query tiles). Up to HD 64 the registers are capped at 128
- * so that 4 blocks share an SM (16 warps to hide the softmax's latency). */
-template <int HD>
-static __global__ void __launch_bounds__(THREADS, HD <= 64 ? 4 : 1)
+/* grid (B*NH, query blocks). With one m-tile a warp and HD up to 64 the
+ * registers are capped at 128 so that 4 blocks share an SM (16 warps to
+ * hide the softmax's latency); with two, a warp has the independent work
+ * itself and 2 blocks share an SM. */
+template <int HD, int MR>
+static __global__ void __launch_bounds__(THREADS, HD <= 64 ? (MR == 1 ? 4 : 2) : 1)
     attention_forward_kernel(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                              size_t ld, int T, int NH, int NKV, float sl2) {
-  constexpr int LDH = HD + 8, KB = HD / 16, DB = HD / 8, TS = fwd_smem<HD>::TS;
+  constexpr int LDH = HD + 8, KB = HD / 16, DB = HD / 8, TS = fwd_smem<HD, MR>::TS;
+  constexpr int BM = MR * TILE;
   constexpr bool QREGS = HD <= 64;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16 *Qs = (bf16 *)smem, *Ks = Qs + TS, *Vs = Ks + 2 * TS;
+  bf16 *Qs = (bf16 *)smem, *Ks = Qs + MR * TS, *Vs = Ks + 2 * TS;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-  const int qt = (int)(gridDim.y - 1 - blockIdx.y), bh = (int)blockIdx.x;
-  const int b = bh / NH, h = bh % NH, kvh = h / (NH / NKV), q0 = qt * TILE;
+  const int qb = (int)(gridDim.y - 1 - blockIdx.y), bh = (int)blockIdx.x;
+  const int b = bh / NH, h = bh % NH, kvh = h / (NH / NKV), q0 = qb * BM;
+  /* key tiles 0 .. nkt - 1 reach the block's last query (or T) */
+  const int nkt = min((T + TILE - 1) / TILE, (q0 + BM - 1) / TILE + 1);
   const size_t QD = (size_t)NH * HD;
   const bf16 *kb = k + (size_t)b * T * ld + (size_t)kvh * HD;
   const bf16 *vb = v + (size_t)b * T * ld + (size_t)kvh * HD;
 
-  tile_async<HD>(Qs, q + ((size_t)b * T + q0) * ld + (size_t)h * HD, ld, min(TILE, T - q0));
+  tile_async<HD, BM>(Qs, q + ((size_t)b * T + q0) * ld + (size_t)h * HD, ld, min(BM, T - q0));
   tile_async<HD>(Ks, kb, ld, min(TILE, T));
   tile_async<HD>(Vs, vb, ld, min(TILE, T));
   cp_async_commit();
 
-  const bf16 *Qw = Qs + warp * 16 * LDH; /* this warp's 16 query rows */
-  uint32_t qf[QREGS ? KB : 1][4];
-  float o[DB][4];
+  uint32_t qf[QREGS ? MR : 1][QREGS ? KB : 1][4];
+  float o[MR][DB][4];
+  /* the lane's rows g and g + 8 of each m-tile: running max (scaled, log2
+   * units) and its partial sum over the lane's columns */
+  float m_run[MR][2], l_run[MR][2];
+  int qi0[MR];
 #pragma unroll
-  for (int nb = 0; nb < DB; nb++) o[nb][0] = o[nb][1] = o[nb][2] = o[nb][3] = 0.0f;
-  /* the lane's rows g and g + 8: running max (scaled, log2 units) and its
-   * partial sum over the lane's columns */
-  float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f};
-  const int qi0 = q0 + warp * 16 + g;
+  for (int mr = 0; mr < MR; mr++) {
+#pragma unroll
+    for (int nb = 0; nb < DB; nb++) o[mr][nb][0] = o[mr][nb][1] = o[mr][nb][2] = o[mr][nb][3] = 0.0f;
+    m_run[mr][0] = m_run[mr][1] = -INFINITY;
+    l_run[mr][0] = l_run[mr][1] = 0.0f;
+    qi0[mr] = q0 + warp * 16 + mr * TILE + g;
+  }
 
-  for (int kt = 0; kt <= qt; kt++) {
+  for (int kt = 0; kt < nkt; kt++) {
     cp_async_wait_all();
     __syncthreads(); /* tile kt is here; everyone is done with tile kt - 1 */
-    if (kt < qt) {
+    if (kt + 1 < nkt) {
       int k0 = (kt + 1) * TILE, nb_ = (kt + 1) & 1;
       tile_async<HD>(Ks + nb_ * TS, kb + (size_t)k0 * ld, ld, min(TILE, T - k0));
       tile_async<HD>(Vs + nb_ * TS, vb + (size_t)k0 * ld, ld, min(TILE, T - k0));
@@ -281,119 +326,152 @@ static __global__ void __launch_bounds__(THREADS, HD <= 64 ? 4 : 1)
     if constexpr (QREGS) {
       if (kt == 0) {
 #pragma unroll
-        for (int kk = 0; kk < KB; kk++)
-          ldsm_x4(qf[kk], smem_addr(Qw + kk * 16 + a_lane<LDH>(lane)));
+        for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+          for (int kk = 0; kk < KB; kk++)
+            ldsm_x4(qf[mr][kk],
+                    smem_addr(Qs + (warp * 16 + mr * TILE) * LDH + kk * 16 + a_lane<LDH>(lane)));
       }
     }
     const bf16 *Kt = Ks + (kt & 1) * TS, *Vt = Vs + (kt & 1) * TS;
 
-    float s[NB][4];
+    float s[MR][NB][4];
 #pragma unroll
-    for (int nb = 0; nb < NB; nb++) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.0f;
+    for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) s[mr][nb][0] = s[mr][nb][1] = s[mr][nb][2] = s[mr][nb][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < KB; kk++) {
       if constexpr (QREGS) {
-        mma_row_b<LDH, NB>(s, qf[kk], Kt + kk * 16, lane);
+        uint32_t a[MR][4];
+#pragma unroll
+        for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) a[mr][e] = qf[mr][kk][e];
+        mma_row_b_mr<LDH, NB, MR>(s, a, Kt + kk * 16, lane);
       } else {
-        uint32_t a[4];
-        ldsm_x4(a, smem_addr(Qw + kk * 16 + a_lane<LDH>(lane)));
-        mma_row_b<LDH, NB>(s, a, Kt + kk * 16, lane);
+        uint32_t a[MR][4];
+#pragma unroll
+        for (int mr = 0; mr < MR; mr++)
+          ldsm_x4(a[mr], smem_addr(Qs + (warp * 16 + mr * TILE) * LDH + kk * 16 + a_lane<LDH>(lane)));
+        mma_row_b_mr<LDH, NB, MR>(s, a, Kt + kk * 16, lane);
       }
     }
-    if (kt == qt) /* the diagonal tile: keys after the query, and past T */
+    if (kt * TILE + TILE - 1 > q0) /* tiles reaching past the block's first query, and past T */
 #pragma unroll
-      for (int nb = 0; nb < NB; nb++)
+      for (int mr = 0; mr < MR; mr++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) {
-          int key = kt * TILE + nb * 8 + 2 * tq + (e & 1), qi = qi0 + 8 * (e >> 1);
-          if (key > qi || key >= T) s[nb][e] = -INFINITY;
-        }
+        for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            int key = kt * TILE + nb * 8 + 2 * tq + (e & 1), qi = qi0[mr] + 8 * (e >> 1);
+            if (key > qi || key >= T) s[mr][nb][e] = -INFINITY;
+          }
 
-    float mx[2] = {-INFINITY, -INFINITY};
+    uint32_t pf[MR][KBT][4];
 #pragma unroll
-    for (int nb = 0; nb < NB; nb++) {
-      mx[0] = fmaxf(mx[0], fmaxf(s[nb][0], s[nb][1]));
-      mx[1] = fmaxf(mx[1], fmaxf(s[nb][2], s[nb][3]));
+    for (int mr = 0; mr < MR; mr++) {
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) {
+        mx[0] = fmaxf(mx[0], fmaxf(s[mr][nb][0], s[mr][nb][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[mr][nb][2], s[mr][nb][3]));
+      }
+      float mb[2], alpha[2];
+#pragma unroll
+      for (int r = 0; r < 2; r++) { /* the row's 4 lanes are adjacent */
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        float m_new = fmaxf(m_run[mr][r], mx[r] * sl2);
+        mb[r] = m_new == -INFINITY ? 0.0f : m_new; /* a row with nothing yet */
+        alpha[r] = exp2f(m_run[mr][r] - mb[r]);
+        m_run[mr][r] = m_new;
+      }
+      float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++) {
+        float p0 = exp2f(fmaf(s[mr][nb][0], sl2, -mb[0])), p1 = exp2f(fmaf(s[mr][nb][1], sl2, -mb[0]));
+        float p2 = exp2f(fmaf(s[mr][nb][2], sl2, -mb[1])), p3 = exp2f(fmaf(s[mr][nb][3], sl2, -mb[1]));
+        rs[0] += p0 + p1;
+        rs[1] += p2 + p3;
+        pf[mr][nb / 2][(nb & 1) * 2] = pack_bf16(p0, p1);
+        pf[mr][nb / 2][(nb & 1) * 2 + 1] = pack_bf16(p2, p3);
+      }
+#pragma unroll
+      for (int r = 0; r < 2; r++) l_run[mr][r] = l_run[mr][r] * alpha[r] + rs[r];
+#pragma unroll
+      for (int nb = 0; nb < DB; nb++) {
+        o[mr][nb][0] *= alpha[0];
+        o[mr][nb][1] *= alpha[0];
+        o[mr][nb][2] *= alpha[1];
+        o[mr][nb][3] *= alpha[1];
+      }
     }
-    float mb[2], alpha[2];
 #pragma unroll
-    for (int r = 0; r < 2; r++) { /* the row's 4 lanes are adjacent */
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      float m_new = fmaxf(m_run[r], mx[r] * sl2);
-      mb[r] = m_new == -INFINITY ? 0.0f : m_new; /* a row with nothing yet */
-      alpha[r] = exp2f(m_run[r] - mb[r]);
-      m_run[r] = m_new;
+    for (int kk = 0; kk < KBT; kk++) {
+      uint32_t a[MR][4];
+#pragma unroll
+      for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) a[mr][e] = pf[mr][kk][e];
+      mma_trans_b_mr<LDH, DB, MR>(o, a, Vt + kk * 16 * LDH, lane);
     }
-    uint32_t pf[KBT][4];
-    float rs[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int nb = 0; nb < NB; nb++) {
-      float p0 = exp2f(fmaf(s[nb][0], sl2, -mb[0])), p1 = exp2f(fmaf(s[nb][1], sl2, -mb[0]));
-      float p2 = exp2f(fmaf(s[nb][2], sl2, -mb[1])), p3 = exp2f(fmaf(s[nb][3], sl2, -mb[1]));
-      rs[0] += p0 + p1;
-      rs[1] += p2 + p3;
-      pf[nb / 2][(nb & 1) * 2] = pack_bf16(p0, p1);
-      pf[nb / 2][(nb & 1) * 2 + 1] = pack_bf16(p2, p3);
-    }
-#pragma unroll
-    for (int r = 0; r < 2; r++) l_run[r] = l_run[r] * alpha[r] + rs[r];
-#pragma unroll
-    for (int nb = 0; nb < DB; nb++) {
-      o[nb][0] *= alpha[0];
-      o[nb][1] *= alpha[0];
-      o[nb][2] *= alpha[1];
-      o[nb][3] *= alpha[1];
-    }
-#pragma unroll
-    for (int kk = 0; kk < KBT; kk++) mma_trans_b<LDH, DB>(o, pf[kk], Vt + kk * 16 * LDH, lane);
   }
 
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
-    l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-  }
+  for (int mr = 0; mr < MR; mr++) {
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    int qi = qi0 + 8 * r;
-    if (qi >= T) continue;
-    float inv = 1.0f / l_run[r];
-    bf16 *orow = out + ((size_t)b * T + qi) * QD + (size_t)h * HD + 2 * tq;
+    for (int r = 0; r < 2; r++) {
+      l_run[mr][r] += __shfl_xor_sync(0xffffffffu, l_run[mr][r], 1);
+      l_run[mr][r] += __shfl_xor_sync(0xffffffffu, l_run[mr][r], 2);
+    }
 #pragma unroll
-    for (int nb = 0; nb < DB; nb++)
-      *(uint32_t *)(orow + nb * 8) = pack_bf16(o[nb][2 * r] * inv, o[nb][2 * r + 1] * inv);
-    if (tq == 0) lse[((size_t)b * NH + h) * T + qi] = (m_run[r] + log2f(l_run[r])) * LN2;
+    for (int r = 0; r < 2; r++) {
+      int qi = qi0[mr] + 8 * r;
+      if (qi >= T) continue;
+      float inv = 1.0f / l_run[mr][r];
+      bf16 *orow = out + ((size_t)b * T + qi) * QD + (size_t)h * HD + 2 * tq;
+#pragma unroll
+      for (int nb = 0; nb < DB; nb++)
+        *(uint32_t *)(orow + nb * 8) =
+            pack_bf16(o[mr][nb][2 * r] * inv, o[mr][nb][2 * r + 1] * inv);
+      if (tq == 0) lse[((size_t)b * NH + h) * T + qi] = (m_run[mr][r] + log2f(l_run[mr][r])) * LN2;
+    }
   }
 }
 
 /* ---- backward: dQ (and delta) -------------------------------------------- */
 
-template <int HD>
-struct bwd_smem {
+/* dQ: Q and dO (MR tiles each), K x 2, V x 2, then the block's delta */
+template <int HD, int MR>
+struct dq_smem {
   static constexpr int TS = TILE * (HD + 8);
-  /* six tiles (dQ: Q, dO, K x 2, V x 2; dK/dV: K, V, Q x 2, dO x 2), then
-   * per-row floats (dQ: delta; dK/dV: lse x 2, delta x 2) */
-  static constexpr size_t rows = 6 * TS * sizeof(bf16);
-  static constexpr size_t bytes = rows + 4 * TILE * sizeof(float);
+  static constexpr size_t rows = (2 * MR + 4) * TS * sizeof(bf16);
+  static constexpr size_t bytes = rows + MR * TILE * sizeof(float);
 };
 
-/* grid (B*NH, query tiles): dQ of 64 queries of one head, and their
- * delta = rowsum(dO * O) into delta (B, NH, T). */
-template <int HD>
-static __global__ void __launch_bounds__(THREADS)
+/* grid (B*NH, query blocks of MR * 64 rows, m-tiles laid out as in the
+ * forward): dQ of the block's queries of one head, and their delta =
+ * rowsum(dO * O) into delta (B, NH, T). With one m-tile a warp and HD up
+ * to 64 the warp keeps its Q and dO fragments in registers; with two it
+ * reads them from shared memory at each use, and each K and V fragment
+ * feeds both m-tiles. */
+template <int HD, int MR>
+static __global__ void __launch_bounds__(THREADS, MR == 1 ? (HD <= 64 ? 3 : 1) : 2)
     attention_dq_kernel(bf16 *dq, float *delta, const bf16 *q, const bf16 *k, const bf16 *v,
                         size_t ld, const bf16 *out, const bf16 *dout, const float *lse,
                         const float *rcos, const float *rsin, int T, int NH, int NKV, float sl2,
                         float scale) {
-  constexpr int LDH = HD + 8, KB = HD / 16, DB = HD / 8, TS = bwd_smem<HD>::TS, CPR = HD / 8;
-  constexpr bool AREGS = HD <= 64;
+  constexpr int LDH = HD + 8, KB = HD / 16, DB = HD / 8, TS = dq_smem<HD, MR>::TS, CPR = HD / 8;
+  constexpr int BM = MR * TILE;
+  constexpr bool AREGS = HD <= 64 && MR == 1;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16 *Qs = (bf16 *)smem, *dOs = Qs + TS, *Ks = dOs + TS, *Vs = Ks + 2 * TS;
-  float *dl_s = (float *)(smem + bwd_smem<HD>::rows);
+  bf16 *Qs = (bf16 *)smem, *dOs = Qs + MR * TS, *Ks = dOs + MR * TS, *Vs = Ks + 2 * TS;
+  float *dl_s = (float *)(smem + dq_smem<HD, MR>::rows);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tq = lane % 4;
-  const int qt = (int)(gridDim.y - 1 - blockIdx.y), bh = (int)blockIdx.x;
-  const int b = bh / NH, h = bh % NH, kvh = h / (NH / NKV), q0 = qt * TILE;
+  const int qb = (int)(gridDim.y - 1 - blockIdx.y), bh = (int)blockIdx.x;
+  const int b = bh / NH, h = bh % NH, kvh = h / (NH / NKV), q0 = qb * BM;
+  const int nkt = min((T + TILE - 1) / TILE, (q0 + BM - 1) / TILE + 1);
   const size_t QD = (size_t)NH * HD;
   const bf16 *kb = k + (size_t)b * T * ld + (size_t)kvh * HD;
   const bf16 *vb = v + (size_t)b * T * ld + (size_t)kvh * HD;
@@ -403,53 +481,62 @@ static __global__ void __launch_bounds__(THREADS)
   const float *lse_bh = lse + ((size_t)b * NH + h) * T;
   float *delta_bh = delta + ((size_t)b * NH + h) * T;
 
-  tile_async<HD>(Qs, q + qoff, ld, min(TILE, T - q0));
-  tile_async<HD>(dOs, dout + ooff, QD, min(TILE, T - q0));
+  tile_async<HD, BM>(Qs, q + qoff, ld, min(BM, T - q0));
+  tile_async<HD, BM>(dOs, dout + ooff, QD, min(BM, T - q0));
   tile_async<HD>(Ks, kb, ld, min(TILE, T));
   tile_async<HD>(Vs, vb, ld, min(TILE, T));
   cp_async_commit();
 
-  /* delta of the warp's 16 rows while the tiles load: CPR lanes per row,
-   * 16 bytes each, summed over the row's lanes */
-  for (int i = lane; i < 16 * CPR; i += 32) {
-    int rr = i / CPR, c = (i % CPR) * 8, qi = q0 + warp * 16 + rr;
-    float sum = 0.0f;
-    if (qi < T) {
-      size_t off = ooff + (size_t)(warp * 16 + rr) * QD + c;
-      uint4 ov = *(const uint4 *)(out + off), dv = *(const uint4 *)(dout + off);
-      const __nv_bfloat162 *o2 = (const __nv_bfloat162 *)&ov, *d2 = (const __nv_bfloat162 *)&dv;
+  /* delta of the warp's rows while the tiles load: CPR lanes per row, 16
+   * bytes each, summed over the row's lanes */
 #pragma unroll
-      for (int j = 0; j < 4; j++) {
-        float2 a = __bfloat1622float2(o2[j]), d = __bfloat1622float2(d2[j]);
-        sum += a.x * d.x + a.y * d.y;
+  for (int mr = 0; mr < MR; mr++) {
+    const int rb = warp * 16 + mr * TILE; /* the m-tile's first row in the block */
+    for (int i = lane; i < 16 * CPR; i += 32) {
+      int rr = i / CPR, c = (i % CPR) * 8, qi = q0 + rb + rr;
+      float sum = 0.0f;
+      if (qi < T) {
+        size_t off = ooff + (size_t)(rb + rr) * QD + c;
+        uint4 ov = *(const uint4 *)(out + off), dv = *(const uint4 *)(dout + off);
+        const __nv_bfloat162 *o2 = (const __nv_bfloat162 *)&ov, *d2 = (const __nv_bfloat162 *)&dv;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          float2 a = __bfloat1622float2(o2[j]), d = __bfloat1622float2(d2[j]);
+          sum += a.x * d.x + a.y * d.y;
+        }
       }
-    }
 #pragma unroll
-    for (int off = 1; off < CPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    if (c == 0) {
-      dl_s[warp * 16 + rr] = sum;
-      if (qi < T) delta_bh[qi] = sum;
+      for (int off = 1; off < CPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      if (c == 0) {
+        dl_s[rb + rr] = sum;
+        if (qi < T) delta_bh[qi] = sum;
+      }
     }
   }
   __syncwarp();
-  const int qi0 = q0 + warp * 16 + g;
-  float dl[2], ls[2]; /* delta and lse * log2(e) of rows g, g + 8 */
+  int qi0[MR];
+  float dl[MR][2], ls[MR][2]; /* delta and lse * log2(e) of rows g, g + 8 */
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    dl[r] = dl_s[warp * 16 + g + 8 * r];
-    ls[r] = qi0 + 8 * r < T ? lse_bh[qi0 + 8 * r] * LOG2E : INFINITY;
+  for (int mr = 0; mr < MR; mr++) {
+    qi0[mr] = q0 + warp * 16 + mr * TILE + g;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      dl[mr][r] = dl_s[warp * 16 + mr * TILE + g + 8 * r];
+      ls[mr][r] = qi0[mr] + 8 * r < T ? lse_bh[qi0[mr] + 8 * r] * LOG2E : INFINITY;
+    }
   }
 
-  const bf16 *Qw = Qs + warp * 16 * LDH, *dOw = dOs + warp * 16 * LDH;
   uint32_t qf[AREGS ? KB : 1][4], df[AREGS ? KB : 1][4];
-  float acc[DB][4];
+  float acc[MR][DB][4];
 #pragma unroll
-  for (int nb = 0; nb < DB; nb++) acc[nb][0] = acc[nb][1] = acc[nb][2] = acc[nb][3] = 0.0f;
+  for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+    for (int nb = 0; nb < DB; nb++) acc[mr][nb][0] = acc[mr][nb][1] = acc[mr][nb][2] = acc[mr][nb][3] = 0.0f;
 
-  for (int kt = 0; kt <= qt; kt++) {
+  for (int kt = 0; kt < nkt; kt++) {
     cp_async_wait_all();
     __syncthreads();
-    if (kt < qt) {
+    if (kt + 1 < nkt) {
       int k0 = (kt + 1) * TILE, nb_ = (kt + 1) & 1;
       tile_async<HD>(Ks + nb_ * TS, kb + (size_t)k0 * ld, ld, min(TILE, T - k0));
       tile_async<HD>(Vs + nb_ * TS, vb + (size_t)k0 * ld, ld, min(TILE, T - k0));
@@ -459,69 +546,100 @@ static __global__ void __launch_bounds__(THREADS)
       if (kt == 0) {
 #pragma unroll
         for (int kk = 0; kk < KB; kk++) {
-          ldsm_x4(qf[kk], smem_addr(Qw + kk * 16 + a_lane<LDH>(lane)));
-          ldsm_x4(df[kk], smem_addr(dOw + kk * 16 + a_lane<LDH>(lane)));
+          ldsm_x4(qf[kk], smem_addr(Qs + warp * 16 * LDH + kk * 16 + a_lane<LDH>(lane)));
+          ldsm_x4(df[kk], smem_addr(dOs + warp * 16 * LDH + kk * 16 + a_lane<LDH>(lane)));
         }
       }
     }
     const bf16 *Kt = Ks + (kt & 1) * TS, *Vt = Vs + (kt & 1) * TS;
 
-    float s[NB][4], dp[NB][4];
+    float s[MR][NB][4], dp[MR][NB][4];
 #pragma unroll
-    for (int nb = 0; nb < NB; nb++)
+    for (int mr = 0; mr < MR; mr++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) s[nb][e] = dp[nb][e] = 0.0f;
+      for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) s[mr][nb][e] = dp[mr][nb][e] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < KB; kk++) {
-      if constexpr (AREGS) {
-        mma_row_b<LDH, NB>(s, qf[kk], Kt + kk * 16, lane);  /* S = Q K^T */
-        mma_row_b<LDH, NB>(dp, df[kk], Vt + kk * 16, lane); /* dP = dO V^T */
-      } else {
-        uint32_t a[4];
-        ldsm_x4(a, smem_addr(Qw + kk * 16 + a_lane<LDH>(lane)));
-        mma_row_b<LDH, NB>(s, a, Kt + kk * 16, lane);
-        ldsm_x4(a, smem_addr(dOw + kk * 16 + a_lane<LDH>(lane)));
-        mma_row_b<LDH, NB>(dp, a, Vt + kk * 16, lane);
-      }
-    }
-    const bool diag = kt == qt;
+      uint32_t a[MR][4];
 #pragma unroll
-    for (int nb = 0; nb < NB; nb++)
+      for (int mr = 0; mr < MR; mr++) {
+        if constexpr (AREGS) {
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int r = e >> 1;
-        float p = exp2f(fmaf(s[nb][e], sl2, -ls[r]));
-        if (diag) {
-          int key = kt * TILE + nb * 8 + 2 * tq + (e & 1);
-          if (key > qi0 + 8 * r || key >= T) p = 0.0f;
+          for (int e = 0; e < 4; e++) a[mr][e] = qf[kk][e];
+        } else {
+          ldsm_x4(a[mr], smem_addr(Qs + (warp * 16 + mr * TILE) * LDH + kk * 16 + a_lane<LDH>(lane)));
         }
-        s[nb][e] = p * (dp[nb][e] - dl[r]); /* dS, unscaled */
       }
+      mma_row_b_mr<LDH, NB, MR>(s, a, Kt + kk * 16, lane); /* S = Q K^T */
+#pragma unroll
+      for (int mr = 0; mr < MR; mr++) {
+        if constexpr (AREGS) {
+#pragma unroll
+          for (int e = 0; e < 4; e++) a[mr][e] = df[kk][e];
+        } else {
+          ldsm_x4(a[mr], smem_addr(dOs + (warp * 16 + mr * TILE) * LDH + kk * 16 + a_lane<LDH>(lane)));
+        }
+      }
+      mma_row_b_mr<LDH, NB, MR>(dp, a, Vt + kk * 16, lane); /* dP = dO V^T */
+    }
+    const bool mask = kt * TILE + TILE - 1 > q0;
+#pragma unroll
+    for (int mr = 0; mr < MR; mr++)
+#pragma unroll
+      for (int nb = 0; nb < NB; nb++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          int r = e >> 1;
+          float p = exp2f(fmaf(s[mr][nb][e], sl2, -ls[mr][r]));
+          if (mask) {
+            int key = kt * TILE + nb * 8 + 2 * tq + (e & 1);
+            if (key > qi0[mr] + 8 * r || key >= T) p = 0.0f;
+          }
+          s[mr][nb][e] = p * (dp[mr][nb][e] - dl[mr][r]); /* dS, unscaled */
+        }
 #pragma unroll
     for (int kk = 0; kk < KBT; kk++) { /* dQ += dS K */
-      uint32_t a[4];
-      c_to_a(a, s, kk);
-      mma_trans_b<LDH, DB>(acc, a, Kt + kk * 16 * LDH, lane);
+      uint32_t a[MR][4];
+#pragma unroll
+      for (int mr = 0; mr < MR; mr++) c_to_a(a[mr], s[mr], kk);
+      mma_trans_b_mr<LDH, DB, MR>(acc, a, Kt + kk * 16 * LDH, lane);
     }
   }
-  store_rows<HD>(dq + qoff + (size_t)warp * 16 * ld, ld, q0 + warp * 16, T, acc, scale, rcos,
-                 rsin, lane);
+#pragma unroll
+  for (int mr = 0; mr < MR; mr++) {
+    const int rb = warp * 16 + mr * TILE;
+    store_rows<HD>(dq + qoff + (size_t)rb * ld, ld, q0 + rb, T, acc[mr], scale, rcos, rsin, lane);
+  }
 }
 
 /* ---- backward: dK, dV ---------------------------------------------------- */
 
+template <int HD>
+struct bwd_smem {
+  static constexpr int TS = TILE * (HD + 8);
+  /* six tiles (K, V, Q x 2, dO x 2), then per-row floats (lse x 2,
+   * delta x 2) */
+  static constexpr size_t rows = 6 * TS * sizeof(bf16);
+  static constexpr size_t bytes = rows + 4 * TILE * sizeof(float);
+};
+
 /* grid (B*NKV, key tiles): dK, dV of 64 keys of one kv head, the heaviest
  * (first) key tiles first. The warp's 16 keys are the rows of its
  * transposed scores S^T = K Q^T, so P^T and dS^T come out of the
- * accumulators as the A operands of dV += P^T dO and dK += dS^T Q. */
-template <int HD>
-static __global__ void __launch_bounds__(THREADS)
+ * accumulators as the A operands of dV += P^T dO and dK += dS^T Q.
+ * BPS 2: up to HD 64 the warp keeps its K and V fragments in registers
+ * (2 blocks an SM); BPS 3: it reads them from shared memory at each use,
+ * with the registers capped so that 3 blocks share an SM. */
+template <int HD, int BPS>
+static __global__ void __launch_bounds__(THREADS, HD <= 64 ? BPS : 1)
     attention_dkdv_kernel(bf16 *dk, bf16 *dv, const bf16 *q, const bf16 *k, const bf16 *v,
                           size_t ld, const bf16 *dout, const float *lse, const float *delta,
                           const float *rcos, const float *rsin, int T, int NH, int NKV, float sl2,
                           float scale) {
   constexpr int LDH = HD + 8, KB = HD / 16, DB = HD / 8, TS = bwd_smem<HD>::TS;
-  constexpr bool AREGS = HD <= 64;
+  constexpr bool AREGS = HD <= 64 && BPS == 2;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16 *Ks = (bf16 *)smem, *Vs = Ks + TS, *Qs = Vs + TS, *dOs = Qs + 2 * TS;
   float *ls_s = (float *)(smem + bwd_smem<HD>::rows), *dl_s = ls_s + 2 * TILE;
@@ -637,76 +755,120 @@ static bool set_smem(K kernel, size_t bytes) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-template <int HD>
+/* m-tiles a warp owns (1 or 2) and dK/dV blocks an SM (2 or 3): the given
+ * choice, or the default measured fastest on the H200 at the 19m and 88m
+ * shapes (bench/RESULTS.md, bench/attention_bench): two m-tiles in the
+ * forward (6% faster than one), one in the dQ pass (two: 2% slower), 2
+ * dK/dV blocks (3: the same). Two m-tiles only up to HD 64, where the
+ * fragments fit in the registers. */
+static int fwd_mtiles(int HD, int want) { return HD > 64 ? 1 : want > 0 ? want : 2; }
+static int dq_mtiles(int HD, int want) { return HD > 64 ? 1 : want > 0 ? want : 1; }
+static int dkdv_blocks(int HD, int want) { return HD > 64 ? 2 : want > 0 ? want : 2; }
+
+template <int HD, int MR>
 static bool forward_hd(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                        size_t ld, int B, int T, int NH, int NKV, cudaStream_t s) {
-  size_t smem = fwd_smem<HD>::bytes;
-  if (!set_smem(attention_forward_kernel<HD>, smem)) return false;
-  dim3 grid((unsigned)(B * NH), (unsigned)((T + TILE - 1) / TILE));
-  attention_forward_kernel<HD><<<grid, THREADS, smem, s>>>(out, lse, q, k, v, ld, T, NH, NKV,
-                                                           LOG2E / sqrtf((float)HD));
+  size_t smem = fwd_smem<HD, MR>::bytes;
+  if (!set_smem(attention_forward_kernel<HD, MR>, smem)) return false;
+  dim3 grid((unsigned)(B * NH), (unsigned)((T + MR * TILE - 1) / (MR * TILE)));
+  attention_forward_kernel<HD, MR><<<grid, THREADS, smem, s>>>(out, lse, q, k, v, ld, T, NH, NKV,
+                                                               LOG2E / sqrtf((float)HD));
   return NC_LAUNCHED();
 }
 
-template <int HD>
+template <int HD, int MR, int BPS>
 static bool backward_hd(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf16 *dout,
                         const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
                         const bf16 *v, size_t ld, int B, int T, int NH, int NKV,
                         const float *rcos, const float *rsin, cudaStream_t s) {
-  size_t smem = bwd_smem<HD>::bytes;
-  if (!set_smem(attention_dq_kernel<HD>, smem) || !set_smem(attention_dkdv_kernel<HD>, smem))
+  size_t dq_bytes = dq_smem<HD, MR>::bytes, kv_bytes = bwd_smem<HD>::bytes;
+  if (!set_smem(attention_dq_kernel<HD, MR>, dq_bytes) ||
+      !set_smem(attention_dkdv_kernel<HD, BPS>, kv_bytes))
     return false;
   float scale = 1.0f / sqrtf((float)HD), sl2 = scale * LOG2E;
   unsigned tiles = (unsigned)((T + TILE - 1) / TILE);
-  attention_dq_kernel<HD><<<dim3((unsigned)(B * NH), tiles), THREADS, smem, s>>>(
+  unsigned qblocks = (unsigned)((T + MR * TILE - 1) / (MR * TILE));
+  attention_dq_kernel<HD, MR><<<dim3((unsigned)(B * NH), qblocks), THREADS, dq_bytes, s>>>(
       dq, delta, q, k, v, ld, out, dout, lse, rcos, rsin, T, NH, NKV, sl2, scale);
   if (!NC_LAUNCHED()) return false;
-  attention_dkdv_kernel<HD><<<dim3((unsigned)(B * NKV), tiles), THREADS, smem, s>>>(
+  attention_dkdv_kernel<HD, BPS><<<dim3((unsigned)(B * NKV), tiles), THREADS, kv_bytes, s>>>(
       dk, dv, q, k, v, ld, dout, lse, delta, rcos, rsin, T, NH, NKV, sl2, scale);
   return NC_LAUNCHED();
 }
 
+static bool forward_tiles(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                          size_t ld, int B, int T, int NH, int NKV, int HD, int mtiles,
+                          cudaStream_t s) {
+#define FWD(hd, mr) forward_hd<hd, mr>(out, lse, q, k, v, ld, B, T, NH, NKV, s)
+  bool two = fwd_mtiles(HD, mtiles) == 2;
+  switch (HD) {
+    case 16: return two ? FWD(16, 2) : FWD(16, 1);
+    case 32: return two ? FWD(32, 2) : FWD(32, 1);
+    case 64: return two ? FWD(64, 2) : FWD(64, 1);
+    case 128: return FWD(128, 1);
+  }
+#undef FWD
+  DG_UNREACHABLE();
+}
+
+static bool backward_tiles(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf16 *dout,
+                           const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
+                           const bf16 *v, size_t ld, int B, int T, int NH, int NKV, int HD,
+                           const float *rope_cos, const float *rope_sin, int mtiles, int bps,
+                           cudaStream_t s) {
+#define BWD(hd, mr, bps)                                                                     \
+  backward_hd<hd, mr, bps>(dq, dk, dv, delta, dout, out, lse, q, k, v, ld, B, T, NH, NKV,   \
+                           rope_cos, rope_sin, s)
+  bool two = dq_mtiles(HD, mtiles) == 2, three = dkdv_blocks(HD, bps) == 3;
+  switch (HD) {
+    case 16: return two ? (three ? BWD(16, 2, 3) : BWD(16, 2, 2)) : (three ? BWD(16, 1, 3) : BWD(16, 1, 2));
+    case 32: return two ? (three ? BWD(32, 2, 3) : BWD(32, 2, 2)) : (three ? BWD(32, 1, 3) : BWD(32, 1, 2));
+    case 64: return two ? (three ? BWD(64, 2, 3) : BWD(64, 2, 2)) : (three ? BWD(64, 1, 3) : BWD(64, 1, 2));
+    case 128: return BWD(128, 1, 2);
+  }
+#undef BWD
+  DG_UNREACHABLE();
+}
+
 bool nc_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                           size_t ld, int B, int T, int NH, int NKV, int HD, cudaStream_t s) {
-  switch (HD) {
-    case 16: return forward_hd<16>(out, lse, q, k, v, ld, B, T, NH, NKV, s);
-    case 32: return forward_hd<32>(out, lse, q, k, v, ld, B, T, NH, NKV, s);
-    case 64: return forward_hd<64>(out, lse, q, k, v, ld, B, T, NH, NKV, s);
-    case 128: return forward_hd<128>(out, lse, q, k, v, ld, B, T, NH, NKV, s);
-  }
-  DG_UNREACHABLE();
+  return forward_tiles(out, lse, q, k, v, ld, B, T, NH, NKV, HD, 0, s);
 }
 
 bool nc_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf16 *dout,
                            const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
                            const bf16 *v, size_t ld, int B, int T, int NH, int NKV, int HD,
                            const float *rope_cos, const float *rope_sin, cudaStream_t s) {
-#define BWD(hd)                                                                              \
-  case hd:                                                                                   \
-    return backward_hd<hd>(dq, dk, dv, delta, dout, out, lse, q, k, v, ld, B, T, NH, NKV,    \
-                           rope_cos, rope_sin, s)
-  switch (HD) {
-    BWD(16);
-    BWD(32);
-    BWD(64);
-    BWD(128);
-  }
-#undef BWD
-  DG_UNREACHABLE();
+  return backward_tiles(dq, dk, dv, delta, dout, out, lse, q, k, v, ld, B, T, NH, NKV, HD,
+                        rope_cos, rope_sin, 0, 0, s);
 }
 
 /* ---- the kernels alone, on host arrays (for checks) ---------------------- */
 
-extern "C" bool nn_cuda_attention_run(const float *q, const float *k, const float *v,
-                                      const float *dout, int B, int T, int NH, int NKV, int HD,
-                                      const float *rope_cos, const float *rope_sin, float *out,
-                                      float *lse, float *dq, float *dk, float *dv,
-                                      dg_status *st) {
+static bool shape_ok(int B, int T, int NH, int NKV, int HD, const nn_cuda_attention_tiles *t,
+                     const char *what, dg_status *st) {
   if (!nc_attention_supported(HD) || B < 1 || T < 1 || NKV < 1 || NH % NKV != 0 ||
       (double)B * NH > 65535 || (double)B * T * NH * HD > 1e9)
-    return dg_fail(st, DG_ERR_INVALID,
-                   "attention run: unsupported shape B %d T %d heads %d/%d head_dim %d", B, T, NH,
-                   NKV, HD);
+    return dg_fail(st, DG_ERR_INVALID, "%s: unsupported shape B %d T %d heads %d/%d head_dim %d",
+                   what, B, T, NH, NKV, HD);
+  if (t && (t->fwd_mtiles < 0 || t->fwd_mtiles > 2 || t->dq_mtiles < 0 || t->dq_mtiles > 2))
+    return dg_fail(st, DG_ERR_INVALID, "%s: m-tiles a warp %d/%d (0, 1 or 2)", what,
+                   t->fwd_mtiles, t->dq_mtiles);
+  if (t && t->dkdv_blocks != 0 && t->dkdv_blocks != 2 && t->dkdv_blocks != 3)
+    return dg_fail(st, DG_ERR_INVALID, "%s: dK/dV blocks an SM %d (0, 2 or 3)", what,
+                   t->dkdv_blocks);
+  return true;
+}
+
+extern "C" bool nn_cuda_attention_run(const float *q, const float *k, const float *v,
+                                      const float *dout, int B, int T, int NH, int NKV, int HD,
+                                      const float *rope_cos, const float *rope_sin,
+                                      const nn_cuda_attention_tiles *tiles, float *out,
+                                      float *lse, float *dq, float *dk, float *dv,
+                                      dg_status *st) {
+  if (!shape_ok(B, T, NH, NKV, HD, tiles, "attention run", st)) return false;
+  int fmt = tiles ? tiles->fwd_mtiles : 0, dmt = tiles ? tiles->dq_mtiles : 0;
+  int kvb = tiles ? tiles->dkdv_blocks : 0;
   /* q, k, v side by side in each row, as the model keeps them (and dq,
    * dk, dv the same way): rows ld apart */
   size_t N = (size_t)B * T, QD = (size_t)NH * HD, KVD = (size_t)NKV * HD, ld = QD + 2 * KVD;
@@ -740,12 +902,16 @@ extern "C" bool nn_cuda_attention_run(const float *q, const float *k, const floa
   if (ok && rope)
     ok = NC_CUDA(cudaMemcpy(gcos, rope_cos, sizeof(float) * nrope, cudaMemcpyHostToDevice)) &&
          NC_CUDA(cudaMemcpy(gsin, rope_sin, sizeof(float) * nrope, cudaMemcpyHostToDevice));
-  ok = ok && nc_attention_forward(go, glse, gqkv, gqkv + QD, gqkv + QD + KVD, ld, B, T, NH, NKV,
-                                  HD, s);
+  /* outputs poisoned with NaN (all-ones bytes), so a row a kernel leaves
+   * unwritten fails the comparison */
+  ok = ok && NC_CUDA(cudaMemset(go, 0xff, sizeof(bf16) * (nq + nqkv))) &&
+       NC_CUDA(cudaMemset(glse, 0xff, sizeof(float) * 2 * nr));
+  ok = ok && forward_tiles(go, glse, gqkv, gqkv + QD, gqkv + QD + KVD, ld, B, T, NH, NKV, HD,
+                           fmt, s);
   if (ok && dout)
-    ok = nc_attention_backward(gdqkv, gdqkv + QD, gdqkv + QD + KVD, gdelta, gdo, go, glse, gqkv,
-                               gqkv + QD, gqkv + QD + KVD, ld, B, T, NH, NKV, HD,
-                               rope ? gcos : NULL, rope ? gsin : NULL, s);
+    ok = backward_tiles(gdqkv, gdqkv + QD, gdqkv + QD + KVD, gdelta, gdo, go, glse, gqkv,
+                        gqkv + QD, gqkv + QD + KVD, ld, B, T, NH, NKV, HD, rope ? gcos : NULL,
+                        rope ? gsin : NULL, dmt, kvb, s);
   ok = ok && NC_CUDA(cudaDeviceSynchronize()) &&
        NC_CUDA(cudaMemcpy(ho, go, sizeof(bf16) * (nq + (dout ? nqkv : 0)),
                           cudaMemcpyDeviceToHost)) &&
@@ -765,4 +931,82 @@ extern "C" bool nn_cuda_attention_run(const float *q, const float *k, const floa
   cudaFree(df);
   free(hb);
   return nc_error_take(st, "attention run");
+}
+
+/* ---- timing (bench/attention_bench) ------------------------------------------ */
+
+static __global__ void fill_bf16_kernel(bf16 *x, size_t n, uint32_t seed, float amp) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    x[i] = __float2bfloat16(amp * ((float)(h & 0xffffu) / 32768.0f - 1.0f));
+  }
+}
+
+static int cmp_float_asc(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return (x > y) - (x < y);
+}
+
+extern "C" bool nn_cuda_attention_time(int B, int T, int NH, int NKV, int HD,
+                                       const nn_cuda_attention_tiles *tiles, int reps,
+                                       double *fwd_ms, double *bwd_ms, dg_status *st) {
+  if (!shape_ok(B, T, NH, NKV, HD, tiles, "attention timing", st)) return false;
+  if (reps < 1 || reps > 1000)
+    return dg_fail(st, DG_ERR_INVALID, "attention timing: reps %d out of range", reps);
+  int fmt = tiles ? tiles->fwd_mtiles : 0, dmt = tiles ? tiles->dq_mtiles : 0;
+  int kvb = tiles ? tiles->dkdv_blocks : 0;
+  size_t N = (size_t)B * T, QD = (size_t)NH * HD, KVD = (size_t)NKV * HD, ld = QD + 2 * KVD;
+  size_t nqkv = N * ld, nq = N * QD, nr = (size_t)B * NH * T, nrope = (size_t)T * (HD / 2);
+  bf16 *qkv = NULL, *dqkv = NULL, *o = NULL, *dout = NULL;
+  float *lse = NULL, *delta = NULL, *rope = NULL;
+  cudaEvent_t ev[3] = {NULL, NULL, NULL};
+  float *ms = (float *)calloc(2 * (size_t)reps, sizeof(float));
+  cudaStream_t s = 0;
+  bool ok = ms && NC_CUDA(cudaMalloc(&qkv, sizeof(bf16) * nqkv)) &&
+            NC_CUDA(cudaMalloc(&dqkv, sizeof(bf16) * nqkv)) &&
+            NC_CUDA(cudaMalloc(&o, sizeof(bf16) * nq)) &&
+            NC_CUDA(cudaMalloc(&dout, sizeof(bf16) * nq)) &&
+            NC_CUDA(cudaMalloc(&lse, sizeof(float) * nr)) &&
+            NC_CUDA(cudaMalloc(&delta, sizeof(float) * nr)) &&
+            NC_CUDA(cudaMalloc(&rope, sizeof(float) * 2 * nrope));
+  for (int i = 0; ok && i < 3; i++) ok = NC_CUDA(cudaEventCreate(&ev[i]));
+  if (ok) {
+    fill_bf16_kernel<<<1024, 256, 0, s>>>(qkv, nqkv, 1u, 2.0f);
+    fill_bf16_kernel<<<1024, 256, 0, s>>>(dout, nq, 2u, 1.0f);
+    ok = NC_LAUNCHED() && NC_CUDA(cudaMemsetAsync(rope, 0, sizeof(float) * 2 * nrope, s));
+  }
+  const float *rcos = rope, *rsin = rope + nrope;
+  for (int i = 0; ok && i < reps + 2; i++) { /* two warm-up runs */
+    ok = NC_CUDA(cudaEventRecord(ev[0], s)) &&
+         forward_tiles(o, lse, qkv, qkv + QD, qkv + QD + KVD, ld, B, T, NH, NKV, HD, fmt, s) &&
+         NC_CUDA(cudaEventRecord(ev[1], s)) &&
+         backward_tiles(dqkv, dqkv + QD, dqkv + QD + KVD, delta, dout, o, lse, qkv, qkv + QD,
+                        qkv + QD + KVD, ld, B, T, NH, NKV, HD, rcos, rsin, dmt, kvb, s) &&
+         NC_CUDA(cudaEventRecord(ev[2], s)) && NC_CUDA(cudaEventSynchronize(ev[2]));
+    if (ok && i >= 2)
+      ok = NC_CUDA(cudaEventElapsedTime(&ms[i - 2], ev[0], ev[1])) &&
+           NC_CUDA(cudaEventElapsedTime(&ms[reps + i - 2], ev[1], ev[2]));
+  }
+  if (ok) {
+    qsort(ms, (size_t)reps, sizeof(float), cmp_float_asc);
+    qsort(ms + reps, (size_t)reps, sizeof(float), cmp_float_asc);
+    *fwd_ms = ms[reps / 2];
+    *bwd_ms = ms[reps + reps / 2];
+  }
+  for (int i = 0; i < 3; i++)
+    if (ev[i]) cudaEventDestroy(ev[i]);
+  cudaFree(qkv);
+  cudaFree(dqkv);
+  cudaFree(o);
+  cudaFree(dout);
+  cudaFree(lse);
+  cudaFree(delta);
+  cudaFree(rope);
+  free(ms);
+  if (!ms) return dg_fail(st, DG_ERR_RUNTIME, "attention timing: out of host memory");
+  return nc_error_take(st, "attention timing");
 }

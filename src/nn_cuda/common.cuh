@@ -99,6 +99,9 @@ int nc_embedding_plan(const int32_t *inp, int N, int V, int *order, int *uniq, i
  * partial row per chunk of rows). */
 void nc_rmsnorm_forward(bf16 *out, float *rstd, const float *inp, const float *w, int N, int C,
                         float eps, cudaStream_t s);
+/* The same on the row inp + add (add bf16), which goes to sum as well. */
+void nc_rmsnorm_forward_add(bf16 *out, float *rstd, float *sum, const float *inp, const bf16 *add,
+                            const float *w, int N, int C, float eps, cudaStream_t s);
 enum { NC_NORM_ROW_CHUNKS = 1024 };
 void nc_rmsnorm_backward(float *dinp, bf16 *dinp_bf, float *dw, float *part, const bf16 *dout,
                          const float *inp, const float *w, const float *rstd, int N, int C,

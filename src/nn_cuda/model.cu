@@ -6,8 +6,10 @@
  * state in the device layout (model_view.cuh: a layer's q/k/v projections
  * are one matrix, and so are its gate and up projections, each used by one
  * matmul); a bf16 copy of the weights for the matmuls; the
- * residual stream (x, xmid) and its gradient in fp32, with the residual
- * adds fused into the matmuls' epilogue (C = x, beta = 1); matmul operands
+ * residual stream (x, xmid) and its gradient in fp32; a block's output
+ * projection (wo, w2) is a bf16 product, added to the stream by the next
+ * RMSNorm, which writes the sum (cheaper than a matmul epilogue reading
+ * and writing the fp32 stream); matmul operands
  * (normalised rows, q, k, v, attention output, MLP activations, logits and
  * their gradients) in bf16; norms' rstd, attention's log-sum-exp, losses
  * in fp32. Every kernel and the update are deterministic, so two runs from
@@ -107,7 +109,8 @@ extern "C" int nn_cuda_device_count(dg_status *st) {
   X(int, emb_start, N + 1)                                                    \
   X(float, dx, N * C)            /* residual gradient */                      \
   X(bf16, dxb, N * C)            /* its bf16 copy, a matmul operand */        \
-  X(bf16, dn, N * C)             /* gradient of a norm's output */            \
+  X(bf16, dn, N * C)             /* gradient of a norm's output; in the      \
+                                    forward a block's output projection */    \
   X(bf16, datty, N * QD)                                                      \
   X(bf16, dqkv, N * QKVD)        /* (N, QD|KVD|KVD) */                        \
   X(float, delta, N * NH)                                                     \
@@ -163,13 +166,26 @@ struct nn_cuda_model {
   nc_blas *blas;
   nn_optim opt;
   nn_cuda_dp *dp;
-  /* host scratch for a batch */
+  /* data parallelism: the backward sums each layer's gradient block over
+   * the ranks on `comm` as soon as it is complete, overlapping the next
+   * layers' backward; grads_reduced until the next zero_grad */
+  cudaStream_t comm;
+  cudaEvent_t ev_grads, ev_comm;
+  bool grads_reduced;
+  /* pinned host staging for a batch, copied to the device asynchronously;
+   * h2d_done marks the end of the last batch's copies, before which the
+   * staging is not written again */
+  int *h_inputs, *h_targets;
   float *h_dlosses;
   int *h_order, *h_uniq, *h_start;
+  cudaEvent_t h2d_done;
+  bool h2d_pending;
   int emb_u;
   /* the last forward */
   int last_B, last_T;
   bool last_has_targets, logits_valid;
+  /* a loss (forward with targets) and a gradient norm (update) on the device */
+  bool loss_valid, norm_valid;
 };
 
 /* ---- the device layout (model_view.cuh) ---------------------------------- */
@@ -197,6 +213,8 @@ void nc_layout_make(const nn_config *cfg, nc_layout *lay) {
   for (int i = 0; i < NN_PARAM_COUNT; i++)
     if (nn_param_decays((nn_param_id)i) && nn_param_per_layer((nn_param_id)i))
       lay->stride[i] = block;
+  lay->layer_off = at;
+  lay->layer_block = block;
   at += L * block;
   lay->n_decay = at;
   /* the rest, each tensor's layers contiguous */
@@ -259,10 +277,16 @@ extern "C" void nn_cuda_model_free(nn_cuda_model *m) {
   cudaFree(m->acts_mem);
   nc_blas_free(m->blas);
   if (m->stream) cudaStreamDestroy(m->stream);
-  free(m->h_dlosses);
-  free(m->h_order);
-  free(m->h_uniq);
-  free(m->h_start);
+  if (m->comm) cudaStreamDestroy(m->comm);
+  if (m->ev_grads) cudaEventDestroy(m->ev_grads);
+  if (m->ev_comm) cudaEventDestroy(m->ev_comm);
+  if (m->h2d_done) cudaEventDestroy(m->h2d_done);
+  cudaFreeHost(m->h_inputs);
+  cudaFreeHost(m->h_targets);
+  cudaFreeHost(m->h_dlosses);
+  cudaFreeHost(m->h_order);
+  cudaFreeHost(m->h_uniq);
+  cudaFreeHost(m->h_start);
   free(m);
 }
 
@@ -315,6 +339,9 @@ extern "C" bool nn_cuda_model_init(nn_cuda_model **out, const nn_config *cfg, in
   size_t P = m->num_params, N = (size_t)B * T, hd2 = (size_t)cfg->head_dim / 2;
   size_t nrope = (size_t)cfg->max_seq_len * hd2;
   bool ok = NC_CUDA(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking)) &&
+            NC_CUDA(cudaStreamCreateWithFlags(&m->comm, cudaStreamNonBlocking)) &&
+            NC_CUDA(cudaEventCreateWithFlags(&m->ev_grads, cudaEventDisableTiming)) &&
+            NC_CUDA(cudaEventCreateWithFlags(&m->ev_comm, cudaEventDisableTiming)) &&
             nc_blas_init(&m->blas) && dev_alloc(&m->params, 4.0 * P, "parameters") &&
             dev_alloc(&m->grads, 4.0 * P, "gradients") &&
             dev_alloc(&m->mom, 4.0 * P, "AdamW m") && dev_alloc(&m->var, 4.0 * P, "AdamW v") &&
@@ -331,12 +358,16 @@ extern "C" bool nn_cuda_model_init(nn_cuda_model **out, const nn_config *cfg, in
     NC_ACT_LIST(X)
 #undef X
     float *cosb = (float *)malloc(sizeof(float) * nrope), *sinb = (float *)malloc(sizeof(float) * nrope);
-    m->h_dlosses = (float *)malloc(sizeof(float) * N);
-    m->h_order = (int *)malloc(sizeof(int) * N);
-    m->h_uniq = (int *)malloc(sizeof(int) * N);
-    m->h_start = (int *)malloc(sizeof(int) * (N + 1));
-    if (!cosb || !sinb || !m->h_dlosses || !m->h_order || !m->h_uniq || !m->h_start) {
-      nc_error_set("out of host memory for the batch buffers");
+    ok = NC_CUDA(cudaMallocHost((void **)&m->h_inputs, sizeof(int) * N)) &&
+         NC_CUDA(cudaMallocHost((void **)&m->h_targets, sizeof(int) * N)) &&
+         NC_CUDA(cudaMallocHost((void **)&m->h_dlosses, sizeof(float) * N)) &&
+         NC_CUDA(cudaMallocHost((void **)&m->h_order, sizeof(int) * N)) &&
+         NC_CUDA(cudaMallocHost((void **)&m->h_uniq, sizeof(int) * N)) &&
+         NC_CUDA(cudaMallocHost((void **)&m->h_start, sizeof(int) * (N + 1))) &&
+         NC_CUDA(cudaEventCreateWithFlags(&m->h2d_done, cudaEventDisableTiming));
+    if (!ok) {
+    } else if (!cosb || !sinb) {
+      nc_error_set("out of host memory for the RoPE tables");
       ok = false;
     } else {
       nn_rope_table(cosb, sinb, cfg->rope_theta, cfg->head_dim, cfg->max_seq_len);
@@ -390,7 +421,7 @@ extern "C" bool nn_cuda_model_load(nn_cuda_model *m, const nn_model *ref, bool w
     ok = NC_CUDA(cudaMemsetAsync(m->mom, 0, bytes, s)) && NC_CUDA(cudaMemsetAsync(m->var, 0, bytes, s));
   ok = ok && NC_CUDA(cudaMemsetAsync(m->grads, 0, bytes, s)) && NC_CUDA(cudaStreamSynchronize(s));
   if (ok) m->opt = ref->opt;
-  m->logits_valid = m->last_has_targets = false;
+  m->logits_valid = m->last_has_targets = m->loss_valid = m->norm_valid = false;
   return nc_error_take(st, "CUDA model load");
 }
 
@@ -447,56 +478,76 @@ static bool forward_impl(nn_cuda_model *m, const int32_t *inputs, const int32_t 
   const float *pf = m->params;
   const bf16 *pb = m->params_bf;
   nc_blas *bl = m->blas;
-  m->logits_valid = m->last_has_targets = false;
+  m->logits_valid = m->last_has_targets = m->loss_valid = false;
 
-  bool ok = NC_CUDA(cudaMemcpyAsync(a->inputs, inputs, sizeof(int) * N, cudaMemcpyHostToDevice, s));
+  /* the staging is free once the last batch's copies are done (the host
+   * runs at most one batch ahead of the device) */
+  bool ok = !m->h2d_pending || NC_CUDA(cudaEventSynchronize(m->h2d_done));
+  m->h2d_pending = false;
+  if (ok) {
+    memcpy(m->h_inputs, inputs, sizeof(int) * N);
+    ok = NC_CUDA(cudaMemcpyAsync(a->inputs, m->h_inputs, sizeof(int) * N, cudaMemcpyHostToDevice, s));
+  }
   if (ok && targets) {
     for (int i = 0; i < N; i++)
       m->h_dlosses[i] = norm > 0 ? (float)((weights ? weights[i] : 1.0f) / norm) : 0.0f;
     m->emb_u = nc_embedding_plan(inputs, N, V, m->h_order, m->h_uniq, m->h_start);
-    ok = NC_CUDA(cudaMemcpyAsync(a->targets, targets, sizeof(int) * N, cudaMemcpyHostToDevice, s)) &&
+    memcpy(m->h_targets, targets, sizeof(int) * N);
+    ok = NC_CUDA(cudaMemcpyAsync(a->targets, m->h_targets, sizeof(int) * N, cudaMemcpyHostToDevice, s)) &&
          NC_CUDA(cudaMemcpyAsync(a->dlosses, m->h_dlosses, sizeof(float) * N, cudaMemcpyHostToDevice, s)) &&
          NC_CUDA(cudaMemcpyAsync(a->emb_order, m->h_order, sizeof(int) * N, cudaMemcpyHostToDevice, s)) &&
          NC_CUDA(cudaMemcpyAsync(a->emb_uniq, m->h_uniq, sizeof(int) * m->emb_u, cudaMemcpyHostToDevice, s)) &&
          NC_CUDA(cudaMemcpyAsync(a->emb_start, m->h_start, sizeof(int) * (m->emb_u + 1),
                                  cudaMemcpyHostToDevice, s));
   }
+  if (ok) ok = NC_CUDA(cudaEventRecord(m->h2d_done, s));
   if (!ok) return nc_error_take(st, "CUDA forward");
+  m->h2d_pending = true;
 
   nc_embedding_forward(a->x, a->inputs, pf + nc_at(lay, NN_PARAM_WTE, 0), N, C, s);
   for (int l = 0; ok && l < L; l++) {
-    float *x = a->x + l * NC, *xmid = a->xmid + l * NC, *xout = a->x + (l + 1) * NC;
+    float *x = a->x + l * NC, *xmid = a->xmid + l * NC;
     bf16 *ln1 = a->ln1 + l * NC, *ln2 = a->ln2 + l * NC;
     bf16 *qkv = a->qkv + (size_t)l * N * QKVD, *q = qkv, *k = qkv + QD, *v = qkv + QD + KVD;
     bf16 *atty = a->atty + (size_t)l * N * QD;
     float *lse = a->lse + (size_t)l * N * NH;
     bf16 *h13 = a->h13 + (size_t)l * N * 2 * F, *hg = a->hg + (size_t)l * N * F;
 
-    nc_rmsnorm_forward(ln1, a->rstd1 + (size_t)l * N, x, pf + nc_at(lay, NN_PARAM_LN1W, l), N, C,
-                       c->norm_eps, s);
+    /* x = the last layer's xmid + its MLP output (in dn), added here */
+    if (l == 0)
+      nc_rmsnorm_forward(ln1, a->rstd1, x, pf + nc_at(lay, NN_PARAM_LN1W, 0), N, C, c->norm_eps, s);
+    else
+      nc_rmsnorm_forward_add(ln1, a->rstd1 + (size_t)l * N, x, a->xmid + (l - 1) * NC, a->dn,
+                             pf + nc_at(lay, NN_PARAM_LN1W, l), N, C, c->norm_eps, s);
     /* q|k|v = ln1 . [wq; wk; wv]^T, one matmul */
     ok = nc_mm_forward(bl, qkv, CUDA_R_16BF, NULL, 0.0f, ln1, pb + nc_at(lay, NN_PARAM_WQ, l), N,
                        C, QKVD, s);
     if (!ok) break;
     nc_rope_qk(q, k, QKVD, m->rope_cos, m->rope_sin, B, T, NH, NKV, HD, s);
+    /* xmid = x + atty . wo^T: the product in bf16 (dn is free until the
+     * backward), added by the norm that reads xmid */
     ok = nc_attention_forward(atty, lse, q, k, v, QKVD, B, T, NH, NKV, HD, s) &&
-         /* xmid = x + atty . wo^T, the residual add in the epilogue */
-         nc_mm_forward(bl, xmid, CUDA_R_32F, x, 1.0f, atty, pb + nc_at(lay, NN_PARAM_WO, l), N, QD,
-                       C, s);
+         nc_mm_forward(bl, a->dn, CUDA_R_16BF, NULL, 0.0f, atty, pb + nc_at(lay, NN_PARAM_WO, l), N,
+                       QD, C, s);
     if (!ok) break;
-    nc_rmsnorm_forward(ln2, a->rstd2 + (size_t)l * N, xmid, pf + nc_at(lay, NN_PARAM_LN2W, l), N,
-                       C, c->norm_eps, s);
+    nc_rmsnorm_forward_add(ln2, a->rstd2 + (size_t)l * N, xmid, x, a->dn,
+                           pf + nc_at(lay, NN_PARAM_LN2W, l), N, C, c->norm_eps, s);
     /* gate|up = ln2 . [w1; w3]^T */
     ok = nc_mm_forward(bl, h13, CUDA_R_16BF, NULL, 0.0f, ln2, pb + nc_at(lay, NN_PARAM_W1, l), N, C,
                        2 * F, s);
     if (!ok) break;
     nc_swiglu_forward(hg, h13, N, F, s);
-    ok = nc_mm_forward(bl, xout, CUDA_R_32F, xmid, 1.0f, hg, pb + nc_at(lay, NN_PARAM_W2, l), N, F,
-                       C, s);
+    /* x[l + 1] = xmid + hg . w2^T, added by the next norm */
+    ok = nc_mm_forward(bl, a->dn, CUDA_R_16BF, NULL, 0.0f, hg, pb + nc_at(lay, NN_PARAM_W2, l), N,
+                       F, C, s);
   }
   if (ok) {
-    nc_rmsnorm_forward(a->lnf, a->rstdf, a->x + L * NC, pf + nc_at(lay, NN_PARAM_LNFW, 0), N, C,
-                       c->norm_eps, s);
+    if (L == 0)
+      nc_rmsnorm_forward(a->lnf, a->rstdf, a->x, pf + nc_at(lay, NN_PARAM_LNFW, 0), N, C,
+                         c->norm_eps, s);
+    else
+      nc_rmsnorm_forward_add(a->lnf, a->rstdf, a->x + L * NC, a->xmid + (L - 1) * NC, a->dn,
+                             pf + nc_at(lay, NN_PARAM_LNFW, 0), N, C, c->norm_eps, s);
     ok = nc_mm_forward(bl, a->logits, CUDA_R_16BF, NULL, 0.0f, a->lnf,
                        pb + nc_at(lay, NN_PARAM_WLM, 0), N, C, V, s);
   }
@@ -505,16 +556,22 @@ static bool forward_impl(nn_cuda_model *m, const int32_t *inputs, const int32_t 
   m->last_T = T;
   if (!targets) {
     m->logits_valid = true;
-    *loss = -1.0f;
+    if (loss) *loss = -1.0f;
     return NC_CUDA(cudaStreamSynchronize(s)) ? true : nc_error_take(st, "CUDA forward");
   }
   nc_classifier(a->logits, a->losses, a->dlosses, a->targets, N, V, s);
-  double *dsum = a->scal + NC_NORM_BLOCKS + 1;
-  nc_loss_sum(dsum, a->losses, a->dlosses, N, s);
+  nc_loss_sum(a->scal + NC_NORM_BLOCKS + 1, a->losses, a->dlosses, N, s);
+  if (nc_error_pending()) return nc_error_take(st, "CUDA forward");
+  m->last_has_targets = m->loss_valid = true;
+  return !loss || nn_cuda_last_loss(m, loss, st);
+}
+
+extern "C" bool nn_cuda_last_loss(nn_cuda_model *m, float *loss, dg_status *st) {
+  if (!m->loss_valid) return dg_fail(st, DG_ERR_INVALID, "CUDA loss: no forward with targets yet");
   double sum = 0;
-  if (!copy_to_host(m, &sum, dsum, sizeof sum)) return nc_error_take(st, "CUDA forward");
+  if (!copy_to_host(m, &sum, m->a.scal + NC_NORM_BLOCKS + 1, sizeof sum))
+    return nc_error_take(st, "CUDA loss");
   if (m->dp && !nn_cuda_dp_sum(m->dp, &sum, 1, st)) return false;
-  m->last_has_targets = true;
   *loss = (float)sum;
   return true;
 }
@@ -547,7 +604,23 @@ extern "C" bool nn_cuda_forward_weighted(nn_cuda_model *m, const int32_t *inputs
 
 /* ---- backward ------------------------------------------------------------ */
 
+/* The model's stream waits for the gradient sums queued on comm. */
+static bool join_comm(const nn_cuda_model *m) {
+  return NC_CUDA(cudaEventRecord(m->ev_comm, m->comm)) &&
+         NC_CUDA(cudaStreamWaitEvent(m->stream, m->ev_comm, 0));
+}
+
+/* Sums count gradients at g over the ranks on comm, after the work queued
+ * so far on the model's stream. */
+static bool reduce_async(nn_cuda_model *m, float *g, size_t count) {
+  return count == 0 || (NC_CUDA(cudaEventRecord(m->ev_grads, m->stream)) &&
+                        NC_CUDA(cudaStreamWaitEvent(m->comm, m->ev_grads, 0)) &&
+                        nc_dp_allreduce(m->dp, g, count, false, m->comm));
+}
+
 extern "C" bool nn_cuda_zero_grad(nn_cuda_model *m, dg_status *st) {
+  if (m->grads_reduced) join_comm(m);
+  m->grads_reduced = false;
   NC_CUDA(cudaMemsetAsync(m->grads, 0, sizeof(float) * m->num_params, m->stream));
   return nc_error_take(st, "CUDA zero_grad");
 }
@@ -568,6 +641,13 @@ extern "C" bool nn_cuda_backward(nn_cuda_model *m, dg_status *st) {
   float *g = m->grads;
   const bf16 *pb = m->params_bf;
   nc_blas *bl = m->blas;
+  /* under data parallelism each layer's gradients are summed over the
+   * ranks as soon as they are complete, so a second backward would add to
+   * sums: no accumulation across backward calls there */
+  const bool overlap = m->dp && nn_cuda_dp_size(m->dp) > 1;
+  if (overlap && m->grads_reduced)
+    return dg_fail(st, DG_ERR_INVALID, "CUDA backward: under data parallelism the gradients are "
+                                       "already summed over the ranks; zero them first");
   /* the forward with targets left d loss / d logits in a->logits */
   m->last_has_targets = false;
 
@@ -610,6 +690,10 @@ extern "C" bool nn_cuda_backward(nn_cuda_model *m, dg_status *st) {
     if (!ok) break;
     ok = nc_mm_backward_input(bl, a->dn, CUDA_R_16BF, 0.0f, dqkv, pb + P_(WQ, l), N, C, QKVD, s) &&
          nc_mm_backward_weight(bl, g + P_(WQ, l), dqkv, ln1, N, C, QKVD, s);
+    /* the layer's matrices are done: their sum over the ranks overlaps the
+     * layers below */
+    if (ok && overlap)
+      ok = reduce_async(m, g + lay->layer_off + (size_t)l * lay->layer_block, lay->layer_block);
     if (!ok) break;
     nc_rmsnorm_backward(a->dx, a->dxb, g + P_(LN1W, l), a->norm_part, a->dn, x, pf + P_(LN1W, l),
                         a->rstd1 + (size_t)l * N, N, C, s);
@@ -618,7 +702,13 @@ extern "C" bool nn_cuda_backward(nn_cuda_model *m, dg_status *st) {
     nc_embedding_backward(g + P_(WTE, 0), a->dx, a->emb_order, a->emb_uniq, a->emb_start, m->emb_u,
                           C, s);
 #undef P_
-  if (ok) NC_CUDA(cudaStreamSynchronize(s));
+  /* the rest: the global matrices before the layer blocks, the norm gains
+   * after them */
+  if (ok && overlap) {
+    size_t end = lay->layer_off + (size_t)L * lay->layer_block;
+    ok = reduce_async(m, g, lay->layer_off) && reduce_async(m, g + end, lay->total - end);
+    m->grads_reduced = ok;
+  }
   return nc_error_take(st, "CUDA backward");
 }
 
@@ -627,7 +717,10 @@ extern "C" bool nn_cuda_backward(nn_cuda_model *m, dg_status *st) {
 extern "C" bool nn_cuda_update(nn_cuda_model *m, int64_t step, float *norm, dg_status *st) {
   if (step < 0) return dg_fail(st, DG_ERR_INVALID, "CUDA update: step %lld < 0", (long long)step);
   cudaStream_t s = m->stream;
-  if (m->dp && nn_cuda_dp_size(m->dp) > 1 && !nc_dp_allreduce(m->dp, m->grads, m->num_params, false, s))
+  /* the gradients summed over the ranks: by the backward, or here */
+  if (m->grads_reduced ? !join_comm(m)
+                       : m->dp && nn_cuda_dp_size(m->dp) > 1 &&
+                             !nc_dp_allreduce(m->dp, m->grads, m->num_params, false, s))
     return nc_error_take(st, "CUDA update");
   const nn_optim *o = &m->opt;
   double *part = m->a.scal, *sumsq = m->a.scal + NC_NORM_BLOCKS;
@@ -641,9 +734,18 @@ extern "C" bool nn_cuda_update(nn_cuda_model *m, int64_t step, float *norm, dg_s
            o->beta1, o->beta2, o->eps, o->weight_decay, bc1, bc2, s);
   nc_adamw(m->params + nd, m->params_bf + nd, m->mom + nd, m->var + nd, m->grads + nd, P - nd,
            sumsq, o->grad_clip, lr, o->beta1, o->beta2, o->eps, 0.0f, bc1, bc2, s);
+  if (nc_error_pending()) return nc_error_take(st, "CUDA update");
+  m->norm_valid = true;
+  return !norm || nn_cuda_last_norm(m, norm, st);
+}
+
+extern "C" bool nn_cuda_last_norm(nn_cuda_model *m, float *norm, dg_status *st) {
+  if (!m->norm_valid) return dg_fail(st, DG_ERR_INVALID, "CUDA gradient norm: no update yet");
   double ss = 0;
-  if (!nc_error_pending() && copy_to_host(m, &ss, sumsq, sizeof ss) && norm) *norm = (float)sqrt(ss);
-  return nc_error_take(st, "CUDA update");
+  if (!copy_to_host(m, &ss, m->a.scal + NC_NORM_BLOCKS, sizeof ss))
+    return nc_error_take(st, "CUDA gradient norm");
+  *norm = (float)sqrt(ss);
+  return true;
 }
 
 /* ---- host copies ----------------------------------------------------------- */
@@ -675,7 +777,7 @@ extern "C" bool nn_cuda_copy_params(const nn_cuda_model *m, float *out, dg_statu
 }
 
 extern "C" bool nn_cuda_copy_grads(const nn_cuda_model *m, float *out, dg_status *st) {
-  copy_permuted(m, m->grads, out, false);
+  if (!m->grads_reduced || join_comm(m)) copy_permuted(m, m->grads, out, false);
   return nc_error_take(st, "CUDA grads");
 }
 

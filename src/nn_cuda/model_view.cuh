@@ -21,6 +21,8 @@ typedef struct {
   size_t stride[NN_PARAM_COUNT]; /* elements from one layer to the next */
   size_t size[NN_PARAM_COUNT];  /* elements of one layer (all, if not per layer) */
   size_t n_decay;               /* the decaying tensors are [0, n_decay) */
+  size_t layer_off, layer_block; /* layer l's [wq wk wv | wo | w1 w3 | w2] block starts at
+                                    layer_off + l * layer_block */
   size_t total;
 } nc_layout;
 

@@ -7,8 +7,8 @@
  * results come back to the launcher over one pipe per rank ('O' or 'E',
  * then text). A rank that fails or hangs ends the group: the launcher
  * kills the other ranks (its own children, by pid) instead of leaving them
- * blocked in a collective. The gradient all-reduce sums in place on the
- * model's stream.
+ * blocked in a collective. The gradient all-reduce sums in place, layer by
+ * layer during the backward on a second stream of the model's (model.cu).
  *
  * NCCL is loaded with dlopen ($DRAGON_NCCL_LIB, else libnccl.so.2 on the
  * library path), with the few types and constants it needs declared here
@@ -16,8 +16,7 @@
  * header and the binary starts where NCCL is absent (the GPU machine's
  * toolkit has none; PyTorch ships one). One rank needs no NCCL at all.
  * NVLink multicast (NVLS) stays off: NCCL_NVLS_ENABLE=0 unless already set.
- * Does not do multi-node launches, ZeRO sharding or overlap of the
- * all-reduce with the backward.
+ * Does not do multi-node launches or ZeRO sharding.
  */
 #include <dlfcn.h>
 #include <errno.h>

@@ -2,7 +2,10 @@
  *
  * Forward: one warp per row reads the fp32 residual stream and the fp32
  * gain, writes the bf16 normalised row (the next matmul's operand) and the
- * row's rstd. Backward, in one pass over the rows, from the bf16 gradient
+ * row's rstd. The residual add variant first adds a block's bf16 output
+ * to the fp32 stream and writes the sum (the next residual row) as well:
+ * the matmul before it then writes 2 bytes an element instead of reading
+ * and writing 4 each through its epilogue. Backward, in one pass over the rows, from the bf16 gradient
  * of the normalised row (a matmul's output): one warp per row adds
  * the input gradient into the fp32 residual gradient and refreshes its
  * bf16 copy (the next matmul's operand), and keeps the row's share of the
@@ -49,11 +52,20 @@ static __device__ __forceinline__ void store_bf16x4(bf16 *p, float4 v) {
 
 /* ---- forward ------------------------------------------------------------- */
 
-static __global__ void rmsnorm_forward_kernel(bf16 *out, float *rstd, const float *inp,
-                                              const float *w, int N, int C, float eps) {
+/* With add non-NULL the row is inp + add, stored to sum first. */
+static __global__ void rmsnorm_forward_kernel(bf16 *out, float *rstd, float *sum, const float *inp,
+                                              const bf16 *add, const float *w, int N, int C,
+                                              float eps) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
   const float *x = inp + (size_t)row * C;
+  if (add) {
+    const bf16 *a = add + (size_t)row * C;
+    float *xs = sum + (size_t)row * C;
+    for (int i = lane; i < C; i += 32) xs[i] = x[i] + __bfloat162float(a[i]);
+    __syncwarp();
+    x = xs;
+  }
   float ss = 0.0f;
   for (int i = lane; i < C; i += 32) ss += x[i] * x[i];
   ss = nc_warp_sum(ss);
@@ -65,7 +77,8 @@ static __global__ void rmsnorm_forward_kernel(bf16 *out, float *rstd, const floa
 
 /* lane holds float4 pieces lane + 32j, j < NJ, of its row */
 template <int NJ>
-static __global__ void rmsnorm_forward_vec_kernel(bf16 *out, float *rstd, const float *inp,
+static __global__ void rmsnorm_forward_vec_kernel(bf16 *out, float *rstd, float *sum,
+                                                  const float *inp, const bf16 *add,
                                                   const float *w, int N, int C, float eps) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -77,6 +90,11 @@ static __global__ void rmsnorm_forward_vec_kernel(bf16 *out, float *rstd, const 
   for (int j = 0; j < NJ; j++) {
     int i = lane + 32 * j;
     xv[j] = i < C4 ? x4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (add && i < C4) {
+      float4 a = load_bf16x4(add + (size_t)row * C + 4 * i);
+      xv[j] = make_float4(xv[j].x + a.x, xv[j].y + a.y, xv[j].z + a.z, xv[j].w + a.w);
+      ((float4 *)(sum + (size_t)row * C))[i] = xv[j];
+    }
     ss += xv[j].x * xv[j].x + xv[j].y * xv[j].y + xv[j].z * xv[j].z + xv[j].w * xv[j].w;
   }
   ss = nc_warp_sum(ss);
@@ -94,30 +112,36 @@ static __global__ void rmsnorm_forward_vec_kernel(bf16 *out, float *rstd, const 
 }
 
 template <int NJ>
-static void forward_vec(bf16 *out, float *rstd, const float *inp, const float *w, int N, int C,
-                        float eps, cudaStream_t s) {
+static void forward_vec(bf16 *out, float *rstd, float *sum, const float *inp, const bf16 *add,
+                        const float *w, int N, int C, float eps, cudaStream_t s) {
   rmsnorm_forward_vec_kernel<NJ><<<(N + ROW_WARPS - 1) / ROW_WARPS, ROW_WARPS * 32, 0, s>>>(
-      out, rstd, inp, w, N, C, eps);
+      out, rstd, sum, inp, add, w, N, C, eps);
+}
+
+void nc_rmsnorm_forward_add(bf16 *out, float *rstd, float *sum, const float *inp, const bf16 *add,
+                            const float *w, int N, int C, float eps, cudaStream_t s) {
+  int nj = pieces(C);
+  if (!aligned16(inp) || !aligned16(w) || (uintptr_t)out % 8 != 0) nj = 0;
+  if (add && (!aligned16(sum) || (uintptr_t)add % 8 != 0)) nj = 0;
+  switch (nj) {
+    case 1: forward_vec<1>(out, rstd, sum, inp, add, w, N, C, eps, s); break;
+    case 2: forward_vec<2>(out, rstd, sum, inp, add, w, N, C, eps, s); break;
+    case 3: forward_vec<3>(out, rstd, sum, inp, add, w, N, C, eps, s); break;
+    case 4: forward_vec<4>(out, rstd, sum, inp, add, w, N, C, eps, s); break;
+    case 5: forward_vec<5>(out, rstd, sum, inp, add, w, N, C, eps, s); break;
+    case 6: forward_vec<6>(out, rstd, sum, inp, add, w, N, C, eps, s); break;
+    case 7: forward_vec<7>(out, rstd, sum, inp, add, w, N, C, eps, s); break;
+    case 8: forward_vec<8>(out, rstd, sum, inp, add, w, N, C, eps, s); break;
+    default:
+      rmsnorm_forward_kernel<<<(N + ROW_WARPS - 1) / ROW_WARPS, ROW_WARPS * 32, 0, s>>>(
+          out, rstd, sum, inp, add, w, N, C, eps);
+  }
+  NC_LAUNCHED();
 }
 
 void nc_rmsnorm_forward(bf16 *out, float *rstd, const float *inp, const float *w, int N, int C,
                         float eps, cudaStream_t s) {
-  int nj = pieces(C);
-  if (!aligned16(inp) || !aligned16(w) || (uintptr_t)out % 8 != 0) nj = 0;
-  switch (nj) {
-    case 1: forward_vec<1>(out, rstd, inp, w, N, C, eps, s); break;
-    case 2: forward_vec<2>(out, rstd, inp, w, N, C, eps, s); break;
-    case 3: forward_vec<3>(out, rstd, inp, w, N, C, eps, s); break;
-    case 4: forward_vec<4>(out, rstd, inp, w, N, C, eps, s); break;
-    case 5: forward_vec<5>(out, rstd, inp, w, N, C, eps, s); break;
-    case 6: forward_vec<6>(out, rstd, inp, w, N, C, eps, s); break;
-    case 7: forward_vec<7>(out, rstd, inp, w, N, C, eps, s); break;
-    case 8: forward_vec<8>(out, rstd, inp, w, N, C, eps, s); break;
-    default:
-      rmsnorm_forward_kernel<<<(N + ROW_WARPS - 1) / ROW_WARPS, ROW_WARPS * 32, 0, s>>>(
-          out, rstd, inp, w, N, C, eps);
-  }
-  NC_LAUNCHED();
+  nc_rmsnorm_forward_add(out, rstd, NULL, inp, NULL, w, N, C, eps, s);
 }
 
 /* ---- backward ------------------------------------------------------------ */
