@@ -18,6 +18,9 @@ enum { NORM_THREADS = 512 };
 static __global__ void sumsq_partial_kernel(double *part, const float *g, size_t n) {
   __shared__ double buf[NORM_THREADS];
   double t = 0.0;
+  /* unrolled so that the loads are in flight together; the adds keep
+   * their order */
+#pragma unroll 4
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x)
     t += (double)g[i] * (double)g[i];

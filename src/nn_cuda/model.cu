@@ -655,6 +655,9 @@ extern "C" bool nn_cuda_backward(nn_cuda_model *m, dg_status *st) {
   bool ok = nc_mm_backward_input(bl, a->dn, CUDA_R_16BF, 0.0f, a->logits, pb + P_(WLM, 0), N, C, V,
                                  s) &&
             nc_mm_backward_weight(bl, g + P_(WLM, 0), a->logits, a->lnf, N, C, V, s) &&
+            /* the LM head's gradient is complete: its sum over the ranks
+             * overlaps the whole backward */
+            (!overlap || reduce_async(m, g + P_(WLM, 0), lay->size[NN_PARAM_WLM])) &&
             NC_CUDA(cudaMemsetAsync(a->dx, 0, sizeof(float) * NC, s));
   if (ok)
     nc_rmsnorm_backward(a->dx, a->dxb, g + P_(LNFW, 0), a->norm_part, a->dn, a->x + L * NC,
@@ -702,11 +705,14 @@ extern "C" bool nn_cuda_backward(nn_cuda_model *m, dg_status *st) {
     nc_embedding_backward(g + P_(WTE, 0), a->dx, a->emb_order, a->emb_uniq, a->emb_start, m->emb_u,
                           C, s);
 #undef P_
-  /* the rest: the global matrices before the layer blocks, the norm gains
-   * after them */
+  /* the rest: the global matrices before the layer blocks but the LM
+   * head (the embedding), the norm gains after them */
   if (ok && overlap) {
+    size_t wlm = lay->off[NN_PARAM_WLM], wlm_end = wlm + lay->size[NN_PARAM_WLM];
     size_t end = lay->layer_off + (size_t)L * lay->layer_block;
-    ok = reduce_async(m, g, lay->layer_off) && reduce_async(m, g + end, lay->total - end);
+    DG_ASSERT(wlm_end <= lay->layer_off);
+    ok = reduce_async(m, g, wlm) && reduce_async(m, g + wlm_end, lay->layer_off - wlm_end) &&
+         reduce_async(m, g + end, lay->total - end);
     m->grads_reduced = ok;
   }
   return nc_error_take(st, "CUDA backward");

@@ -266,7 +266,10 @@ static __global__ void rmsnorm_dw_final_kernel(float *dw, const float *part, int
   __shared__ float acc[SUM_ROWS][COL_TILE];
   int c = blockIdx.x * COL_TILE + threadIdx.x;
   float t = 0.0f;
+  /* unrolled so that the loads are in flight together; the adds keep
+   * their order */
   if (c < C)
+#pragma unroll 8
     for (int i = threadIdx.y; i < chunks; i += SUM_ROWS) t += part[(size_t)i * C + c];
   acc[threadIdx.y][threadIdx.x] = t;
   __syncthreads();
