@@ -213,6 +213,23 @@ static __device__ __forceinline__ void mma_trans_b_mr(float (*c)[N][4], const ui
   }
 }
 
+/* The A operands of k-block kk of the warp's MR m-tiles (rows warp * 16 +
+ * 64 mr of a block tile): the fragment held in registers (REGS, one
+ * m-tile), or by ldmatrix from the tile in shared memory. */
+template <int LDH, int MR, bool REGS>
+static __device__ __forceinline__ void a_operands(uint32_t (*a)[4], const uint32_t held[4],
+                                                  const bf16 *tile, int kk, int warp, int lane) {
+#pragma unroll
+  for (int mr = 0; mr < MR; mr++) {
+    if constexpr (REGS) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) a[mr][e] = held[e];
+    } else {
+      ldsm_x4(a[mr], smem_addr(tile + (warp * 16 + mr * TILE) * LDH + kk * 16 + a_lane<LDH>(lane)));
+    }
+  }
+}
+
 /* The A operand of k-block kk from a 16 x 64 fp32 C tile (n-blocks 2kk
  * and 2kk + 1), rounded to bf16. */
 static __device__ __forceinline__ void c_to_a(uint32_t a[4], const float (*c)[4], int kk) {
@@ -563,25 +580,9 @@ static __global__ void __launch_bounds__(THREADS, MR == 1 ? (HD <= 64 ? 3 : 1) :
 #pragma unroll
     for (int kk = 0; kk < KB; kk++) {
       uint32_t a[MR][4];
-#pragma unroll
-      for (int mr = 0; mr < MR; mr++) {
-        if constexpr (AREGS) {
-#pragma unroll
-          for (int e = 0; e < 4; e++) a[mr][e] = qf[kk][e];
-        } else {
-          ldsm_x4(a[mr], smem_addr(Qs + (warp * 16 + mr * TILE) * LDH + kk * 16 + a_lane<LDH>(lane)));
-        }
-      }
+      a_operands<LDH, MR, AREGS>(a, qf[AREGS ? kk : 0], Qs, kk, warp, lane);
       mma_row_b_mr<LDH, NB, MR>(s, a, Kt + kk * 16, lane); /* S = Q K^T */
-#pragma unroll
-      for (int mr = 0; mr < MR; mr++) {
-        if constexpr (AREGS) {
-#pragma unroll
-          for (int e = 0; e < 4; e++) a[mr][e] = df[kk][e];
-        } else {
-          ldsm_x4(a[mr], smem_addr(dOs + (warp * 16 + mr * TILE) * LDH + kk * 16 + a_lane<LDH>(lane)));
-        }
-      }
+      a_operands<LDH, MR, AREGS>(a, df[AREGS ? kk : 0], dOs, kk, warp, lane);
       mma_row_b_mr<LDH, NB, MR>(dp, a, Vt + kk * 16, lane); /* dP = dO V^T */
     }
     const bool mask = kt * TILE + TILE - 1 > q0;
