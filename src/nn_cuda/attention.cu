@@ -947,11 +947,6 @@ static __global__ void fill_bf16_kernel(bf16 *x, size_t n, uint32_t seed, float 
   }
 }
 
-static int cmp_float_asc(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return (x > y) - (x < y);
-}
-
 extern "C" bool nn_cuda_attention_time(int B, int T, int NH, int NKV, int HD,
                                        const nn_cuda_attention_tiles *tiles, int reps,
                                        double *fwd_ms, double *bwd_ms, dg_status *st) {
@@ -993,8 +988,8 @@ extern "C" bool nn_cuda_attention_time(int B, int T, int NH, int NKV, int HD,
            NC_CUDA(cudaEventElapsedTime(&ms[reps + i - 2], ev[1], ev[2]));
   }
   if (ok) {
-    qsort(ms, (size_t)reps, sizeof(float), cmp_float_asc);
-    qsort(ms + reps, (size_t)reps, sizeof(float), cmp_float_asc);
+    qsort(ms, (size_t)reps, sizeof(float), nc_cmp_float);
+    qsort(ms + reps, (size_t)reps, sizeof(float), nc_cmp_float);
     *fwd_ms = ms[reps / 2];
     *bwd_ms = ms[reps + reps / 2];
   }

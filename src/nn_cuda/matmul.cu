@@ -196,7 +196,7 @@ static __global__ void fill_random(bf16 *x, size_t n, uint32_t seed) {
   }
 }
 
-static int cmp_float(const void *a, const void *b) {
+int nc_cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
   return x < y ? -1 : x > y;
 }
@@ -227,7 +227,7 @@ extern "C" bool nn_cuda_matmul_tflops(int n, int reps, double *tflops, dg_status
          NC_CUDA(cudaEventElapsedTime(&ms[i], e0, e1));
   }
   if (ok) {
-    qsort(ms, (size_t)reps, sizeof(float), cmp_float);
+    qsort(ms, (size_t)reps, sizeof(float), nc_cmp_float);
     double med = ms[reps / 2];
     *tflops = 2.0 * n * (double)n * n / (med * 1e-3) / 1e12;
   }
