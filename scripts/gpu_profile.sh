@@ -14,7 +14,8 @@
 # DETAIL="REGEX ..." (e.g. DETAIL="forward_kernel dq_kernel") adds, for the
 # first launch of a kernel matching each, in the first config, Nsight
 # Compute's speed-of-light, occupancy, warp-state, scheduler and source
-# sections (LOGDIR/detail_<config>.txt). TORCH=0 skips PyTorch's breakdown.
+# sections and the warp stall reasons (LOGDIR/detail_<config>.txt).
+# TORCH=0 skips PyTorch's breakdown.
 set -uo pipefail
 LOGDIR=${1:?usage: scripts/gpu_profile.sh LOGDIR}
 mkdir -p "$LOGDIR"
@@ -51,11 +52,17 @@ done
 if [ -n "${DETAIL:-}" ]; then
   cfg=${CONFIGS%% *}
   : >"$LOGDIR/detail_$cfg.txt"
+  # the warp stall reasons, cycles per issued instruction each
+  stalls=""
+  for r in barrier branch_resolving dispatch_stall drain lg_throttle long_scoreboard \
+    math_pipe_throttle mio_throttle no_instruction not_selected selected short_scoreboard wait; do
+    stalls="$stalls,smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+  done
   for re in $DETAIL; do
     "$NCU" --target-processes all --kernel-name "regex:$re" --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
       --section LaunchStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
-      --section SourceCounters \
+      --section SourceCounters --metrics "${stalls#,}" \
       "./$BUILD/train_bench" --configs "$cfg" --gpus 1 --steps 1 --warmup 0 --peak-tflops 1000 \
       >>"$LOGDIR/detail_$cfg.txt" 2>&1
   done
