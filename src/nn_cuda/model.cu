@@ -365,11 +365,10 @@ extern "C" bool nn_cuda_model_init(nn_cuda_model **out, const nn_config *cfg, in
          NC_CUDA(cudaMallocHost((void **)&m->h_uniq, sizeof(int) * N)) &&
          NC_CUDA(cudaMallocHost((void **)&m->h_start, sizeof(int) * (N + 1))) &&
          NC_CUDA(cudaEventCreateWithFlags(&m->h2d_done, cudaEventDisableTiming));
-    if (!ok) {
-    } else if (!cosb || !sinb) {
+    if (ok && (!cosb || !sinb)) {
       nc_error_set("out of host memory for the RoPE tables");
       ok = false;
-    } else {
+    } else if (ok) {
       nn_rope_table(cosb, sinb, cfg->rope_theta, cfg->head_dim, cfg->max_seq_len);
       ok = NC_CUDA(cudaMemcpy(m->rope_cos, cosb, sizeof(float) * nrope, cudaMemcpyHostToDevice)) &&
            NC_CUDA(cudaMemcpy(m->rope_sin, sinb, sizeof(float) * nrope, cudaMemcpyHostToDevice)) &&
