@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dragon/codegen.h"
 #include "dragon/rt.h"
 #include "sched_support.h"
 
@@ -70,4 +71,32 @@ bool ts_text_is(sched *s, const char *want) {
   if (!ok) fprintf(stderr, "--- got\n%s--- want\n%s", got, want);
   free(got);
   return ok;
+}
+
+bool ts_source_matches(const dg_func *ref, const char *src, rt_dist dist) {
+  static const char *const names[2] = {CODEGEN_PROGRAM_FN, CODEGEN_REFERENCE_FN};
+  rt_cpu_kernel *k[2] = {NULL, NULL};
+  dg_status st;
+  if (!rt_cpu_compile_many(src, names, 2, k, &st)) {
+    fprintf(stderr, "cc: %s\n", st.msg);
+    return false;
+  }
+  rt_tensors ts;
+  bool pass = false;
+  if (rt_tensors_init(&ts, ref, &st)) {
+    rt_data_fill(&ts, 3, dist);
+    rt_data_poison(&ts);
+    rt_cpu_call(k[1], ts.ref_args);
+    rt_cpu_call(k[0], ts.args);
+    rt_check chk;
+    rt_check_outputs(&ts, rt_check_reduce_len(ref), &chk);
+    rt_tensors_free(&ts);
+    pass = chk.pass;
+    if (!pass) fprintf(stderr, "wrong numbers: %s\n", chk.first_bad);
+  } else {
+    fprintf(stderr, "tensors: %s\n", st.msg);
+  }
+  rt_cpu_free(k[0]);
+  rt_cpu_free(k[1]);
+  return pass;
 }

@@ -4,6 +4,7 @@
 #ifndef DRAGON_TEST_SCHED_SUPPORT_H
 #define DRAGON_TEST_SCHED_SUPPORT_H
 
+#include "dragon/rt.h"
 #include "dragon/sched.h"
 
 /* Parses kernel text; prints the error and returns NULL on failure. */
@@ -19,6 +20,11 @@ bool ts_replays(const dg_func *orig, sched *s);
 bool ts_verified(sched *s);
 /* The scheduled kernel prints as `want`; prints both if not. */
 bool ts_text_is(sched *s, const char *want);
+/* A program's C source (codegen_emit_program_source: the program and the
+ * float64 reference of ref) compiled on the CPU: both run on inputs drawn
+ * from dist with outputs poisoned, and the program's outputs match;
+ * prints why not. */
+bool ts_source_matches(const dg_func *ref, const char *src, rt_dist dist);
 
 static inline sched_val ts_int(int64_t v) { return (sched_val){.kind = SV_INT, .i = v}; }
 static const sched_val TS_NONE = {.kind = SV_NONE};
