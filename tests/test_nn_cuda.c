@@ -686,3 +686,26 @@ DG_TEST(nn_cuda_config_check) {
   no_cuda_note();
 #endif
 }
+
+/* The attention entry points check their arguments before touching the
+ * device: kernel shapes out of range, and the timing's repetitions. */
+DG_TEST(nn_cuda_attention_rejects_bad_tiles) {
+#ifdef DG_HAVE_CUDA
+  dg_status st;
+  float x[64] = {0}, out[64], lse[4], dq[64], dk[64], dv[64];
+  nn_cuda_attention_tiles bad_m = {3, 0, 0}, bad_k = {0, 0, 5};
+  double f = 0, b = 0;
+  CHECK(!nn_cuda_attention_run(x, x, x, x, 1, 4, 1, 1, 16, NULL, NULL, &bad_m, out, lse, dq, dk,
+                               dv, &st));
+  CHECK_ERR(st, "m-tiles a warp 3/0");
+  CHECK(!nn_cuda_attention_run(x, x, x, NULL, 1, 4, 1, 1, 16, NULL, NULL, &bad_k, out, lse, NULL,
+                               NULL, NULL, &st));
+  CHECK_ERR(st, "dK/dV blocks an SM 5");
+  CHECK(!nn_cuda_attention_time(1, 4, 1, 1, 16, NULL, 0, &f, &b, &st));
+  CHECK_ERR(st, "reps 0 out of range");
+  CHECK(!nn_cuda_attention_time(1, 4, 1, 1, 24, NULL, 5, &f, &b, &st));
+  CHECK_ERR(st, "head_dim 24");
+#else
+  no_cuda_note();
+#endif
+}
