@@ -97,7 +97,7 @@ $(BUILD)/attention_bench: $(BUILD)/bench/attention_bench.o $(BUILD)/libdragon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The CUDA model (src/nn_cuda/*.cu), only where nvcc is found: compiled for
-# sm_90 into $(BUILD)/libdragon_cuda.a and linked into dragon, the tests and
+# sm_90 (one file sm_90a) into $(BUILD)/libdragon_cuda.a and linked into dragon, the tests and
 # the benches with the static CUDA runtime (so dragon starts without a
 # driver; the driver is loaded when a GPU path runs) and cuBLASLt; NCCL is
 # loaded at run time. The C side sees DG_HAVE_CUDA.
@@ -118,6 +118,10 @@ CUDA_LDLIBS := $(CUDA_LIB) $(BUILD)/libdragon.a -L$(CUDA_HOME)/lib64 \
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
+# The warpgroup (wgmma) attention kernels exist only for sm_90a; the
+# model runs them where the device is compute capability 9.0.
+comma := ,
+$(BUILD)/src/nn_cuda/attention_wgmma.o: NVFLAGS := $(subst -arch=sm_90,-gencode arch=compute_90a$(comma)code=sm_90a,$(NVFLAGS))
 $(CUDA_LIB): $(CU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^

@@ -1,6 +1,6 @@
 /* attention_bench.c: the CUDA attention kernels alone (src/nn_cuda/
  * attention.cu), forward and backward, at the shapes of the configs'
- * training steps, for each choice of m-tiles a warp.
+ * training steps, for each choice of kernels and their shapes.
  *
  * Shapes: 19m (B 64, T 1024, 6 query / 2 kv heads, head_dim 64) and 88m
  * (B 32, T 1024, 12/4, 64), as bench/train_bench.c runs them; the model's
@@ -11,8 +11,9 @@
  * in the dQ pass is not counted).
  *
  * usage: attention_bench [--shapes 19m,88m] [--tiles F/D/K,...] [--reps 20]
- * (F/D/K: m-tiles a warp in the forward and the dQ pass, dK/dV blocks an
- * SM; nn_cuda_attention_tiles)
+ * (F/D/K: the mma.sync kernels with m-tiles a warp in the forward and the
+ * dQ pass and dK/dV blocks an SM; wF/D/K: the wgmma kernels with
+ * warpgroups a block in the three; nn_cuda_attention_tiles)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,11 +25,12 @@
 #endif
 
 static const char usage[] =
-    "usage: attention_bench [--shapes 19m,88m] [--tiles F/D/K,... (1/1/2,2/2/2,2/2/3)]\n"
+    "usage: attention_bench [--shapes 19m,88m] [--tiles F/D/K,... (2/1/2,w2/2/2)]\n"
     "       [--reps R (20)]\n"
     "The CUDA attention kernels alone at the training shapes of the 19m and 88m configs;\n"
-    "F/D/K: m-tiles a warp in the forward and the dQ pass (1 or 2), dK/dV blocks an SM\n"
-    "(2 or 3); 0 for a default.\n";
+    "F/D/K: the mma.sync kernels with m-tiles a warp in the forward and the dQ pass (1 or 2)\n"
+    "and dK/dV blocks an SM (2 or 3); wF/D/K: the sm_90 wgmma kernels with warpgroups a\n"
+    "block in the forward, the dQ pass and the dK/dV pass (1 or 2); 0 for a default.\n";
 
 typedef struct {
   const char *name;
@@ -56,10 +58,16 @@ static int run(const char *names, const char *tiles, int reps) {
     double flop = (double)sh->B * sh->NH * sh->T * sh->T * sh->HD;
     char *tl = dg_strdup(tiles), *s2 = NULL;
     for (char *t = strtok_r(tl, ",", &s2); t; t = strtok_r(NULL, ",", &s2)) {
-      nn_cuda_attention_tiles at;
+      nn_cuda_attention_tiles at = {0, 0, 0, 1, 0, 0, 0};
       char end = 0;
-      if (sscanf(t, "%d/%d/%d%c", &at.fwd_mtiles, &at.dq_mtiles, &at.dkdv_blocks, &end) != 3) {
-        fprintf(stderr, "attention_bench: --tiles entry '%s' is not F/D/K\n", t);
+      bool ok = t[0] == 'w'
+                    ? sscanf(t + 1, "%d/%d/%d%c", &at.fwd_groups, &at.dq_groups, &at.dkdv_groups,
+                             &end) == 3
+                    : sscanf(t, "%d/%d/%d%c", &at.fwd_mtiles, &at.dq_mtiles, &at.dkdv_blocks,
+                             &end) == 3;
+      if (t[0] == 'w') at.engine = 2;
+      if (!ok) {
+        fprintf(stderr, "attention_bench: --tiles entry '%s' is not F/D/K or wF/D/K\n", t);
         rc = 2;
         break;
       }
@@ -84,7 +92,7 @@ static int run(const char *names, const char *tiles, int reps) {
 #endif
 
 int main(int argc, char **argv) {
-  const char *names = "19m,88m", *tiles = "1/1/2,2/2/2,2/2/3";
+  const char *names = "19m,88m", *tiles = "2/1/2,w2/2/2";
   int64_t reps = 20;
   dg_status st;
   for (int i = 1; i < argc; i++) {

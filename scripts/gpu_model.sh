@@ -24,11 +24,8 @@ set -uo pipefail
 LOGDIR=${1:?usage: scripts/gpu_model.sh LOGDIR}
 mkdir -p "$LOGDIR"
 BUILD=${BUILD:-build-gpu}
-JOBS=$(nproc)
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-summary="$LOGDIR/summary.txt"
-: >"$summary"
-note() { echo "$*" | tee -a "$summary"; }
+. scripts/log_steps.sh
 
 NGPU=${NGPU:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)}
 {
@@ -54,25 +51,7 @@ if [ -z "${DRAGON_NCCL_LIB:-}" ]; then
 fi
 note "NCCL: ${DRAGON_NCCL_LIB:-not found (the two-GPU runs will fail)}"
 
-t0=$(date +%s)
-if make BUILD="$BUILD" -j"$JOBS" "$BUILD/dragon" "$BUILD/dragon_tests" "$BUILD/train_bench" \
-  "$BUILD/sample_bench" \
-  >"$LOGDIR/build.log" 2>&1; then
-  note "build: ok in $(($(date +%s) - t0)) s ($(grep -c 'nvcc' "$LOGDIR/build.log") nvcc runs)"
-else
-  note "build: FAILED (tail of build.log follows)"
-  tail -30 "$LOGDIR/build.log"
-  exit 1
-fi
-
-run_logged() { # name timeout command...
-  local name=$1 limit=$2
-  shift 2
-  local t=$(date +%s)
-  timeout "$limit" "$@" >"$LOGDIR/$name.log" 2>&1
-  local rc=$?
-  note "$name: exit $rc in $(($(date +%s) - t)) s; $(tail -1 "$LOGDIR/$name.log")"
-}
+build_logged "$BUILD/dragon" "$BUILD/dragon_tests" "$BUILD/train_bench" "$BUILD/sample_bench"
 
 run_logged test-gpu-nn ${NN_TEST_LIMIT:-300} env DRAGON_BIN="$BUILD/dragon" "./$BUILD/dragon_tests" gpu_nn_
 run_logged test-nn-cuda 60 env DRAGON_BIN="$BUILD/dragon" "./$BUILD/dragon_tests" nn_cuda_

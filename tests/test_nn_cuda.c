@@ -348,11 +348,23 @@ static void run_attention_case(const att_case *c, uint64_t seed) {
   nn_rope_table(cosb, sinb, 10000.0f, HD, T);
   attention_ref(c, q, k, v, dout, c->rope ? cosb : NULL, c->rope ? sinb : NULL, rout, rlse, rdq,
                 rdk, rdv);
-  /* both shapes of each kernel (HD 128 has one), against the same
-   * reference: one m-tile a warp and 2 dK/dV blocks an SM, then two and 3 */
-  for (int mt = 1; mt <= (HD <= 64 ? 2 : 1); mt++) {
-    nn_cuda_attention_tiles tiles = {mt, mt, mt + 1};
-    printf("     %d m-tile(s) a warp, %d dK/dV blocks an SM\n", mt, mt + 1);
+  /* every shape of each kernel against the same reference: mma.sync with
+   * one m-tile a warp and 2 dK/dV blocks an SM, then two and 3 (HD 128
+   * has one shape); and where the device runs them (HD 64 on sm_90), the
+   * wgmma kernels with one warpgroup a block, then two */
+  nn_cuda_attention_tiles shapes[4] = {{1, 1, 2, 1, 0, 0, 0}, {2, 2, 3, 1, 0, 0, 0}};
+  int nshapes = HD <= 64 ? 2 : 1;
+  if (nn_cuda_attention_wgmma(HD)) {
+    shapes[nshapes++] = (nn_cuda_attention_tiles){0, 0, 0, 2, 1, 1, 1};
+    shapes[nshapes++] = (nn_cuda_attention_tiles){0, 0, 0, 2, 2, 2, 2};
+  }
+  for (int si = 0; si < nshapes; si++) {
+    const nn_cuda_attention_tiles tiles = shapes[si];
+    if (tiles.engine == 2)
+      printf("     wgmma, %d warpgroup(s) a block\n", tiles.fwd_groups);
+    else
+      printf("     mma.sync, %d m-tile(s) a warp, %d dK/dV blocks an SM\n", tiles.fwd_mtiles,
+             tiles.dkdv_blocks);
     dg_status st;
     dg_status_ok(&st);
     bool ran = nn_cuda_attention_run(q, k, v, dout, B, T, NH, NKV, HD, c->rope ? cosb : NULL,
@@ -422,16 +434,17 @@ DG_TEST(gpu_nn_matches_c_head_dims) {
 }
 
 /* The attention kernels against a double reference: T not a multiple of
- * the 64-row tile and T = 1024 (the production length, 16 tiles), GQA
- * ratios 1 and 3, head dims 64 and 32, and the other two head dims; with
- * and without the RoPE backward fused into dQ and dK. */
+ * the 64-row tile (and of the two-warpgroup 128-row block: 65 leaves one
+ * row to the second warpgroup) and T = 1024 (the production length, 16
+ * tiles), GQA ratios 1, 2 and 3, head dims 64 and 32, and the other two
+ * head dims; with and without the RoPE backward fused into dQ and dK. */
 DG_TEST(gpu_nn_attention_matches_reference) {
 #ifdef DG_HAVE_CUDA
   if (!nt_gpu_here()) return;
   const att_case cases[] = {
       {2, 100, 4, 4, 64, true},    {2, 100, 6, 2, 32, false}, {1, 1024, 6, 2, 64, true},
       {1, 1024, 2, 2, 32, false},  {2, 77, 3, 1, 128, true},  {1, 130, 2, 1, 16, true},
-      {3, 65, 2, 1, 64, false},
+      {3, 65, 2, 1, 64, false},    {2, 300, 6, 3, 64, true},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_attention_case(&cases[i], 40 + i);
 #else
@@ -701,6 +714,16 @@ DG_TEST(nn_cuda_attention_rejects_bad_tiles) {
   CHECK(!nn_cuda_attention_run(x, x, x, NULL, 1, 4, 1, 1, 16, NULL, NULL, &bad_k, out, lse, NULL,
                                NULL, NULL, &st));
   CHECK_ERR(st, "dK/dV blocks an SM 5");
+  nn_cuda_attention_tiles bad_e = {0, 0, 0, 3, 0, 0, 0}, bad_g = {0, 0, 0, 1, 0, 3, 0};
+  nn_cuda_attention_tiles wg16 = {0, 0, 0, 2, 0, 0, 0};
+  CHECK(!nn_cuda_attention_run(x, x, x, NULL, 1, 4, 1, 1, 16, NULL, NULL, &bad_e, out, lse, NULL,
+                               NULL, NULL, &st));
+  CHECK_ERR(st, "engine 3");
+  CHECK(!nn_cuda_attention_run(x, x, x, NULL, 1, 4, 1, 1, 16, NULL, NULL, &bad_g, out, lse, NULL,
+                               NULL, NULL, &st));
+  CHECK_ERR(st, "warpgroups a block 0/3/0");
+  CHECK(!nn_cuda_attention_time(1, 4, 1, 1, 16, &wg16, 5, &f, &b, &st));
+  CHECK_ERR(st, "need head_dim 64");
   CHECK(!nn_cuda_attention_time(1, 4, 1, 1, 16, NULL, 0, &f, &b, &st));
   CHECK_ERR(st, "reps 0 out of range");
   CHECK(!nn_cuda_attention_time(1, 4, 1, 1, 24, NULL, 5, &f, &b, &st));

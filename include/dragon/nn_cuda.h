@@ -106,16 +106,26 @@ bool nn_cuda_copy_losses(const nn_cuda_model *m, float *out, dg_status *st);
 bool nn_cuda_copy_params(const nn_cuda_model *m, float *out, dg_status *st);
 bool nn_cuda_copy_grads(const nn_cuda_model *m, float *out, dg_status *st);
 
-/* The attention kernels' shapes, 0 for each default (2, 1, 2): how many
- * 16-row m-tiles of queries a warp owns in the forward and in the dQ pass
- * (1 or 2; head_dim 128 always 1): two share each K and V fragment loaded
- * from shared memory between twice the rows, at the cost of registers;
- * and how many dK/dV blocks share an SM (2: a warp keeps its K and V
- * fragments in registers; 3: it reads them from shared memory, in fewer
- * registers; head_dim 128 always 2). */
+/* The attention kernels' shapes, 0 for each default.
+ * engine: 1 mma.sync (any head_dim, any sm_80+ device), 2 the sm_90
+ * warpgroup products (wgmma: head_dim 64 on a compute capability 9.0
+ * device); 0: the default, wgmma where it can run.
+ * mma.sync (defaults 2, 1, 2): how many 16-row m-tiles of queries a warp
+ * owns in the forward and in the dQ pass (1 or 2; head_dim 128 always 1):
+ * two share each K and V fragment loaded from shared memory between twice
+ * the rows, at the cost of registers; and how many dK/dV blocks share an
+ * SM (2: a warp keeps its K and V fragments in registers; 3: it reads
+ * them from shared memory, in fewer registers; head_dim 128 always 2).
+ * wgmma (defaults 1, 1, 1): how many 64-row warpgroups a block of the
+ * forward, the dQ pass and the dK/dV pass has (1 or 2). */
 typedef struct {
   int fwd_mtiles, dq_mtiles, dkdv_blocks;
+  int engine, fwd_groups, dq_groups, dkdv_groups;
 } nn_cuda_attention_tiles;
+
+/* Whether the wgmma attention kernels (engine 2) can run here: head_dim
+ * 64 on a compute capability 9.0 device. */
+bool nn_cuda_attention_wgmma(int head_dim);
 
 /* The attention kernels alone, for checks against a reference: causal
  * grouped-query attention of host arrays q (B, T, NH, HD), k and v (B, T,

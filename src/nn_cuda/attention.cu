@@ -36,6 +36,10 @@
  * C tile of scores over 16 keys is, pair by pair, the A operand of P V
  * without any data movement.
  *
+ * On a compute capability 9.0 device with HD 64 the launchers below run
+ * the warpgroup (wgmma) kernels of attention_wgmma.cu instead, by default
+ * (nn_cuda_attention_tiles chooses); these kernels run everywhere else.
+ *
  * Assumes HD in {16, 32, 64, 128} (nc_attention_supported); head dims up
  * to 64 keep the warp's Q (K, V in dK/dV) fragments in registers, 128
  * reads them from shared memory at each use. Scale 1/sqrt(HD); query
@@ -49,18 +53,13 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "common.cuh"
+#include "attention_common.cuh"
 
 enum { TILE = 64, WARPS = 4, THREADS = WARPS * 32, NB = TILE / 8, KBT = TILE / 16 };
-static constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
 bool nc_attention_supported(int HD) { return HD == 16 || HD == 32 || HD == 64 || HD == 128; }
 
 /* ---- PTX ----------------------------------------------------------------- */
-
-static __device__ __forceinline__ uint32_t smem_addr(const void *p) {
-  return (uint32_t)__cvta_generic_to_shared(p);
-}
 
 /* Four 8 x 8 b16 matrices; lanes 8i..8i+7 give the row addresses of
  * matrix i, r[i] receives it: lane l holds row l/4, elements 2(l%4) and
@@ -88,36 +87,7 @@ static __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-/* 16 bytes global -> shared, or 16 zero bytes when !valid (src is then
- * not read but must still be a mapped address). */
-static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 16 : 0)
-               : "memory");
-}
-
-static __device__ __forceinline__ void cp_async4(uint32_t dst, const void *src, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
-               "r"(valid ? 4 : 0)
-               : "memory");
-}
-
-static __device__ __forceinline__ void cp_async_commit(void) {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-/* Waits for all of this thread's committed copies. */
-static __device__ __forceinline__ void cp_async_wait_all(void) {
-  asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
 /* ---- end PTX ------------------------------------------------------------- */
-
-/* Two floats as a bf16 pair, the first in the lower half. */
-static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16(lo)) |
-         ((uint32_t)__bfloat16_as_ushort(__float2bfloat16(hi)) << 16);
-}
 
 /* Element offsets of lane l's ldmatrix.x4 row address in a tile with rows
  * LDH apart, for a 16 x 16 block at the tile's origin:
@@ -227,54 +197,6 @@ static __device__ __forceinline__ void a_operands(uint32_t (*a)[4], const uint32
     } else {
       ldsm_x4(a[mr], smem_addr(tile + (warp * 16 + mr * TILE) * LDH + kk * 16 + a_lane<LDH>(lane)));
     }
-  }
-}
-
-/* The A operand of k-block kk from a 16 x 64 fp32 C tile (n-blocks 2kk
- * and 2kk + 1), rounded to bf16. */
-static __device__ __forceinline__ void c_to_a(uint32_t a[4], const float (*c)[4], int kk) {
-  a[0] = pack_bf16(c[2 * kk][0], c[2 * kk][1]);
-  a[1] = pack_bf16(c[2 * kk][2], c[2 * kk][3]);
-  a[2] = pack_bf16(c[2 * kk + 1][0], c[2 * kk + 1][1]);
-  a[3] = pack_bf16(c[2 * kk + 1][2], c[2 * kk + 1][3]);
-}
-
-/* A warp's 16 x HD accumulator (rows g, g + 8 of this lane: row0 + g and
- * row0 + g + 8) times mul to global rows `stride` apart, rows < T only;
- * with rope tables, rotated back by each row's position first (the pair
- * (d, d + HD/2) sits in n-blocks nb and nb + HD/16 of the same lane). */
-template <int HD>
-static __device__ __forceinline__ void store_rows(bf16 *dst, size_t stride, int row0, int T,
-                                                  float (*acc)[4], float mul, const float *rcos,
-                                                  const float *rsin, int lane) {
-  constexpr int DB = HD / 8, H2 = HD / 2;
-  int g = lane / 4, tq = lane % 4;
-#pragma unroll
-  for (int nb = 0; nb < DB; nb++)
-#pragma unroll
-    for (int e = 0; e < 4; e++) acc[nb][e] *= mul;
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    int row = row0 + g + 8 * r;
-    if (row >= T) continue;
-    if (rcos) {
-#pragma unroll
-      for (int nb = 0; nb < DB / 2; nb++) {
-        int i = nb * 8 + 2 * tq;
-        float2 c = *(const float2 *)(rcos + (size_t)row * H2 + i);
-        float2 s = *(const float2 *)(rsin + (size_t)row * H2 + i);
-        float x0 = acc[nb][2 * r], y0 = acc[nb + DB / 2][2 * r];
-        float x1 = acc[nb][2 * r + 1], y1 = acc[nb + DB / 2][2 * r + 1];
-        acc[nb][2 * r] = x0 * c.x + y0 * s.x;
-        acc[nb + DB / 2][2 * r] = y0 * c.x - x0 * s.x;
-        acc[nb][2 * r + 1] = x1 * c.y + y1 * s.y;
-        acc[nb + DB / 2][2 * r + 1] = y1 * c.y - x1 * s.y;
-      }
-    }
-    bf16 *o = dst + (size_t)(g + 8 * r) * stride + 2 * tq;
-#pragma unroll
-    for (int nb = 0; nb < DB; nb++)
-      *(uint32_t *)(o + nb * 8) = pack_bf16(acc[nb][2 * r], acc[nb][2 * r + 1]);
   }
 }
 
@@ -479,7 +401,7 @@ static __global__ void __launch_bounds__(THREADS, MR == 1 ? (HD <= 64 ? 3 : 1) :
                         size_t ld, const bf16 *out, const bf16 *dout, const float *lse,
                         const float *rcos, const float *rsin, int T, int NH, int NKV, float sl2,
                         float scale) {
-  constexpr int LDH = HD + 8, KB = HD / 16, DB = HD / 8, TS = dq_smem<HD, MR>::TS, CPR = HD / 8;
+  constexpr int LDH = HD + 8, KB = HD / 16, DB = HD / 8, TS = dq_smem<HD, MR>::TS;
   constexpr int BM = MR * TILE;
   constexpr bool AREGS = HD <= 64 && MR == 1;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -504,32 +426,10 @@ static __global__ void __launch_bounds__(THREADS, MR == 1 ? (HD <= 64 ? 3 : 1) :
   tile_async<HD>(Vs, vb, ld, min(TILE, T));
   cp_async_commit();
 
-  /* delta of the warp's rows while the tiles load: CPR lanes per row, 16
-   * bytes each, summed over the row's lanes */
+  /* delta of the warp's rows while the tiles load */
 #pragma unroll
-  for (int mr = 0; mr < MR; mr++) {
-    const int rb = warp * 16 + mr * TILE; /* the m-tile's first row in the block */
-    for (int i = lane; i < 16 * CPR; i += 32) {
-      int rr = i / CPR, c = (i % CPR) * 8, qi = q0 + rb + rr;
-      float sum = 0.0f;
-      if (qi < T) {
-        size_t off = ooff + (size_t)(rb + rr) * QD + c;
-        uint4 ov = *(const uint4 *)(out + off), dv = *(const uint4 *)(dout + off);
-        const __nv_bfloat162 *o2 = (const __nv_bfloat162 *)&ov, *d2 = (const __nv_bfloat162 *)&dv;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          float2 a = __bfloat1622float2(o2[j]), d = __bfloat1622float2(d2[j]);
-          sum += a.x * d.x + a.y * d.y;
-        }
-      }
-#pragma unroll
-      for (int off = 1; off < CPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-      if (c == 0) {
-        dl_s[rb + rr] = sum;
-        if (qi < T) delta_bh[qi] = sum;
-      }
-    }
-  }
+  for (int mr = 0; mr < MR; mr++)
+    warp_delta<HD>(dl_s, delta_bh, out, dout, ooff, QD, q0, warp * 16 + mr * TILE, T, lane);
   __syncwarp();
   int qi0[MR];
   float dl[MR][2], ls[MR][2]; /* delta and lse * log2(e) of rows g, g + 8 */
@@ -720,20 +620,7 @@ static __global__ void __launch_bounds__(THREADS, HD <= 64 ? BPS : 1)
     /* the diagonal tile masks later keys; a partial last tile its rows
      * past T (whose lse and delta were zero-filled) */
     const bool mask = q0 == k0 || q0 + TILE > T;
-#pragma unroll
-    for (int nb = 0; nb < NB; nb++) {
-      int j = nb * 8 + 2 * tq; /* the lane's queries j, j + 1 of the tile */
-      float2 l2 = *(const float2 *)(ls + j), d2 = *(const float2 *)(dl + j);
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int c = e & 1, qi = q0 + j + c, key = key0 + 8 * (e >> 1);
-        float lz = (c ? l2.y : l2.x) * LOG2E, dz = c ? d2.y : d2.x;
-        float p = exp2f(fmaf(s[nb][e], sl2, -lz));
-        if (mask && (key > qi || qi >= T)) p = 0.0f;
-        s[nb][e] = p;
-        dp[nb][e] = p * (dp[nb][e] - dz); /* dS^T, unscaled */
-      }
-    }
+    dkdv_probs(s, dp, ls, dl, q0, key0, T, mask, sl2, tq); /* P^T, dS^T */
 #pragma unroll
     for (int kk = 0; kk < KBT; kk++) { /* over the tile's queries */
       uint32_t a[4];
@@ -797,11 +684,25 @@ static bool backward_hd(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf16 *
   return NC_LAUNCHED();
 }
 
+/* The warpgroup kernels: asked for (engine 2), or by default where they
+ * can run (head_dim 64, compute capability 9.0). */
+static bool wgmma_chosen(int HD, const nn_cuda_attention_tiles *t) {
+  int engine = t ? t->engine : 0;
+  return engine == 2 || (engine == 0 && nc_attention_wgmma_usable(HD));
+}
+/* one warpgroup a block unless two are asked for: one measured faster in
+ * all three kernels (bench/RESULTS.md) */
+static int groups(int want) { return want == 2 ? 2 : 1; }
+
+/* t NULL: the defaults */
 static bool forward_tiles(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                          size_t ld, int B, int T, int NH, int NKV, int HD, int mtiles,
-                          cudaStream_t s) {
+                          size_t ld, int B, int T, int NH, int NKV, int HD,
+                          const nn_cuda_attention_tiles *t, cudaStream_t s) {
+  if (wgmma_chosen(HD, t))
+    return nc_attention_wgmma_forward(out, lse, q, k, v, ld, B, T, NH, NKV,
+                                      groups(t ? t->fwd_groups : 0), s);
 #define FWD(hd, mr) forward_hd<hd, mr>(out, lse, q, k, v, ld, B, T, NH, NKV, s)
-  bool two = fwd_mtiles(HD, mtiles) == 2;
+  bool two = fwd_mtiles(HD, t ? t->fwd_mtiles : 0) == 2;
   switch (HD) {
     case 16: return two ? FWD(16, 2) : FWD(16, 1);
     case 32: return two ? FWD(32, 2) : FWD(32, 1);
@@ -815,12 +716,17 @@ static bool forward_tiles(bf16 *out, float *lse, const bf16 *q, const bf16 *k, c
 static bool backward_tiles(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf16 *dout,
                            const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
                            const bf16 *v, size_t ld, int B, int T, int NH, int NKV, int HD,
-                           const float *rope_cos, const float *rope_sin, int mtiles, int bps,
-                           cudaStream_t s) {
+                           const float *rope_cos, const float *rope_sin,
+                           const nn_cuda_attention_tiles *t, cudaStream_t s) {
+  if (wgmma_chosen(HD, t))
+    return nc_attention_wgmma_backward(dq, dk, dv, delta, dout, out, lse, q, k, v, ld, B, T, NH,
+                                       NKV, rope_cos, rope_sin, groups(t ? t->dq_groups : 0),
+                                       groups(t ? t->dkdv_groups : 0), s);
 #define BWD(hd, mr, bps)                                                                     \
   backward_hd<hd, mr, bps>(dq, dk, dv, delta, dout, out, lse, q, k, v, ld, B, T, NH, NKV,   \
                            rope_cos, rope_sin, s)
-  bool two = dq_mtiles(HD, mtiles) == 2, three = dkdv_blocks(HD, bps) == 3;
+  bool two = dq_mtiles(HD, t ? t->dq_mtiles : 0) == 2;
+  bool three = dkdv_blocks(HD, t ? t->dkdv_blocks : 0) == 3;
   switch (HD) {
     case 16: return two ? (three ? BWD(16, 2, 3) : BWD(16, 2, 2)) : (three ? BWD(16, 1, 3) : BWD(16, 1, 2));
     case 32: return two ? (three ? BWD(32, 2, 3) : BWD(32, 2, 2)) : (three ? BWD(32, 1, 3) : BWD(32, 1, 2));
@@ -833,7 +739,7 @@ static bool backward_tiles(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf1
 
 bool nc_attention_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                           size_t ld, int B, int T, int NH, int NKV, int HD, cudaStream_t s) {
-  return forward_tiles(out, lse, q, k, v, ld, B, T, NH, NKV, HD, 0, s);
+  return forward_tiles(out, lse, q, k, v, ld, B, T, NH, NKV, HD, NULL, s);
 }
 
 bool nc_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf16 *dout,
@@ -841,10 +747,14 @@ bool nc_attention_backward(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf1
                            const bf16 *v, size_t ld, int B, int T, int NH, int NKV, int HD,
                            const float *rope_cos, const float *rope_sin, cudaStream_t s) {
   return backward_tiles(dq, dk, dv, delta, dout, out, lse, q, k, v, ld, B, T, NH, NKV, HD,
-                        rope_cos, rope_sin, 0, 0, s);
+                        rope_cos, rope_sin, NULL, s);
 }
 
 /* ---- the kernels alone, on host arrays (for checks) ---------------------- */
+
+extern "C" bool nn_cuda_attention_wgmma(int head_dim) {
+  return nc_attention_wgmma_usable(head_dim);
+}
 
 static bool shape_ok(int B, int T, int NH, int NKV, int HD, const nn_cuda_attention_tiles *t,
                      const char *what, dg_status *st) {
@@ -858,6 +768,18 @@ static bool shape_ok(int B, int T, int NH, int NKV, int HD, const nn_cuda_attent
   if (t && t->dkdv_blocks != 0 && t->dkdv_blocks != 2 && t->dkdv_blocks != 3)
     return dg_fail(st, DG_ERR_INVALID, "%s: dK/dV blocks an SM %d (0, 2 or 3)", what,
                    t->dkdv_blocks);
+  if (t && (t->engine < 0 || t->engine > 2))
+    return dg_fail(st, DG_ERR_INVALID, "%s: engine %d (0 default, 1 mma.sync, 2 wgmma)", what,
+                   t->engine);
+  if (t && (t->fwd_groups < 0 || t->fwd_groups > 2 || t->dq_groups < 0 || t->dq_groups > 2 ||
+            t->dkdv_groups < 0 || t->dkdv_groups > 2))
+    return dg_fail(st, DG_ERR_INVALID, "%s: warpgroups a block %d/%d/%d (0, 1 or 2)", what,
+                   t->fwd_groups, t->dq_groups, t->dkdv_groups);
+  if (t && t->engine == 2 && !nc_attention_wgmma_usable(HD))
+    return dg_fail(st, DG_ERR_INVALID,
+                   "%s: the wgmma kernels need head_dim 64 on a compute capability 9.0 device "
+                   "(head_dim %d)",
+                   what, HD);
   return true;
 }
 
@@ -868,8 +790,6 @@ extern "C" bool nn_cuda_attention_run(const float *q, const float *k, const floa
                                       float *lse, float *dq, float *dk, float *dv,
                                       dg_status *st) {
   if (!shape_ok(B, T, NH, NKV, HD, tiles, "attention run", st)) return false;
-  int fmt = tiles ? tiles->fwd_mtiles : 0, dmt = tiles ? tiles->dq_mtiles : 0;
-  int kvb = tiles ? tiles->dkdv_blocks : 0;
   /* q, k, v side by side in each row, as the model keeps them (and dq,
    * dk, dv the same way): rows ld apart */
   size_t N = (size_t)B * T, QD = (size_t)NH * HD, KVD = (size_t)NKV * HD, ld = QD + 2 * KVD;
@@ -908,11 +828,11 @@ extern "C" bool nn_cuda_attention_run(const float *q, const float *k, const floa
   ok = ok && NC_CUDA(cudaMemset(go, 0xff, sizeof(bf16) * (nq + nqkv))) &&
        NC_CUDA(cudaMemset(glse, 0xff, sizeof(float) * 2 * nr));
   ok = ok && forward_tiles(go, glse, gqkv, gqkv + QD, gqkv + QD + KVD, ld, B, T, NH, NKV, HD,
-                           fmt, s);
+                           tiles, s);
   if (ok && dout)
     ok = backward_tiles(gdqkv, gdqkv + QD, gdqkv + QD + KVD, gdelta, gdo, go, glse, gqkv,
                         gqkv + QD, gqkv + QD + KVD, ld, B, T, NH, NKV, HD, rope ? gcos : NULL,
-                        rope ? gsin : NULL, dmt, kvb, s);
+                        rope ? gsin : NULL, tiles, s);
   ok = ok && NC_CUDA(cudaDeviceSynchronize()) &&
        NC_CUDA(cudaMemcpy(ho, go, sizeof(bf16) * (nq + (dout ? nqkv : 0)),
                           cudaMemcpyDeviceToHost)) &&
@@ -953,8 +873,6 @@ extern "C" bool nn_cuda_attention_time(int B, int T, int NH, int NKV, int HD,
   if (!shape_ok(B, T, NH, NKV, HD, tiles, "attention timing", st)) return false;
   if (reps < 1 || reps > 1000)
     return dg_fail(st, DG_ERR_INVALID, "attention timing: reps %d out of range", reps);
-  int fmt = tiles ? tiles->fwd_mtiles : 0, dmt = tiles ? tiles->dq_mtiles : 0;
-  int kvb = tiles ? tiles->dkdv_blocks : 0;
   size_t N = (size_t)B * T, QD = (size_t)NH * HD, KVD = (size_t)NKV * HD, ld = QD + 2 * KVD;
   size_t nqkv = N * ld, nq = N * QD, nr = (size_t)B * NH * T, nrope = (size_t)T * (HD / 2);
   bf16 *qkv = NULL, *dqkv = NULL, *o = NULL, *dout = NULL;
@@ -978,10 +896,10 @@ extern "C" bool nn_cuda_attention_time(int B, int T, int NH, int NKV, int HD,
   const float *rcos = rope, *rsin = rope + nrope;
   for (int i = 0; ok && i < reps + 2; i++) { /* two warm-up runs */
     ok = NC_CUDA(cudaEventRecord(ev[0], s)) &&
-         forward_tiles(o, lse, qkv, qkv + QD, qkv + QD + KVD, ld, B, T, NH, NKV, HD, fmt, s) &&
+         forward_tiles(o, lse, qkv, qkv + QD, qkv + QD + KVD, ld, B, T, NH, NKV, HD, tiles, s) &&
          NC_CUDA(cudaEventRecord(ev[1], s)) &&
          backward_tiles(dqkv, dqkv + QD, dqkv + QD + KVD, delta, dout, o, lse, qkv, qkv + QD,
-                        qkv + QD + KVD, ld, B, T, NH, NKV, HD, rcos, rsin, dmt, kvb, s) &&
+                        qkv + QD + KVD, ld, B, T, NH, NKV, HD, rcos, rsin, tiles, s) &&
          NC_CUDA(cudaEventRecord(ev[2], s)) && NC_CUDA(cudaEventSynchronize(ev[2]));
     if (ok && i >= 2)
       ok = NC_CUDA(cudaEventElapsedTime(&ms[i - 2], ev[0], ev[1])) &&
