@@ -7,7 +7,8 @@
 # argument checks, then times the shapes in TILES (attention_bench --tiles;
 # default: the mma.sync defaults and the wgmma kernels with one and two
 # warpgroups a block) at the 19m and 88m training shapes. Logs go to
-# LOGDIR, a summary last. WITH_MODEL=1 also runs the gpu_nn_ model tests.
+# LOGDIR, a summary last. WITH_MODEL=1 also runs the gpu_nn_ model tests
+# (the CUDA model against the C reference, SFT and sampling on the GPU).
 set -uo pipefail
 LOGDIR=${1:?usage: scripts/gpu_attention.sh LOGDIR}
 mkdir -p "$LOGDIR"
@@ -17,11 +18,13 @@ TILES=${TILES:-2/1/2,w1/1/1,w2/2/2,w2/1/1,w1/2/2,w2/2/1}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv >"$LOGDIR/machine.txt" 2>&1
 . scripts/debs_env.sh
 note "$DEBS_NOTE"
+. scripts/nccl_env.sh
 
-build_logged "$BUILD/dragon_tests" "$BUILD/attention_bench"
+build_logged "$BUILD/dragon" "$BUILD/dragon_tests" "$BUILD/attention_bench" "$BUILD/train_bench"
 run_logged test-attention 240 "./$BUILD/dragon_tests" gpu_nn_attention
 run_logged test-nn-cuda 60 "./$BUILD/dragon_tests" nn_cuda_
-[ "${WITH_MODEL:-0}" = 1 ] && run_logged test-gpu-nn 300 "./$BUILD/dragon_tests" gpu_nn_
+[ "${WITH_MODEL:-0}" = 1 ] &&
+  run_logged test-gpu-nn 300 env DRAGON_BIN="$BUILD/dragon" "./$BUILD/dragon_tests" gpu_nn_
 run_logged attention-bench 200 "./$BUILD/attention_bench" --tiles "$TILES" --reps "${REPS:-20}"
 echo "==== attention tests"
 grep -E '^(ok|FAIL)|--|warpgroup|m-tile|worst|FAIL|passed' "$LOGDIR/test-attention.log" | head -150

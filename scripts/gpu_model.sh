@@ -24,7 +24,6 @@ set -uo pipefail
 LOGDIR=${1:?usage: scripts/gpu_model.sh LOGDIR}
 mkdir -p "$LOGDIR"
 BUILD=${BUILD:-build-gpu}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 . scripts/log_steps.sh
 
 NGPU=${NGPU:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)}
@@ -43,13 +42,9 @@ note "GPUs: $NGPU"
 . scripts/debs_env.sh
 note "$DEBS_NOTE"
 
-# NCCL for the ranks: the toolkit there has none; PyTorch ships one.
-if [ -z "${DRAGON_NCCL_LIB:-}" ]; then
-  lib=$(python3 -c 'import os, nvidia.nccl as n; print(os.path.join(list(n.__path__)[0], "lib", "libnccl.so.2"))' 2>/dev/null)
-  [ -f "$lib" ] || lib=$(find / -name 'libnccl.so.2' -not -path '/proc/*' 2>/dev/null | head -1)
-  [ -n "$lib" ] && export DRAGON_NCCL_LIB="$lib"
-fi
-note "NCCL: ${DRAGON_NCCL_LIB:-not found (the two-GPU runs will fail)}"
+# NCCL for the ranks (PyTorch's)
+. scripts/nccl_env.sh
+note "$NCCL_NOTE"
 
 build_logged "$BUILD/dragon" "$BUILD/dragon_tests" "$BUILD/train_bench" "$BUILD/sample_bench"
 

@@ -479,14 +479,26 @@ DG_TEST(gpu_nn_deterministic) {
     CHECK_GPU(nn_cuda_forward(g[0], in, tg, w, B, T, &loss[0][step], ST) &&
               nn_cuda_zero_grad(g[0], ST) && nn_cuda_backward(g[0], ST) &&
               nn_cuda_update(g[0], step, &norm[0][step], ST));
-  for (int step = 0; step < 3; step++)
+  /* each step's results are read once the next one is queued (as the SFT
+   * loop does), the last step's after it */
+  for (int step = 0; step < 3; step++) {
     CHECK_GPU(nn_cuda_forward(g[1], in, tg, w, B, T, NULL, ST) && nn_cuda_zero_grad(g[1], ST) &&
               nn_cuda_backward(g[1], ST) && nn_cuda_update(g[1], step, NULL, ST));
-  CHECK_GPU(nn_cuda_last_loss(g[1], &loss[1][2], ST) && nn_cuda_last_norm(g[1], &norm[1][2], ST));
-  CHECK_MSG(memcmp(&loss[0][2], &loss[1][2], sizeof(float)) == 0, "loss %.9g vs %.9g",
-            (double)loss[0][2], (double)loss[1][2]);
-  CHECK_MSG(memcmp(&norm[0][2], &norm[1][2], sizeof(float)) == 0, "norm %.9g vs %.9g",
-            (double)norm[0][2], (double)norm[1][2]);
+    if (step > 0)
+      CHECK_GPU(nn_cuda_step_stats(g[1], step - 1, &loss[1][step - 1], &norm[1][step - 1], ST));
+  }
+  CHECK_GPU(nn_cuda_step_stats(g[1], 2, &loss[1][2], NULL, ST) &&
+            nn_cuda_step_stats(g[1], 2, NULL, &norm[1][2], ST) &&
+            nn_cuda_last_loss(g[1], &x, ST));
+  CHECK(memcmp(&x, &loss[1][2], sizeof x) == 0);
+  for (int step = 0; step < 3; step++) {
+    CHECK_MSG(memcmp(&loss[0][step], &loss[1][step], sizeof(float)) == 0,
+              "step %d: loss %.9g vs %.9g", step, (double)loss[0][step], (double)loss[1][step]);
+    CHECK_MSG(memcmp(&norm[0][step], &norm[1][step], sizeof(float)) == 0,
+              "step %d: norm %.9g vs %.9g", step, (double)norm[0][step], (double)norm[1][step]);
+  }
+  /* only the last two updates are kept */
+  CHECK(!nn_cuda_step_stats(g[1], 0, &x, NULL, &st) && strstr(st.msg, "step 0 is not one"));
   CHECK_GPU(nn_cuda_copy_params(g[0], pa, ST) && nn_cuda_copy_params(g[1], pb, ST));
   CHECK(memcmp(pa, pb, sizeof(float) * P) == 0);
   CHECK_GPU(nn_cuda_copy_grads(g[0], pa, ST) && nn_cuda_copy_grads(g[1], pb, ST));

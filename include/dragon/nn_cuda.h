@@ -95,6 +95,12 @@ bool nn_cuda_update(nn_cuda_model *m, int64_t step, float *norm, dg_status *st);
  * last update (before clipping), waiting for the device. */
 bool nn_cuda_last_loss(nn_cuda_model *m, float *loss, dg_status *st);
 bool nn_cuda_last_norm(nn_cuda_model *m, float *norm, dg_status *st);
+/* The results of update `step`, one of the last two: the loss of the
+ * forward before it and the gradient norm, waiting only for that step
+ * (the next one may be queued behind it). Either pointer may be NULL.
+ * Under data parallelism every rank asks for the same steps in the same
+ * order (the loss is summed over the ranks). */
+bool nn_cuda_step_stats(nn_cuda_model *m, int64_t step, float *loss, float *norm, dg_status *st);
 
 /* Host copies, for checks against the C reference. Logits (B, T, V) exist
  * after a forward without targets (a forward with targets turns them into

@@ -156,6 +156,14 @@ typedef struct {
   /* The first failure since creation (a GPU fault), or true; the calls
    * above do nothing after one. NULL for a back end that cannot fail. */
   bool (*check)(void *ctx, dg_status *st);
+  /* Optional, for a back end that runs asynchronously (NULL: the loop
+   * calls forward, backward and update itself): queue_step queues a whole
+   * training step (forward with targets, backward, update at `step`)
+   * without waiting for it; step_result waits for one of the last two
+   * queued steps and gives its loss and gradient norm. */
+  void (*queue_step)(void *ctx, const int32_t *in, const int32_t *tg, const float *w, int B, int T,
+                     int64_t step);
+  void (*step_result)(void *ctx, int64_t step, float *loss, float *norm);
 } train_backend;
 
 /* The C reference as a back end over a training model. */

@@ -186,6 +186,16 @@ struct nn_cuda_model {
   bool last_has_targets, logits_valid;
   /* a loss (forward with targets) and a gradient norm (update) on the device */
   bool loss_valid, norm_valid;
+  /* each update also copies its gradient sum of squares and the loss sum
+   * of the forward before it into a pinned slot (two, alternating), so
+   * that a step's results can be read after the next step is queued;
+   * stats_step[i] is the step in slot i (-1: none), stats_loss[i] whether
+   * its loss is one (the forward had targets) */
+  double *h_stats;  /* (2, 2): sum of squares, loss sum */
+  cudaEvent_t stats_done[2];
+  int64_t stats_step[2];
+  bool stats_loss[2];
+  int stats_next;
 };
 
 /* ---- the device layout (model_view.cuh) ---------------------------------- */
@@ -281,6 +291,9 @@ extern "C" void nn_cuda_model_free(nn_cuda_model *m) {
   if (m->ev_grads) cudaEventDestroy(m->ev_grads);
   if (m->ev_comm) cudaEventDestroy(m->ev_comm);
   if (m->h2d_done) cudaEventDestroy(m->h2d_done);
+  for (int i = 0; i < 2; i++)
+    if (m->stats_done[i]) cudaEventDestroy(m->stats_done[i]);
+  cudaFreeHost(m->h_stats);
   cudaFreeHost(m->h_inputs);
   cudaFreeHost(m->h_targets);
   cudaFreeHost(m->h_dlosses);
@@ -364,7 +377,11 @@ extern "C" bool nn_cuda_model_init(nn_cuda_model **out, const nn_config *cfg, in
          NC_CUDA(cudaMallocHost((void **)&m->h_order, sizeof(int) * N)) &&
          NC_CUDA(cudaMallocHost((void **)&m->h_uniq, sizeof(int) * N)) &&
          NC_CUDA(cudaMallocHost((void **)&m->h_start, sizeof(int) * (N + 1))) &&
-         NC_CUDA(cudaEventCreateWithFlags(&m->h2d_done, cudaEventDisableTiming));
+         NC_CUDA(cudaEventCreateWithFlags(&m->h2d_done, cudaEventDisableTiming)) &&
+         NC_CUDA(cudaMallocHost((void **)&m->h_stats, sizeof(double) * 4)) &&
+         NC_CUDA(cudaEventCreateWithFlags(&m->stats_done[0], cudaEventDisableTiming)) &&
+         NC_CUDA(cudaEventCreateWithFlags(&m->stats_done[1], cudaEventDisableTiming));
+    m->stats_step[0] = m->stats_step[1] = -1;
     if (ok && (!cosb || !sinb)) {
       nc_error_set("out of host memory for the RoPE tables");
       ok = false;
@@ -739,9 +756,42 @@ extern "C" bool nn_cuda_update(nn_cuda_model *m, int64_t step, float *norm, dg_s
            o->beta1, o->beta2, o->eps, o->weight_decay, bc1, bc2, s);
   nc_adamw(m->params + nd, m->params_bf + nd, m->mom + nd, m->var + nd, m->grads + nd, P - nd,
            sumsq, o->grad_clip, lr, o->beta1, o->beta2, o->eps, 0.0f, bc1, bc2, s);
-  if (nc_error_pending()) return nc_error_take(st, "CUDA update");
+  /* this step's results into the next pinned slot; the next forward
+   * overwrites the loss sum only after this copy (one stream) */
+  int slot = m->stats_next;
+  if (!NC_CUDA(cudaMemcpyAsync(m->h_stats + 2 * slot, sumsq, 2 * sizeof(double),
+                               cudaMemcpyDeviceToHost, s)) ||
+      !NC_CUDA(cudaEventRecord(m->stats_done[slot], s)) || nc_error_pending())
+    return nc_error_take(st, "CUDA update");
+  m->stats_step[slot] = step;
+  m->stats_loss[slot] = m->loss_valid;
+  m->stats_next = slot ^ 1;
   m->norm_valid = true;
   return !norm || nn_cuda_last_norm(m, norm, st);
+}
+
+extern "C" bool nn_cuda_step_stats(nn_cuda_model *m, int64_t step, float *loss, float *norm,
+                                   dg_status *st) {
+  /* the newer slot first: a step number given twice (a repeated update)
+   * reads the latest */
+  int slot = m->stats_step[m->stats_next ^ 1] == step ? m->stats_next ^ 1
+             : m->stats_step[m->stats_next] == step ? m->stats_next
+                                                    : -1;
+  if (slot < 0)
+    return dg_fail(st, DG_ERR_INVALID,
+                   "CUDA step results: step %lld is not one of the last two updates",
+                   (long long)step);
+  if (loss && !m->stats_loss[slot])
+    return dg_fail(st, DG_ERR_INVALID,
+                   "CUDA step results: the forward before step %lld had no targets",
+                   (long long)step);
+  if (!NC_CUDA(cudaEventSynchronize(m->stats_done[slot])))
+    return nc_error_take(st, "CUDA step results");
+  double sum = m->h_stats[2 * slot + 1];
+  if (loss && m->dp && !nn_cuda_dp_sum(m->dp, &sum, 1, st)) return false;
+  if (loss) *loss = (float)sum;
+  if (norm) *norm = (float)sqrt(m->h_stats[2 * slot]);
+  return true;
 }
 
 extern "C" bool nn_cuda_last_norm(nn_cuda_model *m, float *norm, dg_status *st) {

@@ -10,7 +10,10 @@
  * state go to the GPU (a new run's initial weights, or a resumed run's
  * checkpoint). The loss of a step is nn_cuda_forward's, sum(w * nll) /
  * sum(w) over the batch; a validation sum copies the per-token losses to
- * the host and adds them in double as the CPU back end does.
+ * the host and adds them in double as the CPU back end does. Training
+ * steps are queued whole (queue_step) and their loss and norm read later
+ * (step_result, nn_cuda_step_stats), so the loop fills the next batch
+ * while the device works.
  *
  * The loop's calls return no status, so the first failure (a GPU fault, a
  * CUDA error) is kept, later calls do nothing, and the loop reads it with
@@ -145,6 +148,25 @@ static float cuda_update(void *ctx, int64_t step) {
   return c->failed ? NAN : norm;
 }
 
+static void cuda_queue_step(void *ctx, const int32_t *in, const int32_t *tg, const float *w, int B,
+                            int T, int64_t step) {
+  train_cuda *c = ctx;
+  dg_status st;
+  dg_status_ok(&st);
+  if (!c->failed &&
+      !(nn_cuda_forward(c->g, in, tg, w, B, T, NULL, &st) && nn_cuda_zero_grad(c->g, &st) &&
+        nn_cuda_backward(c->g, &st) && nn_cuda_update(c->g, step, NULL, &st)))
+    fail_once(c, &st);
+}
+
+static void cuda_step_result(void *ctx, int64_t step, float *loss, float *norm) {
+  train_cuda *c = ctx;
+  dg_status st;
+  dg_status_ok(&st);
+  *loss = *norm = NAN;
+  if (!c->failed && !nn_cuda_step_stats(c->g, step, loss, norm, &st)) fail_once(c, &st);
+}
+
 static bool cuda_save(void *ctx, const char *model_path, const char *state_path, int64_t step,
                       dg_status *st) {
   train_cuda *c = ctx;
@@ -167,7 +189,8 @@ static bool cuda_check(void *ctx, dg_status *st) {
 train_backend train_backend_cuda(train_cuda *c) {
   *nn_cuda_model_optim(c->g) = c->host->opt;
   train_backend b = {"cuda",        c,           cuda_forward, cuda_weighted_sum,
-                     cuda_backward, cuda_update, cuda_save,    cuda_check};
+                     cuda_backward, cuda_update, cuda_save,    cuda_check,
+                     cuda_queue_step, cuda_step_result};
   return b;
 }
 

@@ -502,6 +502,90 @@ static bool reserve(run_state *r, train_device device, dg_status *st) {
   return nn_model_reserve(&r->model, r->cfg.batch, r->longest, st);
 }
 
+/* Runs training step s on the back end: queued without waiting where the
+ * back end can (the results read later by step_results), else run at once
+ * with its results kept in the loop's two slots. */
+typedef struct {
+  int64_t step[2];
+  float loss[2], norm[2];
+} step_slots;
+
+static void run_step(const train_backend *be, step_slots *k, const train_batch *b, int64_t s) {
+  if (be->queue_step) {
+    be->queue_step(be->ctx, b->inputs, b->targets, b->weights, b->B, b->T, s);
+    return;
+  }
+  int i = (int)(s & 1);
+  k->loss[i] = be->forward(be->ctx, b->inputs, b->targets, b->weights, b->B, b->T);
+  be->backward(be->ctx);
+  k->norm[i] = be->update(be->ctx, s);
+  k->step[i] = s;
+}
+
+static void step_results(const train_backend *be, const step_slots *k, int64_t s, float *loss,
+                         float *norm) {
+  if (be->step_result) {
+    be->step_result(be->ctx, s, loss, norm);
+    return;
+  }
+  int i = (int)(s & 1);
+  DG_ASSERT(k->step[i] == s);
+  *loss = k->loss[i];
+  *norm = k->norm[i];
+}
+
+/* What the loop reports of a step, and its throughput window. */
+typedef struct {
+  FILE *log;
+  double t_start, t_win, tok_win, flops_win;
+} progress;
+
+/* Reads step s's loss and gradient norm (waiting for that step only) and
+ * writes its log line and, every log_every steps or with a validation
+ * loss (val >= 0) or at the last step, its progress line. ntok, flops:
+ * the step's tokens and FLOPs. False: the back end failed (st says how). */
+static bool report(const train_sft_args *a, const run_state *r, const train_backend *be,
+                   const step_slots *k, progress *p, train_result *res, int64_t s, int64_t end,
+                   double ntok, double flops, float val, dg_status *st) {
+  const train_config *c = &r->cfg;
+  float loss = NAN, norm = NAN;
+  step_results(be, k, s, &loss, &norm);
+  if (be->check && !be->check(be->ctx, st)) return false;
+  float lr = nn_optim_lr(&r->model.opt, s);
+  res->losses[s - r->step0] = loss;
+  res->last_step = s + 1;
+  p->tok_win += ntok;
+  p->flops_win += flops;
+  bool last = s + 1 == end;
+  double now = dg_now(), dt = now - p->t_win;
+  double tps = dt > 0 ? p->tok_win / dt : 0;
+  fprintf(p->log,
+          "{\"step\": %lld, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, "
+          "\"tokens_per_s\": %.1f",
+          (long long)(s + 1), (double)loss, (double)lr, (double)norm, tps);
+  if (val >= 0) fprintf(p->log, ", \"val_loss\": %.6g", (double)val);
+  fprintf(p->log, "}\n");
+  fflush(p->log);
+  if (!a->quiet && ((s + 1) % c->log_every == 0 || last || val >= 0)) {
+    char eta[32], vbuf[32] = "", mfu[32] = "";
+    double per_step = (now - p->t_start) / (double)(s + 1 - r->step0);
+    fmt_time(eta, sizeof eta, per_step * (double)(c->steps - s - 1));
+    if (val >= 0) snprintf(vbuf, sizeof vbuf, " | val %.4f", (double)val);
+    if (c->peak_flops > 0 && dt > 0)
+      snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * p->flops_win / dt / c->peak_flops);
+    fprintf(stderr, "step %lld/%lld | loss %.4f%s | lr %.2e | %.0f tok/s%s | ETA %s\n",
+            (long long)(s + 1), (long long)c->steps, (double)loss, vbuf, (double)lr, tps, mfu, eta);
+    p->t_win = now;
+    p->tok_win = p->flops_win = 0;
+  }
+  return true;
+}
+
+/* The training loop. A step's results are read only after the next step
+ * is queued, so that on an asynchronous back end (the GPU) the host fills
+ * the next batch while the device runs the current step; a step that
+ * validates or writes a checkpoint (and the last) is finished first. The
+ * steps, their order and their results are those of a loop that waits. */
 static bool loop(const train_sft_args *a, run_state *r, train_result *res, dg_status *st) {
   const train_config *c = &r->cfg;
   nn_model *m = &r->model;
@@ -527,8 +611,8 @@ static bool loop(const train_sft_args *a, run_state *r, train_result *res, dg_st
   res->n_dropped = r->n_dropped;
 
   char *logp = join(a->out_dir, "log.jsonl");
-  FILE *log = fopen(logp, "a");
-  if (!log) {
+  progress p = {fopen(logp, "a"), 0, 0, 0, 0};
+  if (!p.log) {
     dg_fail(st, DG_ERR_IO, "%s: %s", logp, strerror(errno));
     free(logp);
     return false;
@@ -540,27 +624,39 @@ static bool loop(const train_sft_args *a, run_state *r, train_result *res, dg_st
   const nn_config *mc = &m->cfg;
   double flops_tok_base = 6.0 * (double)m->num_params;
   double attn_per_T = 6.0 * mc->n_layers * (double)mc->n_heads * mc->head_dim;
-  double t_start = dg_now(), t_win = t_start, tok_win = 0, flops_win = 0;
+  step_slots slots = {{-1, -1}, {0, 0}, {0, 0}};
+  p.t_start = p.t_win = dg_now();
+  /* the queued step whose results are not reported yet (-1: none), and
+   * its tokens and FLOPs */
+  int64_t pending = -1;
+  double pend_tok = 0, pend_flops = 0;
   bool ok = true;
   for (int64_t s = r->step0; s < end && ok; s++) {
     batch_indices(&ord, r, s, idx, c->batch);
     train_batch_fill(&b, &r->data, idx, c->batch, c->seg_weights, pad);
-    float loss = be.forward(be.ctx, b.inputs, b.targets, b.weights, b.B, b.T);
-    be.backward(be.ctx);
-    float norm = be.update(be.ctx, s);
+    double ntok = (double)b.B * b.T, flops = ntok * (flops_tok_base + attn_per_T * b.T);
+    run_step(&be, &slots, &b, s);
     if (be.check && !be.check(be.ctx, st)) {
       ok = false;
       break;
     }
-    float lr = nn_optim_lr(&m->opt, s);
-    res->losses[s - r->step0] = loss;
-    res->last_step = s + 1;
-    double ntok = (double)b.B * b.T;
-    tok_win += ntok;
-    flops_win += ntok * (flops_tok_base + attn_per_T * b.T);
-    float val = -1.0f;
+    if (pending >= 0 &&
+        !report(a, r, &be, &slots, &p, res, pending, end, pend_tok, pend_flops, -1.0f, st)) {
+      ok = false;
+      break;
+    }
+    pending = -1;
     bool last = s + 1 == end;
-    if ((c->eval_every > 0 && (s + 1) % c->eval_every == 0) || last) {
+    bool eval = (c->eval_every > 0 && (s + 1) % c->eval_every == 0) || last;
+    bool ckpt = (c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || last;
+    if (!eval && !ckpt) {
+      pending = s;
+      pend_tok = ntok;
+      pend_flops = flops;
+      continue;
+    }
+    float val = -1.0f;
+    if (eval) {
       val = validate(&be, r, &b, pad);
       if (be.check && !be.check(be.ctx, st)) {
         ok = false;
@@ -568,33 +664,15 @@ static bool loop(const train_sft_args *a, run_state *r, train_result *res, dg_st
       }
       if (val >= 0) res->val_loss = val;
     }
-    double now = dg_now(), dt = now - t_win;
-    double tps = dt > 0 ? tok_win / dt : 0;
-    fprintf(log, "{\"step\": %lld, \"loss\": %.6g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f",
-            (long long)(s + 1), (double)loss, (double)lr, (double)norm, tps);
-    if (val >= 0) fprintf(log, ", \"val_loss\": %.6g", (double)val);
-    fprintf(log, "}\n");
-    fflush(log);
-    if (!a->quiet && ((s + 1) % c->log_every == 0 || last || val >= 0)) {
-      char eta[32], vbuf[32] = "", mfu[32] = "";
-      double per_step = (now - t_start) / (double)(s + 1 - r->step0);
-      fmt_time(eta, sizeof eta, per_step * (double)(c->steps - s - 1));
-      if (val >= 0) snprintf(vbuf, sizeof vbuf, " | val %.4f", (double)val);
-      if (c->peak_flops > 0 && dt > 0)
-        snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100.0 * flops_win / dt / c->peak_flops);
-      fprintf(stderr, "step %lld/%lld | loss %.4f%s | lr %.2e | %.0f tok/s%s | ETA %s\n",
-              (long long)(s + 1), (long long)c->steps, (double)loss, vbuf, (double)lr, tps, mfu, eta);
-      t_win = now;
-      tok_win = flops_win = 0;
-    }
-    if ((c->ckpt_every > 0 && (s + 1) % c->ckpt_every == 0) || last)
-      ok = save_checkpoint(&be, a->out_dir, s + 1, &r->prev_ckpt, st);
+    ok = report(a, r, &be, &slots, &p, res, s, end, ntok, flops, val, st);
+    if (ok && ckpt) ok = save_checkpoint(&be, a->out_dir, s + 1, &r->prev_ckpt, st);
   }
+  /* (after a failure a queued step's results stay unreported) */
   if (ok && r->step0 >= end) {
     res->val_loss = validate(&be, r, &b, pad);
     if (be.check && !be.check(be.ctx, st)) ok = false;
   }
-  fclose(log);
+  fclose(p.log);
   free(logp);
   free(ord.perm);
   free(idx);
