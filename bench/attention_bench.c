@@ -12,8 +12,9 @@
  *
  * usage: attention_bench [--shapes 19m,88m] [--tiles F/D/K,...] [--reps 20]
  * (F/D/K: the mma.sync kernels with m-tiles a warp in the forward and the
- * dQ pass and dK/dV blocks an SM; wF/D/K: the wgmma kernels with
- * warpgroups a block in the three; nn_cuda_attention_tiles)
+ * dQ pass and dK/dV blocks an SM; wF/D/K[/S]: the wgmma kernels with
+ * warpgroups a block in the three, and S dK/dV blocks an SM;
+ * nn_cuda_attention_tiles)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,8 +30,9 @@ static const char usage[] =
     "       [--reps R (20)]\n"
     "The CUDA attention kernels alone at the training shapes of the 19m and 88m configs;\n"
     "F/D/K: the mma.sync kernels with m-tiles a warp in the forward and the dQ pass (1 or 2)\n"
-    "and dK/dV blocks an SM (2 or 3); wF/D/K: the sm_90 wgmma kernels with warpgroups a\n"
-    "block in the forward, the dQ pass and the dK/dV pass (1 or 2); 0 for a default.\n";
+    "and dK/dV blocks an SM (2 or 3); wF/D/K[/S]: the sm_90 wgmma kernels with warpgroups a\n"
+    "block in the forward, the dQ pass and the dK/dV pass (1 or 2) and, with one warpgroup,\n"
+    "S dK/dV blocks an SM (2 or 3); 0 for a default.\n";
 
 typedef struct {
   const char *name;
@@ -60,14 +62,14 @@ static int run(const char *names, const char *tiles, int reps) {
     for (char *t = strtok_r(tl, ",", &s2); t; t = strtok_r(NULL, ",", &s2)) {
       nn_cuda_attention_tiles at = {0, 0, 0, 1, 0, 0, 0};
       char end = 0;
-      bool ok = t[0] == 'w'
-                    ? sscanf(t + 1, "%d/%d/%d%c", &at.fwd_groups, &at.dq_groups, &at.dkdv_groups,
-                             &end) == 3
-                    : sscanf(t, "%d/%d/%d%c", &at.fwd_mtiles, &at.dq_mtiles, &at.dkdv_blocks,
-                             &end) == 3;
+      int nf = t[0] == 'w' ? sscanf(t + 1, "%d/%d/%d/%d%c", &at.fwd_groups, &at.dq_groups,
+                                    &at.dkdv_groups, &at.dkdv_blocks, &end)
+                           : sscanf(t, "%d/%d/%d%c", &at.fwd_mtiles, &at.dq_mtiles,
+                                    &at.dkdv_blocks, &end);
+      bool ok = nf == 3 || (t[0] == 'w' && nf == 4);
       if (t[0] == 'w') at.engine = 2;
       if (!ok) {
-        fprintf(stderr, "attention_bench: --tiles entry '%s' is not F/D/K or wF/D/K\n", t);
+        fprintf(stderr, "attention_bench: --tiles entry '%s' is not F/D/K or wF/D/K[/S]\n", t);
         rc = 2;
         break;
       }

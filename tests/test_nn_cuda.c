@@ -351,17 +351,20 @@ static void run_attention_case(const att_case *c, uint64_t seed) {
   /* every shape of each kernel against the same reference: mma.sync with
    * one m-tile a warp and 2 dK/dV blocks an SM, then two and 3 (HD 128
    * has one shape); and where the device runs them (HD 64 on sm_90), the
-   * wgmma kernels with one warpgroup a block, then two */
-  nn_cuda_attention_tiles shapes[4] = {{1, 1, 2, 1, 0, 0, 0}, {2, 2, 3, 1, 0, 0, 0}};
+   * wgmma kernels with one warpgroup a block (3 and 2 dK/dV blocks an SM),
+   * then two */
+  nn_cuda_attention_tiles shapes[5] = {{1, 1, 2, 1, 0, 0, 0}, {2, 2, 3, 1, 0, 0, 0}};
   int nshapes = HD <= 64 ? 2 : 1;
   if (nn_cuda_attention_wgmma(HD)) {
-    shapes[nshapes++] = (nn_cuda_attention_tiles){0, 0, 0, 2, 1, 1, 1};
+    shapes[nshapes++] = (nn_cuda_attention_tiles){0, 0, 3, 2, 1, 1, 1};
+    shapes[nshapes++] = (nn_cuda_attention_tiles){0, 0, 2, 2, 1, 1, 1};
     shapes[nshapes++] = (nn_cuda_attention_tiles){0, 0, 0, 2, 2, 2, 2};
   }
   for (int si = 0; si < nshapes; si++) {
     const nn_cuda_attention_tiles tiles = shapes[si];
     if (tiles.engine == 2)
-      printf("     wgmma, %d warpgroup(s) a block\n", tiles.fwd_groups);
+      printf("     wgmma, %d warpgroup(s) a block, %d dK/dV blocks an SM\n", tiles.fwd_groups,
+             tiles.dkdv_groups == 2 ? 1 : tiles.dkdv_blocks);
     else
       printf("     mma.sync, %d m-tile(s) a warp, %d dK/dV blocks an SM\n", tiles.fwd_mtiles,
              tiles.dkdv_blocks);

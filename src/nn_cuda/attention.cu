@@ -721,7 +721,8 @@ static bool backward_tiles(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, const bf1
   if (wgmma_chosen(HD, t))
     return nc_attention_wgmma_backward(dq, dk, dv, delta, dout, out, lse, q, k, v, ld, B, T, NH,
                                        NKV, rope_cos, rope_sin, groups(t ? t->dq_groups : 0),
-                                       groups(t ? t->dkdv_groups : 0), s);
+                                       groups(t ? t->dkdv_groups : 0),
+                                       t && t->dkdv_blocks == 2 ? 2 : 3, s);
 #define BWD(hd, mr, bps)                                                                     \
   backward_hd<hd, mr, bps>(dq, dk, dv, delta, dout, out, lse, q, k, v, ld, B, T, NH, NKV,   \
                            rope_cos, rope_sin, s)

@@ -164,7 +164,8 @@ static __device__ __forceinline__ void dkdv_probs(float (*s)[4], float (*dp)[4],
 bool nc_attention_wgmma_usable(int HD);
 /* The same arguments as nc_attention_forward / backward (HD 64); groups:
  * 64-row warpgroups a block (1 or 2) of the forward, the dQ pass and the
- * dK/dV pass. */
+ * dK/dV pass; dkdv_blocks: dK/dV blocks an SM with one warpgroup (2 or 3;
+ * two warpgroups: 1). */
 bool nc_attention_wgmma_forward(bf16 *out, float *lse, const bf16 *q, const bf16 *k,
                                 const bf16 *v, size_t ld, int B, int T, int NH, int NKV,
                                 int groups, cudaStream_t s);
@@ -172,6 +173,6 @@ bool nc_attention_wgmma_backward(bf16 *dq, bf16 *dk, bf16 *dv, float *delta, con
                                  const bf16 *out, const float *lse, const bf16 *q, const bf16 *k,
                                  const bf16 *v, size_t ld, int B, int T, int NH, int NKV,
                                  const float *rope_cos, const float *rope_sin, int dq_groups,
-                                 int dkdv_groups, cudaStream_t s);
+                                 int dkdv_groups, int dkdv_blocks, cudaStream_t s);
 
 #endif
