@@ -48,10 +48,11 @@ static __device__ __forceinline__ void cp_async_wait_all(void) {
   asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
-/* Two floats as a bf16 pair, the first in the lower half. */
+/* Two floats as a bf16 pair, the first in the lower half, each rounded
+ * to nearest even: one cvt.rn.bf16x2.f32. */
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  return (uint32_t)__bfloat16_as_ushort(__float2bfloat16(lo)) |
-         ((uint32_t)__bfloat16_as_ushort(__float2bfloat16(hi)) << 16);
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *(const uint32_t *)&v;
 }
 
 /* The A operand of k-block kk from a 16 x 64 fp32 C tile (n-blocks 2kk

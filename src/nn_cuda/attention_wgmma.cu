@@ -138,16 +138,22 @@ static __device__ __forceinline__ void wgmma_rs_nmajor(float (*d)[4], const uint
 
 /* ROWS rows of 64 bf16 from global rows `stride` elements apart (the first
  * nvalid real, the rest zero) into the swizzled tile at shared address
- * dst, by cp.async with NT threads; the caller commits. */
+ * dst, by cp.async with NT threads; the caller commits. Thread t copies
+ * chunk t % 8 of rows t / 8 + j NT / 8: its chunk's swizzled place is the
+ * same in all of them (NT / 8 is a multiple of 8). */
 template <int ROWS, int NT>
 static __device__ __forceinline__ void tile_sw_async(uint32_t dst, const bf16 *src,
                                                      size_t stride, int nvalid) {
+  constexpr int STEP = NT / 8;
+  static_assert(STEP % 8 == 0 && ROWS % STEP == 0, "rows a pass must keep the swizzle");
+  const int r0 = (int)threadIdx.x / 8, c = (int)threadIdx.x % 8;
+  const uint32_t d0 = dst + r0 * ROWB + ((c ^ (r0 & 7)) << 4);
+  const bf16 *s0 = src + c * 8;
 #pragma unroll
-  for (int i = threadIdx.x; i < ROWS * 8; i += NT) {
-    int r = i >> 3, c = i & 7;
+  for (int j = 0; j < ROWS / STEP; j++) {
+    int r = r0 + j * STEP;
     bool ok = r < nvalid;
-    cp_async16(dst + r * ROWB + ((c ^ (r & 7)) << 4), src + (size_t)(ok ? r : 0) * stride + c * 8,
-               ok);
+    cp_async16(d0 + j * STEP * ROWB, s0 + (size_t)(ok ? r : 0) * stride, ok);
   }
 }
 
