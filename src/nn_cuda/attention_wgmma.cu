@@ -458,6 +458,7 @@ static __global__ void __launch_bounds__(WG * WG_THREADS, BPS)
                          const float *rcos, const float *rsin, int T, int NH, int NKV, float sl2,
                          float scale) {
   constexpr int BK = WG * 64, NT = WG * WG_THREADS, BQ = 64;
+  static_assert(NT >= 2 * BQ, "a thread for each lse and delta of a tile");
   extern __shared__ __align__(1024) unsigned char smem[];
   const sw_base base = aligned_smem(smem);
   const uint32_t Ks = base.addr, Vs = Ks + BK * ROWB, Qs = Vs + BK * ROWB, dOs = Qs + 2 * BQ * ROWB;
@@ -478,12 +479,13 @@ static __global__ void __launch_bounds__(WG * WG_THREADS, BPS)
     size_t ooff = ((size_t)b * T + q0) * QD + (size_t)h * 64;
     tile_sw_async<BQ, NT>(Qs + buf * BQ * ROWB, q + qoff, ld, nv);
     tile_sw_async<BQ, NT>(dOs + buf * BQ * ROWB, dout + ooff, QD, nv);
-    for (int i = threadIdx.x; i < 2 * BQ; i += NT) {
-      int j = i % BQ;
+    if (threadIdx.x < 2 * BQ) { /* one float a thread: lse, then delta */
+      int j = threadIdx.x % BQ;
       bool ok = j < nv;
       size_t roff = ((size_t)b * NH + h) * T + q0 + (ok ? j : 0);
-      if (i < BQ) cp_async4(smem_addr(ls_s + buf * BQ + j), lse + roff, ok);
-      else cp_async4(smem_addr(dl_s + buf * BQ + j), delta + roff, ok);
+      bool is_lse = threadIdx.x < BQ;
+      cp_async4(smem_addr((is_lse ? ls_s : dl_s) + buf * BQ + j), (is_lse ? lse : delta) + roff,
+                ok);
     }
   };
 
