@@ -502,14 +502,16 @@ static bool reserve(run_state *r, train_device device, dg_status *st) {
   return nn_model_reserve(&r->model, r->cfg.batch, r->longest, st);
 }
 
-/* Runs training step s on the back end: queued without waiting where the
- * back end can (the results read later by step_results), else run at once
- * with its results kept in the loop's two slots. */
+/* The results of the last two steps, for a back end that runs a step at
+ * once (one without queue_step): step s in slot s % 2. */
 typedef struct {
   int64_t step[2];
   float loss[2], norm[2];
 } step_slots;
 
+/* Runs training step s on the back end: queued without waiting where the
+ * back end can (the results read later by step_results), else run at once
+ * with its results kept in the slots. */
 static void run_step(const train_backend *be, step_slots *k, const train_batch *b, int64_t s) {
   if (be->queue_step) {
     be->queue_step(be->ctx, b->inputs, b->targets, b->weights, b->B, b->T, s);
@@ -522,6 +524,7 @@ static void run_step(const train_backend *be, step_slots *k, const train_batch *
   k->step[i] = s;
 }
 
+/* Step s's loss and gradient norm: s is one of the last two steps run. */
 static void step_results(const train_backend *be, const step_slots *k, int64_t s, float *loss,
                          float *norm) {
   if (be->step_result) {
