@@ -207,7 +207,8 @@ struct fwdw_smem {
 /* grid (B*NH, query blocks of 64 WG rows, the heaviest first); key
  * blocks of BN. Warpgroup wg's queries stop at row0 + 63: it skips the
  * key blocks past them (the block's other warpgroup may still need
- * them). With BN 64 the registers are capped for 2 blocks an SM. */
+ * them). The registers are capped for 4 / WG blocks an SM with key
+ * blocks of 64 (one warpgroup: 4 blocks, 16 warps), 2 / WG with 128. */
 template <int WG, int BN>
 static __global__ void __launch_bounds__(WG * WG_THREADS, BN == 64 ? 4 / WG : 2 / WG)
     attention_forward_wgmma(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
