@@ -125,7 +125,7 @@ bool nn_cuda_copy_grads(const nn_cuda_model *m, float *out, dg_status *st);
  * wgmma (defaults 1, 1, 1): how many 64-row warpgroups a block of the
  * forward, the dQ pass and the dK/dV pass has (1 or 2); and dkdv_blocks,
  * with one warpgroup a dK/dV block, how many share an SM (2 or 3; default
- * 3: registers capped at 164 a thread). */
+ * 3: registers capped at 168 a thread). */
 typedef struct {
   int fwd_mtiles, dq_mtiles, dkdv_blocks;
   int engine, fwd_groups, dq_groups, dkdv_groups;
