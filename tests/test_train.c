@@ -7,6 +7,7 @@
  *
  * B batch, T time.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -103,15 +104,15 @@ static const char *small_cfg =
     "lr_min = 0.005\n"
     "warmup_steps = 10\n"
     "steps = 80\n"
-    "val_fraction = 0\n"
-    "eval_every = 0\n"
-    "ckpt_every = 0\n"
     "seed = 3\n";
+/* No validation set, checkpoints only at the end. */
+static const char *quiet_cadence = "val_fraction = 0\neval_every = 0\nckpt_every = 0\n";
 
-static const char *write_cfg(const char *name, const char *extra) {
+/* small_cfg with the cadence keys given (NULL: quiet_cadence). */
+static const char *write_cfg(const char *name, const char *cadence) {
   const char *path = tmp_path(name);
   char buf[2048];
-  snprintf(buf, sizeof buf, "%s%s", small_cfg, extra);
+  snprintf(buf, sizeof buf, "%s%s", small_cfg, cadence ? cadence : quiet_cadence);
   bool ok = write_text(path, buf);
   DG_ASSERT(ok);
   return path;
@@ -434,7 +435,7 @@ DG_TEST(train_prompt_weight_zero) {
 /* ---- training runs ------------------------------------------------------------ */
 
 DG_TEST(train_overfit_kernels) {
-  const char *ex = write_examples("overfit.jsonl"), *cfg = write_cfg("overfit.cfg", "");
+  const char *ex = write_examples("overfit.jsonl"), *cfg = write_cfg("overfit.cfg", NULL);
   train_sft_args a = {ex, cfg, NULL, 600, tmp_path("overfit_run"), false, 0, 0, true};
   train_result r;
   dg_status st;
@@ -459,7 +460,7 @@ DG_TEST(train_overfit_kernels) {
 
 DG_TEST(train_resume_exact) {
   const char *ex = write_examples("resume.jsonl");
-  const char *cfg = write_cfg("resume.cfg", "");
+  const char *cfg = write_cfg("resume.cfg", NULL);
   train_sft_args a = {ex, cfg, NULL, 600, tmp_path("resume_full"), false, 7, 0, true};
   train_result full, part, rest;
   dg_status st;
@@ -485,6 +486,51 @@ DG_TEST(train_resume_exact) {
   train_result_free(&rest);
 }
 
+/* The loop reports a step only after it has queued the next, and finishes
+ * the steps that validate or write a checkpoint first: log.jsonl still
+ * holds every step once, in order, with its loss as returned, a
+ * validation loss exactly on the eval steps and the last, and the last
+ * checkpoint. */
+DG_TEST(train_log_every_step_once) {
+  const char *ex = write_examples("order.jsonl");
+  const char *cfg = write_cfg("order.cfg", "val_fraction = 0.4\neval_every = 3\nckpt_every = 4\n");
+  const char *dir = tmp_path("order_run");
+  train_sft_args a = {ex, cfg, NULL, 600, dir, false, 7, 0, true};
+  train_result r;
+  dg_status st;
+  CHECK_MSG(train_sft_run(&a, &r, &st), "%s", st.msg);
+  CHECK(r.n_val > 0 && r.n_train > 0);
+  char path[700];
+  snprintf(path, sizeof path, "%s/log.jsonl", dir);
+  size_t n = 0;
+  char *log = slurp(path, &n), *save = NULL;
+  CHECK(log != NULL);
+  int line = 0;
+  for (char *l = log ? strtok_r(log, "\n", &save) : NULL; l; l = strtok_r(NULL, "\n", &save)) {
+    long long step = -1;
+    double loss = 0;
+    CHECK_MSG(sscanf(l, "{\"step\": %lld, \"loss\": %lf", &step, &loss) == 2, "line %d: %s",
+              line + 1, l);
+    CHECK_MSG(step == line + 1, "line %d holds step %lld", line + 1, step);
+    if (line < 7)
+      CHECK_MSG(fabs(loss - r.losses[line]) <= 1e-5 * fabs(loss), "step %lld: %g logged, %g run",
+                step, loss, (double)r.losses[line]);
+    bool val = strstr(l, "\"val_loss\"") != NULL;
+    CHECK_MSG(val == (step % 3 == 0 || step == 7), "step %lld: val_loss %s", step,
+              val ? "present" : "missing");
+    line++;
+  }
+  CHECK_EQ(line, 7);
+  /* the last checkpoint replaced the one of step 4 */
+  for (int step = 1; step <= 8; step++) {
+    snprintf(path, sizeof path, "%s/model_%d.bin", dir, step);
+    bool there = access(path, F_OK) == 0;
+    CHECK_MSG(there == (step == 7), "model_%d.bin %s", step, there ? "left" : "missing");
+  }
+  free(log);
+  train_result_free(&r);
+}
+
 static bool same_file(const char *a, const char *b) {
   size_t na, nb;
   char *x = slurp(a, &na), *y = slurp(b, &nb);
@@ -505,7 +551,7 @@ static bool copy_file(const char *from, const char *to, size_t cut) {
 }
 
 DG_TEST(train_bad_inputs_leave_run_alone) {
-  const char *ex = write_examples("bad.jsonl"), *cfg = write_cfg("bad.cfg", "");
+  const char *ex = write_examples("bad.jsonl"), *cfg = write_cfg("bad.cfg", NULL);
   const char *dir = tmp_path("bad_run");
   train_sft_args a = {ex, cfg, NULL, 600, dir, false, 2, 0, true};
   train_result r;
@@ -609,7 +655,7 @@ DG_TEST(train_bad_inputs_leave_run_alone) {
 /* ---- the CLI ------------------------------------------------------------------ */
 
 DG_TEST(train_cli_end_to_end) {
-  const char *ex = write_examples("cli.jsonl"), *cfg = write_cfg("cli.cfg", "");
+  const char *ex = write_examples("cli.jsonl"), *cfg = write_cfg("cli.cfg", NULL);
   const char *dir = tmp_path("cli_run"), *prompt = tmp_path("cli_prompt.txt");
   char *k = kernel_text("GMM/0");
   CHECK(write_text(prompt, k));
