@@ -857,17 +857,6 @@ extern "C" bool nn_cuda_attention_run(const float *q, const float *k, const floa
 
 /* ---- timing (bench/attention_bench) ------------------------------------------ */
 
-static __global__ void fill_bf16_kernel(bf16 *x, size_t n, uint32_t seed, float amp) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
-    x[i] = __float2bfloat16(amp * ((float)(h & 0xffffu) / 32768.0f - 1.0f));
-  }
-}
-
 extern "C" bool nn_cuda_attention_time(int B, int T, int NH, int NKV, int HD,
                                        const nn_cuda_attention_tiles *tiles, int reps,
                                        double *fwd_ms, double *bwd_ms, dg_status *st) {
@@ -889,11 +878,8 @@ extern "C" bool nn_cuda_attention_time(int B, int T, int NH, int NKV, int HD,
             NC_CUDA(cudaMalloc(&delta, sizeof(float) * nr)) &&
             NC_CUDA(cudaMalloc(&rope, sizeof(float) * 2 * nrope));
   for (int i = 0; ok && i < 3; i++) ok = NC_CUDA(cudaEventCreate(&ev[i]));
-  if (ok) {
-    fill_bf16_kernel<<<1024, 256, 0, s>>>(qkv, nqkv, 1u, 2.0f);
-    fill_bf16_kernel<<<1024, 256, 0, s>>>(dout, nq, 2u, 1.0f);
-    ok = NC_LAUNCHED() && NC_CUDA(cudaMemsetAsync(rope, 0, sizeof(float) * 2 * nrope, s));
-  }
+  ok = ok && nc_fill_uniform(qkv, nqkv, 1u, 2.0f, s) && nc_fill_uniform(dout, nq, 2u, 1.0f, s) &&
+       NC_CUDA(cudaMemsetAsync(rope, 0, sizeof(float) * 2 * nrope, s));
   const float *rcos = rope, *rsin = rope + nrope;
   for (int i = 0; ok && i < reps + 2; i++) { /* two warm-up runs */
     ok = NC_CUDA(cudaEventRecord(ev[0], s)) &&

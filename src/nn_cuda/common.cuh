@@ -77,6 +77,8 @@ bool nc_mm_forward(nc_blas *b, void *out, cudaDataType_t otype, const void *cin,
 /* dinp (N, IN) = dout (N, OUT) . w + beta * dinp */
 bool nc_mm_backward_input(nc_blas *b, void *dinp, cudaDataType_t dtype, float beta,
                           const bf16 *dout, const bf16 *w, int N, int IN, int OUT, cudaStream_t s);
+/* Benchmark inputs: x[i] uniform in [-amp, amp), a hash of i and seed. */
+bool nc_fill_uniform(bf16 *x, size_t n, uint32_t seed, float amp, cudaStream_t s);
 /* qsort's comparison for ascending floats (medians of timed runs) */
 int nc_cmp_float(const void *a, const void *b);
 /* dw (OUT, IN) += dout^T . inp, fp32 */

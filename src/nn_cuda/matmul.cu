@@ -187,13 +187,18 @@ bool nc_mm_backward_weight(nc_blas *b, float *dw, const bf16 *dout, const bf16 *
 
 /* ---- the card's rate ----------------------------------------------------- */
 
-static __global__ void fill_random(bf16 *x, size_t n, uint32_t seed) {
+static __global__ void fill_uniform_kernel(bf16 *x, size_t n, uint32_t seed, float amp) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
     uint32_t h = (uint32_t)i * 2654435761u ^ seed;
     h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-    x[i] = __float2bfloat16((float)(h & 0xffff) / 65536.0f - 0.5f);
+    x[i] = __float2bfloat16(amp * ((float)(h & 0xffff) / 32768.0f - 1.0f));
   }
+}
+
+bool nc_fill_uniform(bf16 *x, size_t n, uint32_t seed, float amp, cudaStream_t s) {
+  fill_uniform_kernel<<<1024, 256, 0, s>>>(x, n, seed, amp);
+  return NC_LAUNCHED();
 }
 
 int nc_cmp_float(const void *a, const void *b) {
@@ -214,9 +219,7 @@ extern "C" bool nn_cuda_matmul_tflops(int n, int reps, double *tflops, dg_status
             NC_CUDA(cudaMalloc(&c, elems * sizeof(bf16))) && nc_blas_init(&bl) &&
             NC_CUDA(cudaEventCreate(&e0)) && NC_CUDA(cudaEventCreate(&e1));
   if (ok) {
-    fill_random<<<1024, 256>>>(a, elems, 1u);
-    fill_random<<<1024, 256>>>(b, elems, 2u);
-    ok = NC_LAUNCHED();
+    ok = nc_fill_uniform(a, elems, 1u, 0.5f, 0) && nc_fill_uniform(b, elems, 2u, 0.5f, 0);
   }
   for (int i = 0; ok && i < 3; i++)
     ok = nc_matmul(bl, c, CUDA_R_16BF, NULL, 0.0f, a, true, b, false, n, n, n, 0);
