@@ -97,10 +97,11 @@ $(BUILD)/attention_bench: $(BUILD)/bench/attention_bench.o $(BUILD)/libdragon.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The CUDA model (src/nn_cuda/*.cu), only where nvcc is found: compiled for
-# sm_90 (one file sm_90a) into $(BUILD)/libdragon_cuda.a and linked into dragon, the tests and
-# the benches with the static CUDA runtime (so dragon starts without a
-# driver; the driver is loaded when a GPU path runs) and cuBLASLt; NCCL is
-# loaded at run time. The C side sees DG_HAVE_CUDA.
+# sm_90 (one file for sm_90a) into $(BUILD)/libdragon_cuda.a and linked
+# into dragon, the tests and the benches with the static CUDA runtime (so
+# dragon starts without a driver; the driver is loaded when a GPU path
+# runs) and cuBLASLt; NCCL is loaded at run time. The C side sees
+# DG_HAVE_CUDA.
 NVCC ?= nvcc
 ifneq ($(shell command -v $(NVCC) 2>/dev/null),)
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(realpath $(shell command -v $(NVCC))))
@@ -118,10 +119,12 @@ CUDA_LDLIBS := $(CUDA_LIB) $(BUILD)/libdragon.a -L$(CUDA_HOME)/lib64 \
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c $< -o $@
-# The warpgroup (wgmma) attention kernels exist only for sm_90a; the
-# model runs them where the device is compute capability 9.0.
-comma := ,
-$(BUILD)/src/nn_cuda/attention_wgmma.o: NVFLAGS := $(subst -arch=sm_90,-gencode arch=compute_90a$(comma)code=sm_90a,$(NVFLAGS))
+# The warpgroup (wgmma) attention kernels exist only for sm_90a, whatever
+# -arch the rest is built for; the model runs them where the device is
+# compute capability 9.0.
+$(BUILD)/src/nn_cuda/attention_wgmma.o: src/nn_cuda/attention_wgmma.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(filter-out -arch=%,$(NVFLAGS)) -gencode arch=compute_90a,code=sm_90a -c $< -o $@
 $(CUDA_LIB): $(CU_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
