@@ -21,7 +21,7 @@ LOGDIR=${1:?usage: scripts/gpu_profile.sh LOGDIR}
 mkdir -p "$LOGDIR"
 BUILD=${BUILD:-build-gpu}
 CONFIGS=${CONFIGS:-19m 88m}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. scripts/nccl_env.sh # NVLink multicast off, NCCL for the ranks
 . scripts/debs_env.sh
 make BUILD="$BUILD" -j"$(nproc)" "$BUILD/train_bench" >"$LOGDIR/build.log" 2>&1 ||
   { tail -30 "$LOGDIR/build.log"; exit 1; }

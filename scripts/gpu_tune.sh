@@ -32,7 +32,7 @@ BUILD=${BUILD:-build-gpu}
 TRIALS=${TRIALS:-1000}
 BUDGET=${BUDGET:-330}
 WORKLOADS=${WORKLOADS:-"GEMM16 C2D C3D DIL CBR GRP DEP C1D T2D CAP GMM TBG NRM SFM"}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. scripts/nccl_env.sh # NVLink multicast off, NCCL for the ranks
 summary="$LOGDIR/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
