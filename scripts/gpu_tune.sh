@@ -33,9 +33,7 @@ TRIALS=${TRIALS:-1000}
 BUDGET=${BUDGET:-330}
 WORKLOADS=${WORKLOADS:-"GEMM16 C2D C3D DIL CBR GRP DEP C1D T2D CAP GMM TBG NRM SFM"}
 . scripts/nccl_env.sh # NVLink multicast off, NCCL for the ranks
-summary="$LOGDIR/summary.txt"
-: >"$summary"
-note() { echo "$*" | tee -a "$summary"; }
+. scripts/log_steps.sh
 # A workload's weight in its GPU's budget: WEIGHTS="GEMM16=4 C3D=2" (default 1).
 weight_of() {
   local kv
