@@ -16,7 +16,7 @@ OPT     ?= -O2
 WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
            -Wno-missing-field-initializers
 CFLAGS  += -std=c11 -g $(OPT) -D_GNU_SOURCE -Iinclude -Isrc -MMD -MP $(WARN)
-LDLIBS  += -lm -ldl -lpthread -ljansson -lxgboost
+LDLIBS  += -lm -ldl -lpthread -ljansson -lxgboost -lzstd
 ifneq ($(CI),)
 CFLAGS  += -Werror
 endif
@@ -44,6 +44,20 @@ endif
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# The commit that built this binary, which every measured record names
+# (src/base/build_info.c): git's short hash, "+dirty" when tracked files
+# differ from it; where the tree has no git (a copy on another machine), pass
+# DG_COMMIT=<hash> to make. The header is rewritten only when it changes.
+DG_COMMIT ?= $(or $(shell git rev-parse --short=12 HEAD 2>/dev/null),unknown)$(if $(shell git status --porcelain --untracked-files=no 2>/dev/null),+dirty)
+$(BUILD)/gen/build_commit.h: FORCE
+	@mkdir -p $(dir $@)
+	@echo '#define DG_BUILD_COMMIT "$(DG_COMMIT)"' > $@.tmp
+	@cmp -s $@.tmp $@ || mv $@.tmp $@; rm -f $@.tmp
+$(BUILD)/src/base/build_info.o: $(BUILD)/gen/build_commit.h
+$(BUILD)/src/base/build_info.o: CFLAGS += -I$(BUILD)/gen
+.PHONY: FORCE
+FORCE:
 
 $(BUILD)/libdragon.a: $(LIB_OBJ)
 	@rm -f $@

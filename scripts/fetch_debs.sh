@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p .debs
 cd .debs
-apt-get download libjansson4 libjansson-dev libxgboost0 libxgboost-dev libdmlc0 2>&1 | grep -v "unsandboxed" || true
+apt-get download libjansson4 libjansson-dev libxgboost0 libxgboost-dev libdmlc0 libzstd1 libzstd-dev 2>&1 | grep -v "unsandboxed" || true
 ls -1

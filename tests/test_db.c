@@ -194,8 +194,10 @@ static bool space_fn(void *ctx, const dg_func *f, sched_trace ***out, int *n, dg
   return true;
 }
 
+/* A measurement that takes delay_us a candidate and hands each result
+ * over as it is done, as the real ones do. */
 static void slow_measure(void *ctx, const dg_func *f, const search_cand *c, int n,
-                         search_measure_result *out) {
+                         search_measure_result *out, const search_measure_sink *sink) {
   (void)f;
   int delay_us = *(int *)ctx;
   for (int i = 0; i < n; i++) {
@@ -203,6 +205,7 @@ static void slow_measure(void *ctx, const dg_func *f, const search_cand *c, int 
     out[i].secs[0] = 1e-6 * (double)(1 + c[i].hash % 1000);
     out[i].n_secs = 1;
     if (delay_us) usleep((useconds_t)delay_us);
+    if (sink) sink->fn(sink->ctx, i, &out[i]);
   }
 }
 
@@ -217,15 +220,15 @@ static int count_lines(const char *path) {
   return n;
 }
 
-static bool tune(const char *dir, const dg_func *f, space_ctx *sc, int *delay, int trials,
-                 search_tune_result *res, dg_status *st) {
+static bool tune_per_round(const char *dir, const dg_func *f, space_ctx *sc, int *delay,
+                           int trials, int per_round, search_tune_result *res, dg_status *st) {
   search_db *db;
   if (!search_db_open(dir, &db, st)) return false;
   search_tune_opts o;
   search_tune_opts_default(&o);
   o.evolve.population_size = 32;
   o.evolve.init_min_unmeasured = 8;
-  o.evolve.num_trials_per_iter = 4;
+  o.evolve.num_trials_per_iter = per_round;
   o.spec = "batch_matmul:b=1,n=16,m=16,k=16,dtype=f32";
   o.f = f;
   o.max_trials = trials;
@@ -236,6 +239,55 @@ static bool tune(const char *dir, const dg_func *f, space_ctx *sc, int *delay, i
   bool ok = search_tune(db, &o, res, st);
   search_db_close(db);
   return ok;
+}
+
+static bool tune(const char *dir, const dg_func *f, space_ctx *sc, int *delay, int trials,
+                 search_tune_result *res, dg_status *st) {
+  return tune_per_round(dir, f, sc, delay, trials, 4, res, st);
+}
+
+/* Records are written as each candidate is measured, not once a round is
+ * done: killed in the middle of a round of 32, the database holds the
+ * candidates measured so far, each line whole. */
+DG_TEST(db_kill_mid_round_keeps_each_record) {
+  dg_status st;
+  dg_func *f = wl_build("batch_matmul:b=1,n=16,m=16,k=16,dtype=f32", &st);
+  CHECK_MSG(f, "%s", st.msg);
+  size_t len;
+  char *json = dg_read_file(dg_test_data("traces/gmm0_space.json"), &len, &st);
+  CHECK(json);
+  space_ctx sc = {sched_trace_from_json(json, &st)};
+  free(json);
+  CHECK(sc.space);
+  const char *dir = tdir("db_kill_mid");
+  char recs[600];
+  snprintf(recs, sizeof recs, "%s/records.jsonl", dir);
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    int delay = 50000; /* 50 ms a candidate, 1.6 s a round of 32 */
+    search_tune_result res;
+    dg_status cst;
+    tune_per_round(dir, f, &sc, &delay, 64, 32, &res, &cst);
+    _exit(0);
+  }
+  double t0 = dg_now();
+  while (count_lines(recs) < 3 && dg_now() - t0 < 60) usleep(2000);
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  int kept = count_lines(recs);
+  CHECK_MSG(kept >= 3 && kept < 32, "%d records after a kill in the first round", kept);
+  search_db *db;
+  CHECK(search_db_open(dir, &db, &st));
+  CHECK_EQ(search_db_warning_count(db), 0);
+  CHECK_EQ(search_db_record_count(db), kept);
+  for (int i = 0; i < kept; i++) CHECK(search_db_record_at(db, i)->n_secs == 1);
+  search_db_close(db);
+  sched_trace_free(sc.space);
+  ir_func_free(f);
 }
 
 DG_TEST(db_kill_and_resume) {

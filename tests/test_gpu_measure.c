@@ -63,7 +63,7 @@ static void measure_and_check(search_cuda_measure *m, const dg_func *f, const se
                               int n, bool unlowerable, bool on_gpu) {
   int total = n + (unlowerable ? 1 : 0);
   search_measure_result *out = dg_calloc((size_t)total, sizeof *out);
-  search_measure_cuda(m, f, c, total, out);
+  search_measure_cuda(m, f, c, total, out, NULL);
   for (int i = 0; i < n; i++) {
     if (on_gpu) {
       CHECK_MSG(out[i].n_secs == m->repeats, "candidate %d: %s", i, out[i].error);

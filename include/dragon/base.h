@@ -183,6 +183,12 @@ void dg_progress_init(dg_progress *p, const char *what, int64_t total);
 void dg_progress_step(dg_progress *p, int64_t n, const char *extra);
 void dg_progress_done(dg_progress *p);
 
+/* ---- build --------------------------------------------------------------- */
+
+/* The commit this binary was built from (git's short hash, "+dirty" when
+ * the tracked files differed, "unknown" without git or DG_COMMIT). */
+const char *dg_build_commit(void);
+
 /* ---- float16 ------------------------------------------------------------- */
 
 /* IEEE binary16 conversion with round-to-nearest-even, independent of the

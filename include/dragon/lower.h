@@ -38,6 +38,16 @@
 #include "dragon/ir.h"
 #include "dragon/intrin.h"
 
+/* The lowering's version, named by every measured record with the commit:
+ * raised whenever a change makes the same schedule compile to a different
+ * kernel (a pass added, a pass's output changed), so that records measured
+ * before and after are told apart. 1: no software pipelining. */
+#define LOWER_VERSION 1
+/* Whether the lowering honours software_pipeline_* annotations (multi-
+ * buffered stages): until it does, labels are searched without the
+ * pipelined sketches, whose annotations would change nothing. */
+#define LOWER_HAS_SOFTWARE_PIPELINE 0
+
 typedef enum {
   LW_SEQ,
   LW_FOR,

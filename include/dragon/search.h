@@ -19,16 +19,20 @@
 
 /* ---- database ---- */
 
-/* A directory with two JSON-lines files (docs/search.md):
+/* A directory of JSON-lines files (docs/search.md):
  *   workloads.jsonl  {"workload": hash, "spec": ..., "kernel": kernel text}
  *   records.jsonl    {"workload": hash, "trace": trace JSON, "run_secs":
  *                     [...] or null, "error": reason or null, "target": ...,
- *                     "date": ISO 8601 UTC, "kernel_hash": decimal}
+ *                     "date": ISO 8601 UTC, "kernel_hash": decimal,
+ *                     "build": the compiler, "device": what measured it}
+ *   baselines.jsonl  the same fields: measurements of the workload's
+ *                    untuned kernel (search_baseline_schedule)
  * The workload hash is ir_func_hash of the unscheduled kernel, in decimal.
  * Each line is appended by one write() with O_APPEND and fsync'd, so a kill
  * loses at most the line being written; on open a torn last line is cut off
  * with a warning and any other unreadable line is skipped with a warning
- * naming file:line. Records are unique by (workload, trace JSON). */
+ * naming file:line. Records are unique by (workload, trace JSON), and so
+ * are baselines. */
 
 #define SEARCH_FAILED_SECS 1e10 /* TVM's run time of a failed candidate */
 
@@ -41,7 +45,17 @@ typedef struct {
   const char *target;     /* "cpu", "cuda" */
   const char *date;       /* ISO 8601 UTC; NULL in search_db_add_record: now */
   uint64_t kernel_hash;   /* ir_func_hash of the scheduled kernel, 0: unknown */
+  /* The compiler that built it (search_build_id: "dragon <commit> lower
+   * <LOWER_VERSION>"); NULL in search_db_add_record: this binary's. "" in
+   * records written before builds were recorded. */
+  const char *build;
+  /* What measured it ("NVIDIA H200 sm_90 driver 13000", "cpu"); NULL or
+   * "": not recorded. */
+  const char *device;
 } search_record;
+
+/* "dragon <commit> lower <LOWER_VERSION>": this binary's compiler. */
+const char *search_build_id(void);
 
 typedef struct search_db search_db;
 
@@ -77,6 +91,39 @@ bool search_record_valid(const search_record *r);
 /* The k best valid records of a workload, best first; returns how many. */
 int search_db_top_k(const search_db *db, const char *workload, int k,
                     const search_record **out);
+/* Baselines: measurements of a workload's untuned kernel, kept apart from
+ * the search's records (they never seed a search nor count as its trials).
+ * Unique by (workload, trace) as records are. */
+bool search_db_add_baseline(search_db *db, const search_record *r, bool *added,
+                            dg_status *st);
+int search_db_baseline_count(const search_db *db);
+const search_record *search_db_baseline_at(const search_db *db, int i);
+/* The median over the workload's baseline records that ran, of each one's
+ * mean time; SEARCH_FAILED_SECS when none ran. *n (may be NULL) gets the
+ * number of baseline records of the workload, failures included. */
+double search_db_baseline_secs(const search_db *db, const char *workload, int *n);
+
+/* Shards: a database's lines in one zstd-compressed JSON-lines file (with
+ * zstd's content checksum), the form measured records are committed in: a
+ * header {"t": "shard", "version": 1, "build": ..., "date": ..., counts},
+ * then {"t": "workload", ...}, {"t": "record", ...} and {"t": "baseline",
+ * ...} lines with the fields of the database files. */
+
+/* Writes every record and baseline of db that `except` (may be NULL) does
+ * not hold, with the workload line of each workload they name, to path
+ * (atomically: temporary file, fsync, rename). *n_lines (may be NULL) gets
+ * the records and baselines written; with none, no file is written. */
+bool search_db_write_shard(const search_db *db, const search_db *except, const char *path,
+                           int64_t *n_lines, dg_status *st);
+/* Adds a shard's lines that db does not hold yet (appended to its files in
+ * one write each). Unreadable lines are skipped with a warning naming
+ * path:line; a corrupt or truncated stream, a bad checksum, or a header of
+ * another version fail naming the file, adding nothing. *n_added (may be
+ * NULL) gets the records and baselines added. */
+bool search_db_merge_shard(search_db *db, const char *path, int64_t *n_added, dg_status *st);
+/* Adds src's workloads, records and baselines that dst does not hold. */
+bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_status *st);
+
 /* TVM's JSONDatabase files database_workload.json and
  * database_tuning_record.json in out_dir (created), with base64 of the
  * kernel text where TVM has base64 of SaveJSON(IRModule). */
@@ -136,6 +183,10 @@ void search_cost_model_free(search_cost_model *m);
 bool search_cost_model_update(search_cost_model *m, const char *group,
                               const search_features *feats, const double *costs, int n,
                               dg_status *st);
+/* The same data added without training, and a training on all of it. */
+void search_cost_model_add(search_cost_model *m, const char *group,
+                           const search_features *feats, const double *costs, int n);
+bool search_cost_model_retrain(search_cost_model *m, dg_status *st);
 /* Predicted scores, higher is faster; uniform random in [0, 1) until the
  * model is trained. */
 bool search_cost_model_predict(search_cost_model *m, const search_features *feats, int n,
@@ -147,6 +198,19 @@ int search_cost_model_samples(const search_cost_model *m);
  * the data of earlier workloads (warm start). */
 bool search_cost_model_save(const search_cost_model *m, const char *dir, dg_status *st);
 bool search_cost_model_load(search_cost_model *m, const char *dir, dg_status *st);
+
+/* Features of records [first, first + n) of db (feats: n, group: n), each
+ * trace replayed on its workload's kernel on `threads` threads (<= 0: one
+ * per CPU). group[i] is the record's workload index in db, or -1 when it
+ * has no features (unknown workload, kernel or trace that does not
+ * replay). */
+bool search_db_features(const search_db *db, int first, int n, int threads,
+                        search_features *feats, int *group, dg_status *st);
+/* Adds the db's last max_records records (<= 0: all), grouped by workload,
+ * and trains once: the warm start of a run that begins on a fresh machine.
+ * *n_used (may be NULL) gets the records with features. */
+bool search_cost_model_fit_db(search_cost_model *m, const search_db *db, int max_records,
+                              int threads, int *n_used, dg_status *st);
 
 /* Ranking quality on held-out candidates: per group (group_of[i]), top-1
  * recall = 1 if the predicted best is the measured best; top-5 recall =
@@ -269,13 +333,24 @@ typedef struct {
   char error[256];
 } search_measure_result;
 
-/* Measures n candidates of workload f (out[i] for cand[i]). */
+/* Where a measurement hands each candidate's result the moment it is
+ * final, so that the tuner records it at once and a kill loses at most the
+ * candidates in flight. */
+typedef struct {
+  void (*fn)(void *ctx, int i, const search_measure_result *r);
+  void *ctx;
+} search_measure_sink;
+
+/* Measures n candidates of workload f (out[i] for cand[i]). With a sink
+ * (may be NULL), calls it once for each i as soon as out[i] is final. */
 typedef void (*search_measure_fn)(void *ctx, const dg_func *f, const search_cand *cand, int n,
-                                  search_measure_result *out);
+                                  search_measure_result *out, const search_measure_sink *sink);
 /* Design spaces of f: *out gets n traces (the caller frees each and the
  * array). */
 typedef bool (*search_space_fn)(void *ctx, const dg_func *f, sched_trace ***out, int *n,
                                 dg_status *st);
+
+typedef struct search_tune_result search_tune_result; /* below */
 
 typedef struct {
   const char *spec;            /* the workload, as recorded in the database */
@@ -294,17 +369,24 @@ typedef struct {
   double mutator_probs[SEARCH_MUT_COUNT];
   uint64_t seed;
   FILE *progress;              /* per-round lines; NULL: quiet */
+  const char *device;          /* recorded: what measures ("cpu", the GPU); NULL: "" */
+  double deadline;             /* dg_now() after which no round starts; 0: none */
+  /* Asked after each round whether to go on (NULL: until max_trials). */
+  bool (*keep_going)(void *ctx, const search_tune_result *so_far);
+  void *keep_going_ctx;
 } search_tune_opts;
 
 void search_tune_opts_default(search_tune_opts *o);
 
-typedef struct {
+struct search_tune_result {
   int64_t trials;      /* records of the workload now */
   int64_t new_trials;  /* measured by this call */
   int rounds;
   double best_secs;    /* SEARCH_FAILED_SECS if none ran */
+  double best_before_round; /* best_secs before the last round */
+  bool deadline_hit;   /* stopped by opts.deadline */
   double t_sample, t_model, t_measure, t_total;
-} search_tune_result;
+};
 
 bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *out,
                  dg_status *st);
@@ -321,7 +403,7 @@ typedef struct {
   int workers;      /* 1 */
 } search_cpu_measure;
 void search_measure_cpu(void *ctx, const dg_func *f, const search_cand *cand, int n,
-                        search_measure_result *out);
+                        search_measure_result *out, const search_measure_sink *sink);
 
 /* Measurement on the GPU (measure_cuda.c): per workload the inputs and the
  * float64 reference are computed once on the CPU; per round the candidates
@@ -344,6 +426,10 @@ typedef struct {
   /* NVRTC seconds a candidate may take before its compilation is stopped
    * (it then fails, "stopped after ..."); 0: no limit */
   double compile_limit_s;
+  /* Set by init: the GPU that measures ("NVIDIA H200 sm_90 driver 13000"),
+   * recorded with every record; the architecture compiled for ("sm_90"). */
+  char device[160];
+  char arch[16];
   /* Since init, over every call: where candidates got to and where the
    * time went. Thread-seconds are summed over the threads; the waits are
    * wall time of the calling thread, which waits either for the GPU worker
@@ -361,7 +447,7 @@ typedef struct {
 bool search_cuda_measure_init(search_cuda_measure *m, dg_status *st);
 void search_cuda_measure_free(search_cuda_measure *m);
 void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, int n,
-                         search_measure_result *out);
+                         search_measure_result *out, const search_measure_sink *sink);
 
 /* A design space read from a trace JSON file (the hand-written ones). */
 typedef struct {
@@ -415,6 +501,10 @@ typedef struct {
   const search_rule *rules;    /* NULL: every rule, in SEARCH_RULE_LIST order */
   int n_rules;
   uint64_t seed;               /* the decisions drawn while generating */
+  /* No software-pipeline sketches (MultiLevelTiling's 4- and 5-stage
+   * variants): for labels measured by a lowering that does not pipeline,
+   * so that no sketch carries annotations that change nothing. */
+  bool no_software_pipeline;
 } search_space_opts;
 
 typedef struct {
@@ -479,5 +569,20 @@ bool search_postproc_cuda(sched *s, void *ctx, dg_status *st);
  * *pp, replay failures in *replay_failed when not NULL). */
 sched *search_sample(const dg_func *f, const search_space *sp, search_postprocs *pp,
                      dg_rng *rng, int64_t *replay_failed, dg_status *st);
+
+/* ---- the untuned baseline ---- */
+
+/* TVM's DefaultGPUSchedule (tir.transform.DefaultGPUSchedule), the kernel
+ * as TVM runs it untuned and what speedups are measured against, as a
+ * schedule: every block without child blocks that is not yet bound to a
+ * thread axis gets its data-parallel loops fused, split by the target's
+ * thread count (and block count, beyond max_threadblocks x
+ * max_threads_per_block iterations) and bound to blockIdx.x/threadIdx.x.
+ * *out gets a schedule of f whose trace is the one TVM records, simplified
+ * as TVM's Trace::Simplified (unused lookups dropped); src/search/
+ * baseline.c has the steps. t NULL: search_target_sm90. False with st
+ * naming the block where a block cannot be scheduled so. */
+bool search_baseline_schedule(const dg_func *f, const search_target *t, sched **out,
+                              dg_status *st);
 
 #endif

@@ -57,6 +57,16 @@ sched_trace *cli_load_trace(const char *path, dg_status *st);
  * and the instruction. */
 sched *cli_schedule(const dg_func *f, const char *trace_path, dg_status *st);
 
+/* Merges a RECORDS argument into db: a shard file (*.jsonl.zst), a
+ * directory of shards (in name order) or a database directory. A shard
+ * that cannot be read is reported on stderr ("dragon CMD: ...; shard
+ * skipped") and counted in the return value; -1 with st set when path
+ * itself cannot be read or the database cannot be written. *added gets
+ * the records and baselines added, *n_ok the sources merged. */
+struct search_db;
+int cli_merge_shards(struct search_db *db, const char *path, const char *cmd, int64_t *added,
+                     int *n_ok, dg_status *st);
+
 int cmd_workloads(int argc, char **argv);
 int cmd_schedule(int argc, char **argv);
 int cmd_check(int argc, char **argv);
@@ -71,5 +81,7 @@ int cmd_tokenizer(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_tune(int argc, char **argv);
 int cmd_db(int argc, char **argv);
+int cmd_data(int argc, char **argv);
+int cmd_data_label(int argc, char **argv);
 
 #endif

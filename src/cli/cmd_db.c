@@ -1,6 +1,11 @@
-/* cmd_db.c: `dragon db`: queries of a tuning database.
+/* cmd_db.c: `dragon db`: queries of a tuning database, and moving its
+ * records.
  *   best SPEC      the best record of a workload: latency, target, date, and
  *                  its trace JSON on the next line
+ *   merge SRC...   adds the records of shards, directories of shards or
+ *                  other databases (search_db_merge_shard, search_db_merge)
+ *   pack --out F   the records and baselines not yet in the shards of
+ *                  --except DIR, as one new shard (search_db_write_shard)
  *   export --tvm OUT   TVM's database_workload.json and
  *                  database_tuning_record.json (search_db_export_tvm)
  *   recall         the cost model's ranking quality on the database: every
@@ -8,7 +13,9 @@
  *                  on the others, top-1 and top-5 recall on the held-out ones
  * Warnings about skipped lines go to stderr as the database loads.
  */
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "dragon/search.h"
@@ -42,33 +49,18 @@ static int db_recall(search_db *db, int64_t seed) {
   int *group = dg_calloc((size_t)(n ? n : 1), sizeof(int));
   bool *held = dg_calloc((size_t)(n ? n : 1), 1);
   int nw = search_db_workload_count(db), used = 0, skipped = 0;
-  for (int w = 0; w < nw; w++) {
-    const char *hash = search_db_workload_hash(db, w);
-    dg_func *f = ir_parse(search_db_workload_kernel(db, hash), hash, &st);
-    if (!f) {
-      skipped += search_db_workload_trials(db, hash);
+  search_db_features(db, 0, n, 0, feats, group, &st);
+  int *seen = dg_calloc((size_t)(nw ? nw : 1), sizeof(int));
+  for (int i = 0; i < n; i++) {
+    if (group[i] < 0) {
+      skipped++;
       continue;
     }
-    int k = 0;
-    for (int i = 0; i < n; i++) {
-      const search_record *r = search_db_record_at(db, i);
-      if (strcmp(r->workload, hash) != 0) continue;
-      sched_trace *t = sched_trace_from_json(r->trace, &st);
-      sched *s = t ? sched_new(f, 0) : NULL;
-      if (!s || !sched_replay(s, t, false, false, &st) ||
-          !search_features_extract(sched_func(s), true, &feats[i], &st)) {
-        skipped++;
-      } else {
-        costs[i] = search_record_secs(r);
-        group[i] = w;
-        held[i] = k++ % 5 == 0;
-        used++;
-      }
-      sched_free(s);
-      sched_trace_free(t);
-    }
-    ir_func_free(f);
+    costs[i] = search_record_secs(search_db_record_at(db, i));
+    held[i] = seen[group[i]]++ % 5 == 0;
+    used++;
   }
+  free(seen);
   search_xgb_opts xo;
   search_xgb_opts_default(&xo);
   xo.num_warmup_samples = 0;
@@ -116,24 +108,92 @@ static int db_recall(search_db *db, int64_t seed) {
   return rc;
 }
 
+/* merge SRC...: every source into db. */
+static int db_merge(search_db *db, char **src, int n) {
+  int rc = CLI_OK;
+  int64_t total = 0;
+  for (int i = 0; i < n; i++) {
+    int64_t added = 0;
+    int ok = 0;
+    dg_status st;
+    int bad = cli_merge_shards(db, src[i], "db", &added, &ok, &st);
+    if (bad < 0) return cli_report("db", &st);
+    if (bad > 0) rc = CLI_ERROR;
+    total += added;
+  }
+  printf("merged: %lld records and baselines added; the database holds %d workloads, %d records, "
+         "%d baselines\n",
+         (long long)total, search_db_workload_count(db), search_db_record_count(db),
+         search_db_baseline_count(db));
+  return rc;
+}
+
+/* pack --out FILE [--except DIR]: what db holds beyond the shards of DIR. */
+static int db_pack(search_db *db, const char *out, const char *except) {
+  dg_status st;
+  search_db *ex = NULL;
+  char tmp[] = "/tmp/dragon-pack-XXXXXX";
+  if (except) {
+    if (!mkdtemp(tmp)) {
+      fprintf(stderr, "dragon db: pack: cannot create a scratch directory\n");
+      return CLI_ERROR;
+    }
+    if (!search_db_open(tmp, &ex, &st)) return cli_report("db", &st);
+    int64_t added;
+    int ok;
+    if (cli_merge_shards(ex, except, "db", &added, &ok, &st) < 0) {
+      search_db_close(ex);
+      return cli_report("db", &st);
+    }
+  }
+  int64_t n = 0;
+  bool ok = search_db_write_shard(db, ex, out, &n, &st);
+  search_db_close(ex);
+  if (except) {
+    /* the scratch database's files, then its directory */
+    static const char *const files[] = {"workloads.jsonl", "records.jsonl", "baselines.jsonl"};
+    for (size_t i = 0; i < DG_ARRAY_LEN(files); i++) {
+      char p[64];
+      snprintf(p, sizeof p, "%s/%s", tmp, files[i]);
+      unlink(p);
+    }
+    rmdir(tmp);
+  }
+  if (!ok) return cli_report("db", &st);
+  if (n) printf("wrote %s: %lld records and baselines\n", out, (long long)n);
+  else printf("nothing new to pack: no file written\n");
+  return CLI_OK;
+}
+
 int cmd_db(int argc, char **argv) {
-  const char *db_dir = NULL, *tvm = NULL;
+  const char *db_dir = NULL, *tvm = NULL, *out = NULL, *except = NULL;
   int64_t seed = 1;
   const cli_opt opts[] = {
       {"--db", CLI_OPT_STR, &db_dir, 0, 0, "tuning database directory"},
       {"--tvm", CLI_OPT_STR, &tvm, 0, 0, "export: the output directory for TVM's files"},
       {"--seed", CLI_OPT_INT, &seed, 0, INT64_MAX, "recall: the cost model's seed"},
+      {"--out", CLI_OPT_STR, &out, 0, 0, "pack: the shard to write (*.jsonl.zst)"},
+      {"--except", CLI_OPT_STR, &except, 0, 0,
+       "pack: leave out what these shards (a file or a directory of them) hold"},
   };
   const cli_spec spec = {
       "db",
-      "best SPEC --db DIR | export --db DIR --tvm OUT | recall --db DIR",
-      "Queries a tuning database (the directory `dragon tune --db` writes).\n"
+      "best SPEC --db DIR | export --db DIR --tvm OUT | recall --db DIR | merge SRC... --db DIR\n"
+      "       | pack --db DIR --out FILE [--except DIR]",
+      "Queries a tuning database (the directory `dragon tune --db` writes) and moves\n"
+      "its records.\n"
       "  best SPEC   the fastest valid record of a workload and its trace JSON\n"
       "  export      TVM's JSONDatabase files (base64 kernel text in place of\n"
       "              TVM's SaveJSON module; docs/search.md)\n"
       "  recall      the XGBoost cost model's top-1 / top-5 recall on held-out\n"
-      "              records (every fifth of each workload)",
-      opts, (int)DG_ARRAY_LEN(opts), 1, 2};
+      "              records (every fifth of each workload)\n"
+      "  merge SRC   adds the workloads, records and baselines of each SRC (a shard\n"
+      "              *.jsonl.zst, a directory of shards, or a database directory)\n"
+      "              that the database lacks; an unreadable shard is reported and\n"
+      "              skipped (exit 1)\n"
+      "  pack        writes the records and baselines that the shards of --except\n"
+      "              lack as one new shard (zstd, checksummed; nothing when none)",
+      opts, (int)DG_ARRAY_LEN(opts), 1, -1};
   char **pos;
   int npos;
   int rc = cli_parse(&spec, argc, argv, &pos, &npos);
@@ -141,13 +201,16 @@ int cmd_db(int argc, char **argv) {
   if (rc != CLI_OK) return rc;
   const char *action = pos[0];
   bool is_best = strcmp(action, "best") == 0, is_export = strcmp(action, "export") == 0,
-       is_recall = strcmp(action, "recall") == 0;
-  if (!is_best && !is_export && !is_recall) {
-    fprintf(stderr, "dragon db: unknown action '%s' (best, export, recall)\n", action);
+       is_recall = strcmp(action, "recall") == 0, is_merge = strcmp(action, "merge") == 0,
+       is_pack = strcmp(action, "pack") == 0;
+  if (!is_best && !is_export && !is_recall && !is_merge && !is_pack) {
+    fprintf(stderr, "dragon db: unknown action '%s' (best, export, recall, merge, pack)\n",
+            action);
     free(pos);
     return CLI_USAGE;
   }
-  if (!db_dir || (is_best && npos != 2) || (!is_best && npos != 1) || (is_export && !tvm)) {
+  bool pos_ok = is_best ? npos == 2 : is_merge ? npos >= 2 : npos == 1;
+  if (!db_dir || !pos_ok || (is_export && !tvm) || (is_pack && !out)) {
     fprintf(stderr, "dragon db: usage: dragon db %s\n", spec.synopsis);
     free(pos);
     return CLI_USAGE;
@@ -167,6 +230,10 @@ int cmd_db(int argc, char **argv) {
              tvm, search_db_workload_count(db), tvm, search_db_record_count(db));
     else
       rc = cli_report("db", &st);
+  } else if (is_merge) {
+    rc = db_merge(db, pos + 1, npos - 1);
+  } else if (is_pack) {
+    rc = db_pack(db, out, except);
   } else {
     rc = db_recall(db, seed);
   }

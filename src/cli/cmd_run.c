@@ -2,7 +2,10 @@
  * builds the kernel (a workload spec or alias, or a kernel-text file),
  * replays a schedule trace on it if given, runs it and checks its outputs
  * against the unscheduled kernel's float64 reference on the same seeded
- * inputs, and prints the errors, pass/fail and the time.
+ * inputs, and prints the errors, pass/fail and the time. On the c and
+ * cuda targets a kernel without a trace runs under the untuned baseline,
+ * TVM's DefaultGPUSchedule (search_baseline_schedule): what speedups are
+ * measured against.
  *
  * Targets:
  *   cpu   the kernel as plain C on the CPU (loops as written; timing is CPU
@@ -21,6 +24,7 @@
 #include "dragon/codegen.h"
 #include "dragon/rt.h"
 #include "dragon/rt_cuda.h"
+#include "dragon/search.h"
 #include "dragon/wl.h"
 
 static int cmp_double(const void *a, const void *b) {
@@ -117,11 +121,13 @@ static void print_check(const rt_check *chk) {
            chk->first_bad[0] ? chk->first_bad : "(no outputs)");
 }
 
-static int run_emulated(const char *canon, const dg_func *ref, const dg_func *f, int64_t seed) {
+static int run_emulated(const char *canon, const dg_func *ref, const dg_func *f, int64_t seed,
+                        const char *schedule) {
   dg_status st;
   rt_check chk;
   if (!rt_program_check_c(ref, f, (uint64_t)seed, &chk, &st)) return cli_report("run", &st);
   printf("spec      %s\n", canon);
+  printf("schedule  %s\n", schedule);
   printf("target    c (the lowered GPU program, blocks and threads emulated on the CPU)\n");
   printf("inputs    seed %lld\n", (long long)seed);
   print_check(&chk);
@@ -129,12 +135,13 @@ static int run_emulated(const char *canon, const dg_func *ref, const dg_func *f,
 }
 
 static int run_cuda(const char *canon, const dg_func *ref, const dg_func *f, int64_t seed,
-                    int64_t repeat, bool check) {
+                    int64_t repeat, bool check, const char *schedule) {
   dg_status st;
   rt_cuda_result res;
   if (!rt_program_run_cuda(ref, f, (uint64_t)seed, (int)repeat, check, 10.0, &res, &st))
     return cli_report("run", &st);
   printf("spec      %s\n", canon);
+  printf("schedule  %s\n", schedule);
   printf("target    cuda (NVRTC sm_90, one worker process, L2 flushed before each timed run)\n");
   printf("inputs    seed %lld\n", (long long)seed);
   if (res.fail != RT_FAIL_NONE) {
@@ -157,7 +164,9 @@ int cmd_run(int argc, char **argv) {
   const char *dist = "auto";
   bool no_check = false;
   const cli_opt opts[] = {
-      {"--trace", CLI_OPT_STR, &trace, 0, 0, "schedule trace (TVM's JSON) to replay first"},
+      {"--trace", CLI_OPT_STR, &trace, 0, 0,
+       "schedule trace (TVM's JSON) to replay first (default, c and cuda targets: the untuned "
+       "baseline, TVM's DefaultGPUSchedule)"},
       {"--no-check", CLI_OPT_FLAG, &no_check, 0, 0,
        "cuda target: time only, no float64 reference (for shapes whose CPU reference is slow)"},
       {"--target", CLI_OPT_STR, &target, 0, 0,
@@ -178,7 +187,11 @@ int cmd_run(int argc, char **argv) {
       "largest errors, pass/fail and the time. Exits 0 if the check passes, 1\n"
       "otherwise. Targets: cpu runs the kernel as plain C; c lowers it to GPU\n"
       "kernels and emulates blocks and threads on the CPU; cuda runs those kernels\n"
-      "on the GPU (median and spread of --repeat runs, L2 flushed before each).",
+      "on the GPU (median and spread of --repeat runs, L2 flushed before each).\n"
+      "Without --trace, the c and cuda targets run the untuned baseline: TVM's\n"
+      "DefaultGPUSchedule, each block's data-parallel loops fused and bound to\n"
+      "blockIdx.x/threadIdx.x (up to 1024 threads, 256 blocks), the kernel as TVM\n"
+      "runs it untuned; the cpu target runs the loops as written.",
       opts,
       (int)DG_ARRAY_LEN(opts),
       1,
@@ -211,18 +224,23 @@ int cmd_run(int argc, char **argv) {
   if (!canon) canon = dg_strdup(arg);
   sched *s = NULL;
   const dg_func *f = ref;
+  bool gpu = strcmp(target, "cpu") != 0;
+  const char *schedule = trace;
   if (trace) {
     s = cli_schedule(ref, trace, &st);
-    if (!s) {
-      free(canon);
-      ir_func_free(ref);
-      return cli_report("run", &st);
-    }
-    f = sched_func(s);
+  } else if (gpu) {
+    schedule = "DefaultGPUSchedule (untuned baseline)";
+    if (!search_baseline_schedule(ref, NULL, &s, &st)) s = NULL;
   }
+  if ((trace || gpu) && !s) {
+    free(canon);
+    ir_func_free(ref);
+    return cli_report("run", &st);
+  }
+  if (s) f = sched_func(s);
   int rc;
-  if (strcmp(target, "cuda") == 0) rc = run_cuda(canon, ref, f, seed, repeat, !no_check);
-  else if (strcmp(target, "c") == 0) rc = run_emulated(canon, ref, f, seed);
+  if (strcmp(target, "cuda") == 0) rc = run_cuda(canon, ref, f, seed, repeat, !no_check, schedule);
+  else if (strcmp(target, "c") == 0) rc = run_emulated(canon, ref, f, seed, schedule);
   else rc = run_cpu(canon, ref, f, seed, repeat, dist);
   sched_free(s);
   ir_func_free(ref);

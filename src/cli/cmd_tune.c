@@ -134,6 +134,7 @@ int cmd_tune(int argc, char **argv) {
     o.postproc_ctx = space_path ? NULL : &pp;
     o.measure = on_gpu ? search_measure_cuda : search_measure_cpu;
     o.measure_ctx = on_gpu ? (void *)&gm : (void *)&cm;
+    o.device = on_gpu ? gm.device : "cpu";
     o.model = model;
     o.target = target;
     o.is_gpu = true; /* the schedules are GPU schedules, whatever runs them */

@@ -23,6 +23,7 @@ static const struct {
     {"sample", cmd_sample, "print samples of a kernel's CUDA design space (TVM trace JSON lines)"},
     {"tune", cmd_tune, "evolutionary search with a cost model; every measurement a database record"},
     {"db", cmd_db, "tuning database: best record, export to TVM's format, cost-model recall"},
+    {"data", cmd_data, "the data stage: the workload universe and its splits"},
 };
 
 static void usage(FILE *out) {

@@ -261,9 +261,8 @@ done:
   return ok;
 }
 
-bool search_cost_model_update(search_cost_model *m, const char *group, const search_features *feats,
-                              const double *costs, int n, dg_status *st) {
-  dg_status_ok(st);
+void search_cost_model_add(search_cost_model *m, const char *group, const search_features *feats,
+                           const double *costs, int n) {
   cm_group *g = group_get(m, group);
   for (int i = 0; i < n; i++) {
     if (feats[i].n == 0) continue;
@@ -274,6 +273,17 @@ bool search_cost_model_update(search_cost_model *m, const char *group, const sea
     DG_VEC_PUSH(&g->costs, c);
     m->n_samples++;
   }
+}
+
+bool search_cost_model_retrain(search_cost_model *m, dg_status *st) {
+  dg_status_ok(st);
+  return train(m, st);
+}
+
+bool search_cost_model_update(search_cost_model *m, const char *group, const search_features *feats,
+                              const double *costs, int n, dg_status *st) {
+  dg_status_ok(st);
+  search_cost_model_add(m, group, feats, costs, n);
   if (m->o.adaptive_training && m->booster &&
       m->n_samples - m->last_train_size < m->last_train_size / 5)
     return true;

@@ -1,6 +1,8 @@
-/* db.c: the tuning database, two append-only JSON-lines files in a
- * directory (workloads.jsonl, records.jsonl; layout in search.h and
- * docs/search.md), and its export to TVM's JSONDatabase files.
+/* db.c: the tuning database, append-only JSON-lines files in a directory
+ * (workloads.jsonl, records.jsonl, baselines.jsonl; layout in search.h and
+ * docs/search.md), its shards (one zstd-compressed file of lines, the form
+ * records are committed in), merging, and the export to TVM's JSONDatabase
+ * files.
  *
  * Durability: a line is appended by a single write() on an O_APPEND file
  * descriptor followed by fsync, so a killed writer leaves at most one torn
@@ -9,6 +11,7 @@
  * lacks a field is skipped with a warning naming file:line. Records are
  * unique by (workload, trace): the trace is kept as jansson's compact dump
  * of its JSON value, the same text whether it came from a caller or a file.
+ * Merges append all their new lines of a file in one write.
  *
  * Assumes one writer per directory at a time (tuning processes of one
  * database are not coordinated); readers may run alongside. Does not
@@ -24,6 +27,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zstd.h>
+
+#include "dragon/lower.h"
 
 typedef struct {
   char *hash, *spec, *kernel;
@@ -32,60 +38,71 @@ typedef struct {
 /* A loaded record: search_record's pointers point into these. */
 typedef struct {
   search_record r;
-  char *workload, *trace, *error, *target, *date;
+  char *workload, *trace, *error, *target, *date, *build, *device;
   double *secs;
 } db_record;
 
-struct search_db {
-  char *dir;
-  char *wl_path, *rec_path;
-  DG_VEC(db_workload) wls;
-  DG_VEC(db_record *) recs;
-  /* open addressing over record indices + 1 (0: empty), keyed by
-   * (workload, trace) */
+/* Records or baselines: the loaded lines, their file, and an open
+ * addressing index over indices + 1 (0: empty) keyed by (workload, trace). */
+typedef struct {
+  DG_VEC(db_record *) v;
   int *slots;
   size_t n_slots;
+  char *path;
+} rec_table;
+
+struct search_db {
+  char *dir;
+  char *wl_path;
+  DG_VEC(db_workload) wls;
+  rec_table recs, bases;
   int warnings;
 };
 
 /* ---- small helpers ------------------------------------------------------- */
+
+const char *search_build_id(void) {
+  static char id[96];
+  if (!id[0]) snprintf(id, sizeof id, "dragon %s lower %d", dg_build_commit(), LOWER_VERSION);
+  return id;
+}
 
 static uint64_t rec_key(const char *workload, const char *trace) {
   uint64_t h = dg_hash_bytes(workload, strlen(workload), 0x5eed);
   return dg_hash_bytes(trace, strlen(trace), h);
 }
 
-static int find_rec(const search_db *db, const char *workload, const char *trace) {
-  if (!db->n_slots) return -1;
-  size_t mask = db->n_slots - 1;
+static int find_rec(const rec_table *t, const char *workload, const char *trace) {
+  if (!t->n_slots) return -1;
+  size_t mask = t->n_slots - 1;
   for (size_t i = rec_key(workload, trace) & mask;; i = (i + 1) & mask) {
-    int s = db->slots[i];
+    int s = t->slots[i];
     if (!s) return -1;
-    const db_record *r = db->recs.data[s - 1];
+    const db_record *r = t->v.data[s - 1];
     if (strcmp(r->workload, workload) == 0 && strcmp(r->trace, trace) == 0) return s - 1;
   }
 }
 
-static void insert_slot(search_db *db, int idx) {
-  size_t mask = db->n_slots - 1;
-  const db_record *r = db->recs.data[idx];
+static void insert_slot(rec_table *t, int idx) {
+  size_t mask = t->n_slots - 1;
+  const db_record *r = t->v.data[idx];
   size_t i = rec_key(r->workload, r->trace) & mask;
-  while (db->slots[i]) i = (i + 1) & mask;
-  db->slots[i] = idx + 1;
+  while (t->slots[i]) i = (i + 1) & mask;
+  t->slots[i] = idx + 1;
 }
 
-/* Appends r to the records and the index (rebuilt when it fills up). */
-static void push_record(search_db *db, db_record *r) {
-  DG_VEC_PUSH(&db->recs, r);
-  if (2 * db->recs.len <= db->n_slots) {
-    insert_slot(db, (int)db->recs.len - 1);
+/* Appends r to the table and its index (rebuilt when it fills up). */
+static void push_record(rec_table *t, db_record *r) {
+  DG_VEC_PUSH(&t->v, r);
+  if (2 * t->v.len <= t->n_slots) {
+    insert_slot(t, (int)t->v.len - 1);
     return;
   }
-  free(db->slots);
-  db->n_slots = db->n_slots ? 2 * db->n_slots : 64;
-  while (2 * db->recs.len > db->n_slots) db->n_slots *= 2;
-  db->slots = dg_calloc(db->n_slots, sizeof(int));
-  for (size_t i = 0; i < db->recs.len; i++) insert_slot(db, (int)i);
+  free(t->slots);
+  t->n_slots = t->n_slots ? 2 * t->n_slots : 64;
+  while (2 * t->v.len > t->n_slots) t->n_slots *= 2;
+  t->slots = dg_calloc(t->n_slots, sizeof(int));
+  for (size_t i = 0; i < t->v.len; i++) insert_slot(t, (int)i);
 }
 
 static void warn(search_db *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -106,14 +123,14 @@ static char *join_path(const char *dir, const char *name) {
   return dg_str_take(&s);
 }
 
-/* One line, one write(), then fsync: the unit of durability. */
-static bool append_line(const char *path, const char *line, dg_status *st) {
+/* Lines, one write(), then fsync: the unit of durability. */
+static bool append_lines(const char *path, const char *text, size_t n, dg_status *st) {
+  if (n == 0) return true;
   int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return dg_fail(st, DG_ERR_IO, "%s: %s", path, strerror(errno));
-  size_t n = strlen(line);
-  ssize_t w = write(fd, line, n);
+  ssize_t w = write(fd, text, n);
   bool ok = w == (ssize_t)n;
-  int err = errno;
+  int err = ok ? 0 : w < 0 ? errno : ENOSPC;
   if (ok && fsync(fd) != 0) {
     ok = false;
     err = errno;
@@ -143,6 +160,8 @@ static void free_record(db_record *r) {
   free(r->error);
   free(r->target);
   free(r->date);
+  free(r->build);
+  free(r->device);
   free(r->secs);
   free(r);
 }
@@ -154,13 +173,121 @@ static void fill_view(db_record *r) {
   r->r.error = r->error;
   r->r.target = r->target;
   r->r.date = r->date;
+  r->r.build = r->build;
+  r->r.device = r->device;
+}
+
+static void table_free(rec_table *t) {
+  for (size_t i = 0; i < t->v.len; i++) free_record(t->v.data[i]);
+  DG_VEC_FREE(&t->v);
+  free(t->slots);
+  free(t->path);
+}
+
+/* ---- lines --------------------------------------------------------------- */
+
+/* A record's line (no newline), its fields in the files' order. With tag
+ * (shards), "t" comes first. */
+static char *record_line(const db_record *r, const char *tag) {
+  json_t *j = json_object();
+  if (tag) json_object_set_new(j, "t", json_string(tag));
+  json_object_set_new(j, "workload", json_string(r->workload));
+  json_object_set_new(j, "trace", json_loads(r->trace, 0, NULL));
+  json_t *secs = json_array();
+  for (int i = 0; i < r->r.n_secs; i++) json_array_append_new(secs, json_real(r->secs[i]));
+  json_object_set_new(j, "run_secs", r->r.n_secs ? secs : json_null());
+  if (!r->r.n_secs) json_decref(secs);
+  json_object_set_new(j, "error", r->error ? json_string(r->error) : json_null());
+  json_object_set_new(j, "target", json_string(r->target));
+  json_object_set_new(j, "date", json_string(r->date));
+  char kh[24];
+  snprintf(kh, sizeof kh, "%llu", (unsigned long long)r->r.kernel_hash);
+  json_object_set_new(j, "kernel_hash", json_string(kh));
+  json_object_set_new(j, "build", json_string(r->build));
+  json_object_set_new(j, "device", json_string(r->device));
+  char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
+  json_decref(j);
+  return line;
+}
+
+static char *workload_line(const db_workload *w, const char *tag) {
+  json_t *j = json_object();
+  if (tag) json_object_set_new(j, "t", json_string(tag));
+  json_object_set_new(j, "workload", json_string(w->hash));
+  json_object_set_new(j, "spec", json_string(w->spec));
+  json_object_set_new(j, "kernel", json_string(w->kernel));
+  char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(j);
+  return line;
+}
+
+static void put_line(dg_str *out, char *line) {
+  dg_str_puts(out, line);
+  dg_str_putc(out, '\n');
+  free(line);
+}
+
+/* A record from a parsed line, or NULL (warned) when a field is missing or
+ * of the wrong type. */
+static db_record *record_from_json(search_db *db, json_t *j, const char *where) {
+  const char *wl = json_string_value(json_object_get(j, "workload"));
+  json_t *trace = json_object_get(j, "trace");
+  json_t *secs = json_object_get(j, "run_secs");
+  json_t *err = json_object_get(j, "error");
+  const char *target = json_string_value(json_object_get(j, "target"));
+  const char *date = json_string_value(json_object_get(j, "date"));
+  const char *build = json_string_value(json_object_get(j, "build"));
+  const char *device = json_string_value(json_object_get(j, "device"));
+  json_t *kh = json_object_get(j, "kernel_hash");
+  if (!wl || !json_is_array(trace) || !target) {
+    warn(db, "%s: record needs workload, trace (an array) and target; skipped", where);
+    return NULL;
+  }
+  if (secs && !json_is_null(secs) && !json_is_array(secs)) {
+    warn(db, "%s: run_secs must be an array or null; skipped", where);
+    return NULL;
+  }
+  size_t n = json_is_array(secs) ? json_array_size(secs) : 0;
+  if (n > DG_ARRAY_LEN(((search_measure_result *)0)->secs)) {
+    warn(db, "%s: run_secs has %zu values, more than %zu; skipped", where, n,
+         DG_ARRAY_LEN(((search_measure_result *)0)->secs));
+    return NULL;
+  }
+  for (size_t i = 0; i < n; i++) {
+    json_t *v = json_array_get(secs, i);
+    double x = json_is_number(v) ? json_number_value(v) : -1;
+    if (!(x > 0)) {
+      warn(db, "%s: run_secs[%zu] is not a positive number of seconds; skipped", where, i);
+      return NULL;
+    }
+  }
+  db_record *r = dg_calloc(1, sizeof *r);
+  r->workload = dg_strdup(wl);
+  r->trace = dump_compact(trace);
+  r->target = dg_strdup(target);
+  r->date = dg_strdup(date ? date : "");
+  r->build = dg_strdup(build ? build : "");
+  r->device = dg_strdup(device ? device : "");
+  if (json_is_string(err)) r->error = dg_strdup(json_string_value(err));
+  r->secs = dg_calloc(n ? n : 1, sizeof(double));
+  for (size_t i = 0; i < n; i++) r->secs[r->r.n_secs++] = json_number_value(json_array_get(secs, i));
+  if (json_is_string(kh)) r->r.kernel_hash = strtoull(json_string_value(kh), NULL, 10);
+  fill_view(r);
+  return r;
 }
 
 /* ---- loading ------------------------------------------------------------- */
 
-typedef bool (*line_fn)(search_db *db, json_t *j, const char *where);
+typedef bool (*line_fn)(search_db *db, json_t *j, const char *where, void *ctx);
 
-static bool load_workload(search_db *db, json_t *j, const char *where) {
+static const db_workload *find_wl(const search_db *db, const char *hash) {
+  for (size_t i = 0; i < db->wls.len; i++)
+    if (strcmp(db->wls.data[i].hash, hash) == 0) return &db->wls.data[i];
+  return NULL;
+}
+
+/* ctx: a dg_str collecting the lines of new workloads (merges), or NULL. */
+static bool load_workload(search_db *db, json_t *j, const char *where, void *ctx) {
   const char *hash = json_string_value(json_object_get(j, "workload"));
   const char *spec = json_string_value(json_object_get(j, "spec"));
   const char *kernel = json_string_value(json_object_get(j, "kernel"));
@@ -168,80 +295,48 @@ static bool load_workload(search_db *db, json_t *j, const char *where) {
     warn(db, "%s: workload line needs string fields workload, spec, kernel; skipped", where);
     return false;
   }
-  for (size_t i = 0; i < db->wls.len; i++)
-    if (strcmp(db->wls.data[i].hash, hash) == 0) return true;
+  if (find_wl(db, hash)) return true;
   db_workload w = {dg_strdup(hash), dg_strdup(spec), dg_strdup(kernel)};
   DG_VEC_PUSH(&db->wls, w);
+  if (ctx) put_line(ctx, workload_line(&w, NULL));
   return true;
 }
 
-static bool load_record(search_db *db, json_t *j, const char *where) {
-  const char *wl = json_string_value(json_object_get(j, "workload"));
-  json_t *trace = json_object_get(j, "trace");
-  json_t *secs = json_object_get(j, "run_secs");
-  json_t *err = json_object_get(j, "error");
-  const char *target = json_string_value(json_object_get(j, "target"));
-  const char *date = json_string_value(json_object_get(j, "date"));
-  json_t *kh = json_object_get(j, "kernel_hash");
-  if (!wl || !json_is_array(trace) || !target) {
-    warn(db, "%s: record needs workload, trace (an array) and target; skipped", where);
-    return false;
-  }
-  if (secs && !json_is_null(secs) && !json_is_array(secs)) {
-    warn(db, "%s: run_secs must be an array or null; skipped", where);
-    return false;
-  }
-  db_record *r = dg_calloc(1, sizeof *r);
-  r->workload = dg_strdup(wl);
-  r->trace = dump_compact(trace);
-  r->target = dg_strdup(target);
-  r->date = dg_strdup(date ? date : "");
-  if (json_is_string(err)) r->error = dg_strdup(json_string_value(err));
-  size_t n = json_is_array(secs) ? json_array_size(secs) : 0;
-  r->secs = dg_calloc(n ? n : 1, sizeof(double));
-  for (size_t i = 0; i < n; i++) {
-    json_t *v = json_array_get(secs, i);
-    if (!json_is_number(v)) {
-      warn(db, "%s: run_secs[%zu] is not a number; skipped", where, i);
-      free_record(r);
-      return false;
-    }
-    r->secs[r->r.n_secs++] = json_number_value(v);
-  }
-  if (json_is_string(kh)) r->r.kernel_hash = strtoull(json_string_value(kh), NULL, 10);
-  fill_view(r);
-  if (find_rec(db, r->workload, r->trace) >= 0) {
+/* A record or baseline line into table t (ctx: a load_dest). */
+typedef struct {
+  rec_table *t;
+  dg_str *out; /* lines of new entries (merges), or NULL */
+  int64_t added;
+} load_dest;
+
+static bool load_record_into(search_db *db, json_t *j, const char *where, void *ctx) {
+  load_dest *d = ctx;
+  db_record *r = record_from_json(db, j, where);
+  if (!r) return false;
+  if (find_rec(d->t, r->workload, r->trace) >= 0) {
     free_record(r);
     return true; /* a duplicate: the first one stands */
   }
-  push_record(db, r);
+  push_record(d->t, r);
+  d->added++;
+  if (d->out) put_line(d->out, record_line(r, NULL));
   return true;
 }
 
-static bool load_file(search_db *db, const char *path, line_fn fn, dg_status *st) {
-  struct stat sb;
-  if (stat(path, &sb) != 0) {
-    if (errno == ENOENT) return true;
-    return dg_fail(st, DG_ERR_IO, "%s: %s", path, strerror(errno));
-  }
-  size_t len;
-  char *text = dg_read_file(path, &len, st);
-  if (!text) return false;
+/* Parses the lines of text (len bytes, NUL-terminated at len) and hands
+ * each JSON object to fn; where names file:line. Returns the offset past
+ * the last complete line (a last line without a newline is torn). */
+static size_t parse_lines(search_db *db, const char *name, char *text, size_t len, line_fn fn,
+                          void *ctx) {
   size_t pos = 0, good_end = 0;
   int line = 0;
   while (pos < len) {
     line++;
     char *nl = memchr(text + pos, '\n', len - pos);
-    if (!nl) {
-      warn(db, "%s:%d: torn last line (%zu bytes, no newline) cut off", path, line, len - pos);
-      if (truncate(path, (off_t)good_end) != 0)
-        return dg_fail(st, DG_ERR_IO, "%s: cannot cut the torn last line: %s", path,
-                       strerror(errno));
-      break;
-    }
+    if (!nl) break;
     *nl = 0;
     char where[600];
-    snprintf(where, sizeof where, "%s:%d", path, line);
+    snprintf(where, sizeof where, "%s:%d", name, line);
     const char *s = text + pos;
     while (*s == ' ' || *s == '\t' || *s == '\r') s++;
     if (*s) {
@@ -250,11 +345,35 @@ static bool load_file(search_db *db, const char *path, line_fn fn, dg_status *st
       if (!j || !json_is_object(j))
         warn(db, "%s: not a JSON object (%s); skipped", where, j ? "other value" : je.text);
       else
-        fn(db, j, where);
+        fn(db, j, where, ctx);
       json_decref(j);
     }
     pos = (size_t)(nl - text) + 1;
     good_end = pos;
+  }
+  return good_end;
+}
+
+static bool load_file(search_db *db, const char *path, line_fn fn, void *ctx, dg_status *st) {
+  struct stat sb;
+  if (stat(path, &sb) != 0) {
+    if (errno == ENOENT) return true;
+    return dg_fail(st, DG_ERR_IO, "%s: %s", path, strerror(errno));
+  }
+  size_t len;
+  char *text = dg_read_file(path, &len, st);
+  if (!text) return false;
+  size_t good_end = parse_lines(db, path, text, len, fn, ctx);
+  if (good_end < len) {
+    int line = 1;
+    for (size_t i = 0; i < good_end; i++) line += text[i] == '\n';
+    warn(db, "%s:%d: torn last line (%zu bytes, no newline) cut off", path, line,
+         len - good_end);
+    if (truncate(path, (off_t)good_end) != 0) {
+      free(text);
+      return dg_fail(st, DG_ERR_IO, "%s: cannot cut the torn last line: %s", path,
+                     strerror(errno));
+    }
   }
   free(text);
   return true;
@@ -267,9 +386,12 @@ bool search_db_open(const char *dir, search_db **out, dg_status *st) {
   search_db *db = dg_calloc(1, sizeof *db);
   db->dir = dg_strdup(dir);
   db->wl_path = join_path(dir, "workloads.jsonl");
-  db->rec_path = join_path(dir, "records.jsonl");
-  if (!load_file(db, db->wl_path, load_workload, st) ||
-      !load_file(db, db->rec_path, load_record, st)) {
+  db->recs.path = join_path(dir, "records.jsonl");
+  db->bases.path = join_path(dir, "baselines.jsonl");
+  load_dest dr = {&db->recs, NULL, 0}, dbase = {&db->bases, NULL, 0};
+  if (!load_file(db, db->wl_path, load_workload, NULL, st) ||
+      !load_file(db, db->recs.path, load_record_into, &dr, st) ||
+      !load_file(db, db->bases.path, load_record_into, &dbase, st)) {
     search_db_close(db);
     return false;
   }
@@ -285,12 +407,10 @@ void search_db_close(search_db *db) {
     free(db->wls.data[i].kernel);
   }
   DG_VEC_FREE(&db->wls);
-  for (size_t i = 0; i < db->recs.len; i++) free_record(db->recs.data[i]);
-  DG_VEC_FREE(&db->recs);
-  free(db->slots);
+  table_free(&db->recs);
+  table_free(&db->bases);
   free(db->dir);
   free(db->wl_path);
-  free(db->rec_path);
   free(db);
 }
 
@@ -302,26 +422,19 @@ bool search_db_add_workload(search_db *db, const char *spec, const dg_func *f, c
                             dg_status *st) {
   dg_status_ok(st);
   snprintf(hash, 21, "%llu", (unsigned long long)ir_func_hash(f));
-  for (size_t i = 0; i < db->wls.len; i++)
-    if (strcmp(db->wls.data[i].hash, hash) == 0) return true;
-  char *kernel = ir_print(f);
-  json_t *j = json_pack("{s:s, s:s, s:s}", "workload", hash, "spec", spec ? spec : "",
-                        "kernel", kernel);
-  char *line = dump_compact(j);
-  json_decref(j);
-  size_t n = strlen(line);
-  char *full = dg_malloc(n + 2);
-  memcpy(full, line, n);
-  full[n] = '\n';
-  full[n + 1] = 0;
-  free(line);
-  bool ok = append_line(db->wl_path, full, st);
-  free(full);
+  if (find_wl(db, hash)) return true;
+  db_workload w = {dg_strdup(hash), dg_strdup(spec ? spec : ""), ir_print(f)};
+  dg_str line;
+  dg_str_init(&line);
+  put_line(&line, workload_line(&w, NULL));
+  bool ok = append_lines(db->wl_path, line.s, line.len, st);
+  dg_str_free(&line);
   if (!ok) {
-    free(kernel);
+    free(w.hash);
+    free(w.spec);
+    free(w.kernel);
     return false;
   }
-  db_workload w = {dg_strdup(hash), dg_strdup(spec ? spec : ""), kernel};
   DG_VEC_PUSH(&db->wls, w);
   return true;
 }
@@ -331,12 +444,6 @@ int search_db_workload_count(const search_db *db) { return (int)db->wls.len; }
 const char *search_db_workload_hash(const search_db *db, int i) {
   DG_ASSERT(i >= 0 && (size_t)i < db->wls.len);
   return db->wls.data[i].hash;
-}
-
-static const db_workload *find_wl(const search_db *db, const char *hash) {
-  for (size_t i = 0; i < db->wls.len; i++)
-    if (strcmp(db->wls.data[i].hash, hash) == 0) return &db->wls.data[i];
-  return NULL;
 }
 
 const char *search_db_workload_spec(const search_db *db, const char *hash) {
@@ -349,9 +456,11 @@ const char *search_db_workload_kernel(const search_db *db, const char *hash) {
   return w ? w->kernel : NULL;
 }
 
-/* ---- records ------------------------------------------------------------- */
+/* ---- records and baselines ----------------------------------------------- */
 
-bool search_db_add_record(search_db *db, const search_record *in, bool *added, dg_status *st) {
+static bool add_to(search_db *db, rec_table *t, const search_record *in, bool *added,
+                   dg_status *st) {
+  (void)db;
   dg_status_ok(st);
   if (added) *added = false;
   json_error_t je;
@@ -361,66 +470,99 @@ bool search_db_add_record(search_db *db, const search_record *in, bool *added, d
     return dg_fail(st, DG_ERR_PARSE, "record trace: not a JSON array: %s", je.text);
   }
   char *canon = dump_compact(trace);
-  if (find_rec(db, in->workload, canon) >= 0) {
+  json_decref(trace);
+  if (find_rec(t, in->workload, canon) >= 0) {
     free(canon);
-    json_decref(trace);
     return true;
   }
+  if (in->n_secs < 0 || in->n_secs > (int)DG_ARRAY_LEN(((search_measure_result *)0)->secs)) {
+    free(canon);
+    return dg_fail(st, DG_ERR_INVALID, "record: %d run times", in->n_secs);
+  }
+  for (int i = 0; i < in->n_secs; i++)
+    if (!(in->run_secs[i] > 0)) {
+      free(canon);
+      return dg_fail(st, DG_ERR_INVALID, "record: run time %d is %g s, not positive", i,
+                     in->run_secs[i]);
+    }
   db_record *r = dg_calloc(1, sizeof *r);
   r->workload = dg_strdup(in->workload);
   r->trace = canon;
   r->target = dg_strdup(in->target ? in->target : "");
   r->date = in->date ? dg_strdup(in->date) : now_iso();
+  r->build = dg_strdup(in->build ? in->build : search_build_id());
+  r->device = dg_strdup(in->device ? in->device : "");
   r->error = in->error ? dg_strdup(in->error) : NULL;
   r->secs = dg_calloc((size_t)(in->n_secs > 0 ? in->n_secs : 1), sizeof(double));
   for (int i = 0; i < in->n_secs; i++) r->secs[i] = in->run_secs[i];
-  r->r.n_secs = in->n_secs > 0 ? in->n_secs : 0;
+  r->r.n_secs = in->n_secs;
   r->r.kernel_hash = in->kernel_hash;
   fill_view(r);
-
-  json_t *j = json_object();
-  json_object_set_new(j, "workload", json_string(r->workload));
-  json_object_set_new(j, "trace", trace);
-  json_t *secs = json_array();
-  for (int i = 0; i < r->r.n_secs; i++) json_array_append_new(secs, json_real(r->secs[i]));
-  json_object_set_new(j, "run_secs", r->r.n_secs ? secs : json_null());
-  if (!r->r.n_secs) json_decref(secs);
-  json_object_set_new(j, "error", r->error ? json_string(r->error) : json_null());
-  json_object_set_new(j, "target", json_string(r->target));
-  json_object_set_new(j, "date", json_string(r->date));
-  char kh[24];
-  snprintf(kh, sizeof kh, "%llu", (unsigned long long)r->r.kernel_hash);
-  json_object_set_new(j, "kernel_hash", json_string(kh));
-  char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
-  json_decref(j);
-  size_t n = strlen(line);
-  char *full = dg_malloc(n + 2);
-  memcpy(full, line, n);
-  full[n] = '\n';
-  full[n + 1] = 0;
-  free(line);
-  bool ok = append_line(db->rec_path, full, st);
-  free(full);
+  dg_str line;
+  dg_str_init(&line);
+  put_line(&line, record_line(r, NULL));
+  bool ok = append_lines(t->path, line.s, line.len, st);
+  dg_str_free(&line);
   if (!ok) {
     free_record(r);
     return false;
   }
-  push_record(db, r);
+  push_record(t, r);
   if (added) *added = true;
   return true;
 }
 
-int search_db_record_count(const search_db *db) { return (int)db->recs.len; }
+bool search_db_add_record(search_db *db, const search_record *in, bool *added, dg_status *st) {
+  return add_to(db, &db->recs, in, added, st);
+}
+
+bool search_db_add_baseline(search_db *db, const search_record *in, bool *added, dg_status *st) {
+  return add_to(db, &db->bases, in, added, st);
+}
+
+int search_db_record_count(const search_db *db) { return (int)db->recs.v.len; }
 
 const search_record *search_db_record_at(const search_db *db, int i) {
-  DG_ASSERT(i >= 0 && (size_t)i < db->recs.len);
-  return &db->recs.data[i]->r;
+  DG_ASSERT(i >= 0 && (size_t)i < db->recs.v.len);
+  return &db->recs.v.data[i]->r;
+}
+
+int search_db_baseline_count(const search_db *db) { return (int)db->bases.v.len; }
+
+const search_record *search_db_baseline_at(const search_db *db, int i) {
+  DG_ASSERT(i >= 0 && (size_t)i < db->bases.v.len);
+  return &db->bases.v.data[i]->r;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+double search_db_baseline_secs(const search_db *db, const char *workload, int *n) {
+  DG_VEC(double) ran = {0};
+  int count = 0;
+  for (size_t i = 0; i < db->bases.v.len; i++) {
+    const search_record *r = &db->bases.v.data[i]->r;
+    if (strcmp(r->workload, workload) != 0) continue;
+    count++;
+    if (r->n_secs > 0) DG_VEC_PUSH(&ran, search_record_secs(r));
+  }
+  if (n) *n = count;
+  double med = SEARCH_FAILED_SECS;
+  if (ran.len) {
+    qsort(ran.data, ran.len, sizeof(double), cmp_double);
+    med = ran.len % 2 ? ran.data[ran.len / 2]
+                      : 0.5 * (ran.data[ran.len / 2 - 1] + ran.data[ran.len / 2]);
+  }
+  DG_VEC_FREE(&ran);
+  return med;
 }
 
 int search_db_workload_trials(const search_db *db, const char *workload) {
   int n = 0;
-  for (size_t i = 0; i < db->recs.len; i++)
-    if (strcmp(db->recs.data[i]->workload, workload) == 0) n++;
+  for (size_t i = 0; i < db->recs.v.len; i++)
+    if (strcmp(db->recs.v.data[i]->workload, workload) == 0) n++;
   return n;
 }
 
@@ -458,8 +600,8 @@ static int cmp_ranked(const void *a, const void *b) {
 int search_db_top_k(const search_db *db, const char *workload, int k, const search_record **out) {
   if (k <= 0) return 0;
   DG_VEC(ranked) v = {0};
-  for (size_t i = 0; i < db->recs.len; i++) {
-    const search_record *r = &db->recs.data[i]->r;
+  for (size_t i = 0; i < db->recs.v.len; i++) {
+    const search_record *r = &db->recs.v.data[i]->r;
     if (strcmp(r->workload, workload) == 0 && search_record_valid(r)) {
       ranked x = {r, search_record_secs(r), i};
       DG_VEC_PUSH(&v, x);
@@ -470,6 +612,255 @@ int search_db_top_k(const search_db *db, const char *workload, int k, const sear
   for (int i = 0; i < n; i++) out[i] = v.data[i].r;
   DG_VEC_FREE(&v);
   return n;
+}
+
+/* ---- shards and merges ---------------------------------------------------- */
+
+#define SHARD_VERSION 1
+
+/* Compresses text into a zstd frame with its content checksum. */
+static bool zstd_pack(const char *text, size_t n, dg_str *out, dg_status *st) {
+  size_t cap = ZSTD_compressBound(n);
+  char *buf = dg_malloc(cap ? cap : 1);
+  ZSTD_CCtx *cx = ZSTD_createCCtx();
+  ZSTD_CCtx_setParameter(cx, ZSTD_c_compressionLevel, 19);
+  ZSTD_CCtx_setParameter(cx, ZSTD_c_checksumFlag, 1);
+  size_t z = ZSTD_compress2(cx, buf, cap, text, n);
+  ZSTD_freeCCtx(cx);
+  if (ZSTD_isError(z)) {
+    free(buf);
+    return dg_fail(st, DG_ERR_RUNTIME, "zstd: %s", ZSTD_getErrorName(z));
+  }
+  dg_str_putn(out, buf, z);
+  free(buf);
+  return true;
+}
+
+/* Decompresses a whole file of zstd frames; NUL-terminated. */
+static char *zstd_unpack(const char *path, size_t *len, dg_status *st) {
+  size_t zlen;
+  char *z = dg_read_file(path, &zlen, st);
+  if (!z) return NULL;
+  ZSTD_DCtx *dx = ZSTD_createDCtx();
+  dg_str out;
+  dg_str_init(&out);
+  char buf[1 << 16];
+  ZSTD_inBuffer in = {z, zlen, 0};
+  size_t ret = 0;
+  while (in.pos < in.size) {
+    ZSTD_outBuffer o = {buf, sizeof buf, 0};
+    ret = ZSTD_decompressStream(dx, &o, &in);
+    if (ZSTD_isError(ret)) break;
+    dg_str_putn(&out, buf, o.pos);
+  }
+  /* the frame may still hold output once the input is used up; no
+   * progress then means it was cut short */
+  while (!ZSTD_isError(ret) && ret != 0) {
+    ZSTD_outBuffer o = {buf, sizeof buf, 0};
+    ret = ZSTD_decompressStream(dx, &o, &in);
+    if (ZSTD_isError(ret)) break;
+    dg_str_putn(&out, buf, o.pos);
+    if (o.pos == 0) break;
+  }
+  ZSTD_freeDCtx(dx);
+  free(z);
+  if (ZSTD_isError(ret)) {
+    dg_str_free(&out);
+    dg_fail(st, DG_ERR_PARSE, "%s: not a valid zstd stream: %s", path, ZSTD_getErrorName(ret));
+    return NULL;
+  }
+  if (ret != 0 || zlen == 0) {
+    dg_str_free(&out);
+    dg_fail(st, DG_ERR_PARSE, "%s: the zstd stream is truncated", path);
+    return NULL;
+  }
+  *len = out.len;
+  if (!out.s) dg_str_puts(&out, "");
+  return dg_str_take(&out);
+}
+
+static void shard_entries(const search_db *db, const rec_table *t, const rec_table *except,
+                          const char *tag, bool *need_wl, dg_str *body, int64_t *n) {
+  for (size_t i = 0; i < t->v.len; i++) {
+    const db_record *r = t->v.data[i];
+    if (except && find_rec(except, r->workload, r->trace) >= 0) continue;
+    put_line(body, record_line(r, tag));
+    (*n)++;
+    for (size_t w = 0; w < db->wls.len; w++)
+      if (strcmp(db->wls.data[w].hash, r->workload) == 0) need_wl[w] = true;
+  }
+}
+
+bool search_db_write_shard(const search_db *db, const search_db *except, const char *path,
+                           int64_t *n_lines, dg_status *st) {
+  dg_status_ok(st);
+  bool *need_wl = dg_calloc(db->wls.len ? db->wls.len : 1, sizeof(bool));
+  dg_str body;
+  dg_str_init(&body);
+  int64_t n_rec = 0, n_base = 0;
+  shard_entries(db, &db->recs, except ? &except->recs : NULL, "record", need_wl, &body, &n_rec);
+  shard_entries(db, &db->bases, except ? &except->bases : NULL, "baseline", need_wl, &body,
+                &n_base);
+  if (n_lines) *n_lines = n_rec + n_base;
+  bool ok = true;
+  if (n_rec + n_base > 0) {
+    dg_str text;
+    dg_str_init(&text);
+    int64_t n_wl = 0;
+    for (size_t w = 0; w < db->wls.len; w++) n_wl += need_wl[w];
+    char *date = now_iso();
+    json_t *h = json_pack("{s:s, s:i, s:s, s:s, s:I, s:I, s:I}", "t", "shard", "version",
+                          SHARD_VERSION, "build", search_build_id(), "date", date, "workloads",
+                          (json_int_t)n_wl, "records", (json_int_t)n_rec, "baselines",
+                          (json_int_t)n_base);
+    free(date);
+    put_line(&text, json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER));
+    json_decref(h);
+    for (size_t w = 0; w < db->wls.len; w++)
+      if (need_wl[w]) put_line(&text, workload_line(&db->wls.data[w], "workload"));
+    dg_str_putn(&text, body.s ? body.s : "", body.len);
+    dg_str z;
+    dg_str_init(&z);
+    ok = zstd_pack(text.s, text.len, &z, st) && dg_write_file_atomic(path, z.s, z.len, st);
+    dg_str_free(&z);
+    dg_str_free(&text);
+  }
+  dg_str_free(&body);
+  free(need_wl);
+  return ok;
+}
+
+/* A shard being read into a scratch database. */
+typedef struct {
+  load_dest dr, dbase;
+  int header_seen;
+  dg_status err; /* no header, or one of another version */
+} shard_ctx;
+
+static bool shard_line(search_db *db, json_t *j, const char *where, void *ctx) {
+  shard_ctx *m = ctx;
+  const char *t = json_string_value(json_object_get(j, "t"));
+  if (!t) {
+    warn(db, "%s: shard line without its type \"t\"; skipped", where);
+    return false;
+  }
+  if (strcmp(t, "shard") == 0) {
+    json_t *v = json_object_get(j, "version");
+    if (!json_is_integer(v) || json_integer_value(v) != SHARD_VERSION) {
+      if (m->err.code == DG_OK)
+        dg_fail(&m->err, DG_ERR_PARSE, "%s: shard version %s, this build reads %d", where,
+                json_is_integer(v) ? "other" : "missing", SHARD_VERSION);
+    }
+    m->header_seen++;
+    return true;
+  }
+  if (!m->header_seen) {
+    if (m->err.code == DG_OK)
+      dg_fail(&m->err, DG_ERR_PARSE, "%s: a shard begins with its header line", where);
+    return false;
+  }
+  if (strcmp(t, "workload") == 0) return load_workload(db, j, where, NULL);
+  if (strcmp(t, "record") == 0) return load_record_into(db, j, where, &m->dr);
+  if (strcmp(t, "baseline") == 0) return load_record_into(db, j, where, &m->dbase);
+  warn(db, "%s: unknown shard line type '%.40s'; skipped", where, t);
+  return false;
+}
+
+bool search_db_merge_shard(search_db *db, const char *path, int64_t *n_added, dg_status *st) {
+  dg_status_ok(st);
+  if (n_added) *n_added = 0;
+  size_t len;
+  char *text = zstd_unpack(path, &len, st);
+  if (!text) return false;
+  /* Read into a scratch database first, so that a shard refused as a
+   * whole adds nothing. */
+  search_db scratch = {0};
+  shard_ctx m = {{&scratch.recs, NULL, 0}, {&scratch.bases, NULL, 0}, 0, {0}};
+  dg_status_ok(&m.err);
+  size_t end = parse_lines(&scratch, path, text, len, shard_line, &m);
+  free(text);
+  db->warnings += scratch.warnings;
+  bool ok = true;
+  if (m.err.code != DG_OK) {
+    *st = m.err;
+    ok = false;
+  } else if (!m.header_seen) {
+    ok = dg_fail(st, DG_ERR_PARSE, "%s: no shard header line", path);
+  } else if (end < len) {
+    ok = dg_fail(st, DG_ERR_PARSE, "%s: the last line has no newline (a torn shard)", path);
+  }
+  if (ok) ok = search_db_merge(db, &scratch, n_added, st);
+  for (size_t i = 0; i < scratch.wls.len; i++) {
+    free(scratch.wls.data[i].hash);
+    free(scratch.wls.data[i].spec);
+    free(scratch.wls.data[i].kernel);
+  }
+  DG_VEC_FREE(&scratch.wls);
+  table_free(&scratch.recs);
+  table_free(&scratch.bases);
+  return ok;
+}
+
+static db_record *record_copy(const db_record *s) {
+  db_record *r = dg_calloc(1, sizeof *r);
+  r->workload = dg_strdup(s->workload);
+  r->trace = dg_strdup(s->trace);
+  r->target = dg_strdup(s->target);
+  r->date = dg_strdup(s->date);
+  r->build = dg_strdup(s->build);
+  r->device = dg_strdup(s->device);
+  r->error = s->error ? dg_strdup(s->error) : NULL;
+  r->secs = dg_calloc((size_t)(s->r.n_secs ? s->r.n_secs : 1), sizeof(double));
+  memcpy(r->secs, s->secs, sizeof(double) * (size_t)s->r.n_secs);
+  r->r.n_secs = s->r.n_secs;
+  r->r.kernel_hash = s->r.kernel_hash;
+  fill_view(r);
+  return r;
+}
+
+static void merge_table(rec_table *dst, const rec_table *src, dg_str *out, int64_t *added) {
+  for (size_t i = 0; i < src->v.len; i++) {
+    const db_record *s = src->v.data[i];
+    if (find_rec(dst, s->workload, s->trace) >= 0) continue;
+    db_record *r = record_copy(s);
+    push_record(dst, r);
+    put_line(out, record_line(r, NULL));
+    (*added)++;
+  }
+}
+
+bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_status *st) {
+  dg_status_ok(st);
+  dg_str wl, rec, base;
+  dg_str_init(&wl);
+  dg_str_init(&rec);
+  dg_str_init(&base);
+  for (size_t i = 0; i < src->wls.len; i++) {
+    const db_workload *w = &src->wls.data[i];
+    if (find_wl(dst, w->hash)) continue;
+    db_workload c = {dg_strdup(w->hash), dg_strdup(w->spec), dg_strdup(w->kernel)};
+    DG_VEC_PUSH(&dst->wls, c);
+    put_line(&wl, workload_line(&c, NULL));
+  }
+  int64_t added = 0;
+  merge_table(&dst->recs, &src->recs, &rec, &added);
+  merge_table(&dst->bases, &src->bases, &base, &added);
+  /* a record whose workload no line names cannot be rebuilt: say so */
+  for (size_t i = 0; i < src->recs.v.len; i++)
+    if (!find_wl(dst, src->recs.v.data[i]->workload)) {
+      warn(dst, "merge: records of workload %s, which no workload line names",
+           src->recs.v.data[i]->workload);
+      break;
+    }
+  if (n_added) *n_added = added;
+  /* workloads first, so that a record's workload is on disk before it */
+  bool ok = append_lines(dst->wl_path, wl.s, wl.len, st) &&
+            append_lines(dst->recs.path, rec.s, rec.len, st) &&
+            append_lines(dst->bases.path, base.s, base.len, st);
+  dg_str_free(&wl);
+  dg_str_free(&rec);
+  dg_str_free(&base);
+  return ok;
 }
 
 /* ---- export to TVM ------------------------------------------------------- */
@@ -543,8 +934,8 @@ bool search_db_export_tvm(const search_db *db, const char *out_dir, dg_status *s
     }
     ir_func_free(f);
   }
-  for (size_t i = 0; i < db->recs.len && ok; i++) {
-    const db_record *r = db->recs.data[i];
+  for (size_t i = 0; i < db->recs.v.len && ok; i++) {
+    const db_record *r = db->recs.v.data[i];
     int wi = -1;
     for (size_t k = 0; k < db->wls.len; k++)
       if (strcmp(db->wls.data[k].hash, r->workload) == 0) wi = (int)k;

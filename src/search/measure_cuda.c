@@ -78,8 +78,18 @@ static bool pool_start(search_cuda_measure *m, dg_status *st) {
 bool search_cuda_measure_init(search_cuda_measure *m, dg_status *st) {
   m->state = NULL;
   memset(&m->stats, 0, sizeof m->stats);
+  snprintf(m->arch, sizeof m->arch, "sm_90");
+  snprintf(m->device, sizeof m->device, "no GPU");
   if (!rt_nvrtc_available(st)) return false;
   if (!rt_cuda_available(st) && !m->allow_no_gpu) return false;
+  /* the architecture compiled for and the name every record carries come
+   * from the device itself */
+  rt_cuda_device d;
+  dg_status dst;
+  if (rt_cuda_device_info(&d, &dst)) {
+    snprintf(m->arch, sizeof m->arch, "sm_%d%d", d.cc_major, d.cc_minor);
+    snprintf(m->device, sizeof m->device, "%s %s driver %d", d.name, m->arch, d.driver_version);
+  }
   m->state = dg_calloc(1, sizeof *m->state);
   m->state->next_id = 1;
   if (!pool_start(m, st)) {
@@ -123,6 +133,7 @@ typedef struct {
   rt_cuda_timing timing;
   cand_job *jobs; /* (n) jobs[i] written by candidate i's thread only */
   double compile_limit_s;
+  const char *arch; /* "sm_90" */
 } round_ctx;
 
 static void set_error(char *dst, size_t n, const char *why) {
@@ -155,7 +166,7 @@ static void cand_prepare(void *p, int i) {
   }
   j->lowered = true;
   rt_cubin bin;
-  bool ok = rt_nvrtc_compile_within(src, "cand", "sm_90", r->compile_limit_s, &bin, &st);
+  bool ok = rt_nvrtc_compile_within(src, "cand", r->arch, r->compile_limit_s, &bin, &st);
   j->t_compile = dg_now() - t1;
   free(src);
   if (!ok) {
@@ -185,8 +196,16 @@ typedef struct {
   uint64_t base;         /* candidate i is job base + i */
   bool *submitted, *done;
   search_measure_result *out;
+  const search_measure_sink *sink; /* results as they become final, or NULL */
   char pool_err[256];    /* the workers could not be started: why */
 } round_run;
+
+/* Candidate i's result is final. */
+static int resolve(round_run *rr, int i) {
+  rr->done[i] = true;
+  if (rr->sink) rr->sink->fn(rr->sink->ctx, i, &rr->out[i]);
+  return 1;
+}
 
 /* Candidate i is compiled (or failed): fail it, or queue its job. Returns
  * how many candidates this resolved (0 or 1). */
@@ -195,8 +214,7 @@ static int hand_over(round_run *rr, int i) {
   cand_job *j = &rr->r->jobs[i];
   if (j->msg.len == 0 || !s->pool) {
     fail(&rr->out[i], j->msg.len == 0 ? j->error : rr->pool_err);
-    rr->done[i] = true;
-    return 1;
+    return resolve(rr, i);
   }
   /* the checked run, the warm-up, the repeats, and room for loading */
   double timeout = rr->m->timeout_s * (rr->reps + 4);
@@ -227,8 +245,7 @@ static int take_result(round_run *rr, const rt_worker_result *wr) {
     rr->out[i].n_secs = rr->reps;
     for (int r = 0; r < rr->reps; r++) rr->out[i].secs[r] = res.t.median;
   }
-  rr->done[i] = true;
-  return 1;
+  return resolve(rr, i);
 }
 
 /* The workers could not be started: every queued candidate fails with the
@@ -241,8 +258,7 @@ static int pool_lost(round_run *rr, const char *why) {
   for (int i = 0; i < rr->n; i++)
     if (rr->submitted[i] && !rr->done[i]) {
       fail(&rr->out[i], rr->pool_err);
-      rr->done[i] = true;
-      k++;
+      k += resolve(rr, i);
     }
   rt_worker_pool_free(s->pool);
   s->pool = NULL;
@@ -250,7 +266,7 @@ static int pool_lost(round_run *rr, const char *why) {
 }
 
 void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, int n,
-                         search_measure_result *out) {
+                         search_measure_result *out, const search_measure_sink *sink) {
   search_cuda_measure *m = ctx;
   double t_start = dg_now();
   dg_status st;
@@ -259,17 +275,21 @@ void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, i
   if (n <= 0) return;
   m->stats.candidates += n;
   if (!m->state || !prepare(m, f, &st)) {
-    for (int i = 0; i < n; i++) fail(&out[i], m->state ? st.msg : "GPU measurement not set up");
+    for (int i = 0; i < n; i++) {
+      fail(&out[i], m->state ? st.msg : "GPU measurement not set up");
+      if (sink) sink->fn(sink->ctx, i, &out[i]);
+    }
     m->stats.t_wall += dg_now() - t_start;
     return;
   }
   search_cuda_measure_state *s = m->state;
   int reps = m->repeats < 1 ? 1 : m->repeats > 8 ? 8 : m->repeats;
-  round_ctx r = {cand, s->path, m->seed, {1, reps, true, m->timeout_s}, NULL, m->compile_limit_s};
+  round_ctx r = {cand,  s->path, m->seed, {1, reps, true, m->timeout_s}, NULL, m->compile_limit_s,
+                 m->arch[0] ? m->arch : "sm_90"};
   r.jobs = dg_calloc((size_t)n, sizeof *r.jobs);
   for (int i = 0; i < n; i++) dg_str_init(&r.jobs[i].msg);
-  round_run rr = {m, &r, n, reps, s->next_id, dg_calloc((size_t)n, sizeof(bool)),
-                  dg_calloc((size_t)n, sizeof(bool)), out, ""};
+  round_run rr = {m,   &r,  n,   reps, s->next_id, dg_calloc((size_t)n, sizeof(bool)),
+                  dg_calloc((size_t)n, sizeof(bool)), out, sink, ""};
   s->next_id += (uint64_t)n;
   if (!s->pool && !pool_start(m, &st))
     snprintf(rr.pool_err, sizeof rr.pool_err, "GPU workers: %.240s", st.msg);
@@ -304,7 +324,10 @@ void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, i
   }
   rt_tasks_free(tasks);
   for (int i = 0; i < n; i++) {
-    if (!rr.done[i]) fail(&out[i], "GPU measurement: the job was lost");
+    if (!rr.done[i]) {
+      fail(&out[i], "GPU measurement: the job was lost");
+      resolve(&rr, i);
+    }
     m->stats.lowered += r.jobs[i].lowered;
     m->stats.compiled += r.jobs[i].compiled;
     m->stats.t_lower += r.jobs[i].t_lower;

@@ -194,9 +194,10 @@ static bool add_read_reuse(mlt_state *m, int block, dg_status *st) {
 }
 
 /* AddAsyncPipeline: on sm_80+, when the outer reduction tile holds exactly
- * the two copies and the compute loop, sketches with 4 and 5 stages. */
+ * the two copies and the compute loop, sketches with 4 and 5 stages (none
+ * where the options ask for no software pipeline). */
 static int add_async_pipeline(space_ctx *c, mlt_state *states, int n, dg_status *st) {
-  if (c->t->arch < 80) return n;
+  if (c->t->arch < 80 || c->no_software_pipeline) return n;
   const char *sp = cuda_config.structure;
   int r0 = (int)(strchr(sp, 'R') - sp);
   int out = n;

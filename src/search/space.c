@@ -371,7 +371,8 @@ bool search_space_generate(const dg_func *f, const search_space_opts *o, search_
   int n_rules = o && o->rules ? o->n_rules : (int)DG_ARRAY_LEN(all);
   space_ctx c = {.f = f,
                  .t = o && o->target ? o->target : &search_target_sm90,
-                 .seed = o ? o->seed : 0};
+                 .seed = o ? o->seed : 0,
+                 .no_software_pipeline = o && o->no_software_pipeline};
   sched *s0 = sched_new(f, c.seed);
   name_list names = {0};
   post_order(sched_func(s0)->body, &names);

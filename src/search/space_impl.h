@@ -20,6 +20,7 @@ typedef struct {
   const dg_func *f;          /* the unscheduled kernel */
   const search_target *t;
   uint64_t seed;             /* for the schedules copies are made of */
+  bool no_software_pipeline; /* search_space_opts.no_software_pipeline */
   int n_copies;
   int n_fallbacks;           /* tensor-core blocks left to MultiLevelTiling */
   char fallback[256];        /* the first one */

@@ -67,11 +67,78 @@ static bool seed_from_db(search_db *db, search_evolve *ev, const dg_func *f, con
   return true;
 }
 
+/* The sink of one round: each result becomes a record the moment it is
+ * final. */
+typedef struct {
+  search_db *db;
+  const search_tune_opts *o;
+  const char *hash;
+  const search_cand *cand;
+  bool *written;
+  search_tune_result *out;
+  bool ok;
+  dg_status st; /* the first append that failed */
+} round_sink;
+
+static void record_result(void *ctx, int i, const search_measure_result *res) {
+  round_sink *rs = ctx;
+  if (rs->written[i] || !rs->ok) return;
+  rs->written[i] = true;
+  char *json = sched_trace_to_json(rs->cand[i].trace);
+  search_record r = {rs->hash,
+                     json,
+                     res->secs,
+                     res->n_secs,
+                     res->n_secs ? NULL : (res->error[0] ? res->error : "failed"),
+                     rs->o->target,
+                     NULL,
+                     rs->cand[i].hash,
+                     NULL,
+                     rs->o->device ? rs->o->device : ""};
+  bool added = false;
+  if (!search_db_add_record(rs->db, &r, &added, &rs->st)) rs->ok = false;
+  if (added) rs->out->trials++;
+  double secs = mean_secs(res);
+  if (secs < rs->out->best_secs) rs->out->best_secs = secs;
+  free(json);
+}
+
+static void print_round(const search_tune_opts *o, const search_tune_result *out,
+                        const search_evolve *ev, double t_start, double t_round,
+                        double t_measure, int64_t start_trials) {
+  const search_evolve_stats *s = search_evolve_get_stats(ev);
+  double el = dg_now() - t_start, dt = dg_now() - t_round;
+  double rate = (double)(out->trials - start_trials) / (el > 0 ? el : 1);
+  double eta = rate > 0 ? (double)(o->max_trials - out->trials) / rate : 0;
+  if (out->best_secs < SEARCH_FAILED_SECS)
+    fprintf(o->progress, "round %d  trials %lld/%lld  best %.3f us  %.1f cand/s  ETA %.0f s",
+            out->rounds, (long long)out->trials, (long long)o->max_trials,
+            out->best_secs * 1e6, rate, eta);
+  else
+    fprintf(o->progress, "round %d  trials %lld/%lld  best none  %.1f cand/s  ETA %.0f s",
+            out->rounds, (long long)out->trials, (long long)o->max_trials, rate, eta);
+  fprintf(o->progress, "  [round %.2f s: sample %.2f  evolve %.2f  model %.2f  measure %.2f]",
+          dt, s->t_sample, s->t_evolve, s->t_model, t_measure);
+  if (o->measure == search_measure_cuda && o->measure_ctx) {
+    /* where measurement time went, since the start (thread-seconds for
+     * lowering and NVRTC, wall time for the two waits) */
+    const search_cuda_measure *gm = o->measure_ctx;
+    fprintf(o->progress, "  [gpu: %lld/%lld passed; lower %.1f  nvrtc %.1f thr-s; wait gpu %.1f"
+            "  wait nvrtc %.1f  worker %.1f s]",
+            (long long)gm->stats.passed, (long long)gm->stats.candidates, gm->stats.t_lower,
+            gm->stats.t_compile, gm->stats.t_gpu_wait, gm->stats.t_compile_wait,
+            gm->stats.t_worker);
+  }
+  fputc('\n', o->progress);
+  fflush(o->progress);
+}
+
 bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *out,
                  dg_status *st) {
   dg_status_ok(st);
   memset(out, 0, sizeof *out);
   out->best_secs = SEARCH_FAILED_SECS;
+  out->best_before_round = SEARCH_FAILED_SECS;
   double t_start = dg_now();
   char hash[21];
   if (!search_db_add_workload(db, o->spec, o->f, hash, st)) return false;
@@ -101,6 +168,11 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
   double t_measure = 0;
   int64_t start_trials = out->trials;
   while (ok && out->trials < o->max_trials && !search_evolve_stopped(ev)) {
+    if (o->deadline > 0 && dg_now() >= o->deadline) {
+      out->deadline_hit = true;
+      break;
+    }
+    if (out->rounds > 0 && o->keep_going && !o->keep_going(o->keep_going_ctx, out)) break;
     double t_round = dg_now();
     search_cand *c = NULL;
     int want = (int)(o->max_trials - out->trials);
@@ -117,6 +189,7 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
       break;
     }
     out->rounds++;
+    out->best_before_round = out->best_secs;
     if (n == 0) continue;
     search_measure_result *res = dg_calloc((size_t)n, sizeof *res);
     double t0 = dg_now();
@@ -125,52 +198,25 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
               t0 - t_round, n);
       fflush(o->progress);
     }
-    o->measure(o->measure_ctx, o->f, c, n, res);
+    round_sink rs = {db, o, hash, c, dg_calloc((size_t)n, sizeof(bool)), out, true, {0}};
+    dg_status_ok(&rs.st);
+    search_measure_sink sink = {record_result, &rs};
+    o->measure(o->measure_ctx, o->f, c, n, res, &sink);
     t_measure += dg_now() - t0;
-    double *secs = dg_malloc(sizeof(double) * (size_t)n);
-    for (int i = 0; i < n && ok; i++) {
-      secs[i] = mean_secs(&res[i]);
-      char *json = sched_trace_to_json(c[i].trace);
-      search_record r = {hash, json, res[i].secs, res[i].n_secs,
-                         res[i].n_secs ? NULL : (res[i].error[0] ? res[i].error : "failed"),
-                         o->target, NULL, c[i].hash};
-      bool added = false;
-      ok = search_db_add_record(db, &r, &added, st);
-      if (added) out->trials++;
-      if (secs[i] < out->best_secs) out->best_secs = secs[i];
-      free(json);
+    /* a measurement that did not hand a result over is recorded now */
+    for (int i = 0; i < n; i++) record_result(&rs, i, &res[i]);
+    free(rs.written);
+    if (!rs.ok) {
+      *st = rs.st;
+      ok = false;
     }
+    double *secs = dg_malloc(sizeof(double) * (size_t)n);
+    for (int i = 0; i < n; i++) secs[i] = mean_secs(&res[i]);
     if (ok) ok = search_evolve_notify(ev, c, secs, n, st);
     free(secs);
     free(res);
     search_cands_free(c, n);
-    if (o->progress) {
-      const search_evolve_stats *s = search_evolve_get_stats(ev);
-      double el = dg_now() - t_start, dt = dg_now() - t_round;
-      double rate = (double)(out->trials - start_trials) / (el > 0 ? el : 1);
-      double eta = rate > 0 ? (double)(o->max_trials - out->trials) / rate : 0;
-      if (out->best_secs < SEARCH_FAILED_SECS)
-        fprintf(o->progress, "round %d  trials %lld/%lld  best %.3f us  %.1f cand/s  ETA %.0f s",
-                out->rounds, (long long)out->trials, (long long)o->max_trials,
-                out->best_secs * 1e6, rate, eta);
-      else
-        fprintf(o->progress, "round %d  trials %lld/%lld  best none  %.1f cand/s  ETA %.0f s",
-                out->rounds, (long long)out->trials, (long long)o->max_trials, rate, eta);
-      fprintf(o->progress, "  [round %.2f s: sample %.2f  evolve %.2f  model %.2f  measure %.2f]",
-              dt, s->t_sample, s->t_evolve, s->t_model, t_measure);
-      if (o->measure == search_measure_cuda && o->measure_ctx) {
-        /* where measurement time went, since the start (thread-seconds for
-         * lowering and NVRTC, wall time for the two waits) */
-        const search_cuda_measure *gm = o->measure_ctx;
-        fprintf(o->progress, "  [gpu: %lld/%lld passed; lower %.1f  nvrtc %.1f thr-s; wait gpu %.1f"
-                "  wait nvrtc %.1f  worker %.1f s]",
-                (long long)gm->stats.passed, (long long)gm->stats.candidates, gm->stats.t_lower,
-                gm->stats.t_compile, gm->stats.t_gpu_wait, gm->stats.t_compile_wait,
-                gm->stats.t_worker);
-      }
-      fputc('\n', o->progress);
-      fflush(o->progress);
-    }
+    if (o->progress) print_round(o, out, ev, t_start, t_round, t_measure, start_trials);
   }
   const search_evolve_stats *s = search_evolve_get_stats(ev);
   out->t_sample = s->t_sample + s->t_evolve;
@@ -224,7 +270,8 @@ static bool cpu_job_run(void *ctx, const void *job, size_t len, dg_str *reply) {
 }
 
 static void measure_cpu_serial(const search_cpu_measure *m, const dg_func *f,
-                               const search_cand *cand, int n, search_measure_result *out) {
+                               const search_cand *cand, int n, search_measure_result *out,
+                               const search_measure_sink *sink, int sink_base) {
   int repeats = m && m->repeats > 0 ? m->repeats : 3;
   if (repeats > (int)DG_ARRAY_LEN(out[0].secs)) repeats = (int)DG_ARRAY_LEN(out[0].secs);
   double timeout = m && m->timeout_s > 0 ? m->timeout_s : 10;
@@ -238,6 +285,7 @@ static void measure_cpu_serial(const search_cpu_measure *m, const dg_func *f,
     if (!src || !rt_cpu_compile_many(src, names, 2, j.k, &st)) {
       snprintf(r->error, sizeof r->error, "compile error: %.230s", st.msg);
       free(src);
+      if (sink) sink->fn(sink->ctx, sink_base + i, r);
       continue;
     }
     free(src);
@@ -263,6 +311,7 @@ static void measure_cpu_serial(const search_cpu_measure *m, const dg_func *f,
     rt_worker_result_free(&wr);
     rt_cpu_free(j.k[0]);
     rt_cpu_free(j.k[1]);
+    if (sink) sink->fn(sink->ctx, sink_base + i, r);
   }
 }
 
@@ -270,12 +319,12 @@ static void measure_cpu_serial(const search_cpu_measure *m, const dg_func *f,
  * share serially and sending the results back through a pipe. A worker
  * that dies loses its share's results: they become failures. */
 void search_measure_cpu(void *ctx, const dg_func *f, const search_cand *cand, int n,
-                        search_measure_result *out) {
+                        search_measure_result *out, const search_measure_sink *sink) {
   const search_cpu_measure *m = ctx;
   int k = m && m->workers > 1 ? m->workers : 1;
   if (k > n) k = n;
   if (k <= 1) {
-    measure_cpu_serial(m, f, cand, n, out);
+    measure_cpu_serial(m, f, cand, n, out, sink, 0);
     return;
   }
   pid_t pids[64];
@@ -292,7 +341,7 @@ void search_measure_cpu(void *ctx, const dg_func *f, const search_cand *cand, in
     if (pid == 0) {
       close(p[0]);
       search_measure_result *r = dg_calloc((size_t)(hi - lo ? hi - lo : 1), sizeof *r);
-      measure_cpu_serial(m, f, cand + lo, hi - lo, r);
+      measure_cpu_serial(m, f, cand + lo, hi - lo, r, NULL, 0);
       const char *b = (const char *)r;
       size_t left = sizeof *r * (size_t)(hi - lo);
       while (left > 0) {
@@ -325,13 +374,18 @@ void search_measure_cpu(void *ctx, const dg_func *f, const search_cand *cand, in
     }
     if (pids[w] > 0) waitpid(pids[w], NULL, 0);
     if (got < want) {
-      if (pids[w] < 0) measure_cpu_serial(m, f, cand + lo, hi - lo, out + lo);
-      else
-        for (int i = lo; i < hi; i++) {
-          memset(&out[i], 0, sizeof out[i]);
-          snprintf(out[i].error, sizeof out[i].error, "measurement worker died");
-        }
+      if (pids[w] < 0) {
+        measure_cpu_serial(m, f, cand + lo, hi - lo, out + lo, sink, lo);
+        continue;
+      }
+      for (int i = lo; i < hi; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        snprintf(out[i].error, sizeof out[i].error, "measurement worker died");
+      }
     }
+    /* a worker's share is handed over as it comes back */
+    if (sink)
+      for (int i = lo; i < hi; i++) sink->fn(sink->ctx, i, &out[i]);
   }
 }
 

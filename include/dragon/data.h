@@ -1,0 +1,174 @@
+/* data.h: the data stage: the universe of workloads and its splits, then
+ * (the sections after) the steps that read them: labelling, examples.
+ *
+ * The splits are deterministic: the same parameters give the same bytes,
+ * so their file is committed and checked by regenerating it.
+ * docs/data.md describes the files and the commands.
+ */
+#ifndef DRAGON_DATA_H
+#define DRAGON_DATA_H
+
+#include "dragon/base.h"
+
+/* ---- splits ---- */
+
+/* The universe is wl_generate(seed, count) of every family; each of its
+ * workloads gets exactly one split:
+ *   heldout_family  every workload of one family (layernorm; its nearest
+ *                   sibling, rmsnorm, trains);
+ *   heldout_shape   one band [lo, hi] of one key per other family;
+ *   train/val/test  the rest, 94/3/3% by a hash of the canonical spec.
+ * Then the structural guard: workloads whose kernels are structurally
+ * equal (ir_func_hash) all take the most sealed of their splits, in the
+ * order train < val < test < heldout_shape < heldout_family, so no kernel
+ * the model trains on is one it is judged on.
+ *
+ * The file (data/splits.tsv.zst) is zstd-compressed text: a header line
+ * "# dragon splits v1 seed=S count=N", then one line per workload in
+ * generator order, "split<TAB>kernel_hash<TAB>canonical spec", the hash in
+ * decimal. The loader refuses any other magic, version or line with a
+ * message naming file:line. */
+
+#define DATA_SPLIT_LIST(X)                                                    \
+  X(DATA_SPLIT_TRAIN, "train")                                                \
+  X(DATA_SPLIT_VAL, "val")                                                    \
+  X(DATA_SPLIT_TEST, "test")                                                  \
+  X(DATA_SPLIT_HELDOUT_SHAPE, "heldout_shape")                                \
+  X(DATA_SPLIT_HELDOUT_FAMILY, "heldout_family")
+
+/* In order of sealing: the guard moves a workload only up this list. */
+typedef enum {
+#define X(e, name) e,
+  DATA_SPLIT_LIST(X)
+#undef X
+  DATA_SPLIT_COUNT
+} data_split;
+
+#define DATA_SPLIT_SEED 7      /* the committed universe's seed */
+#define DATA_SPLIT_UNIVERSE 60000 /* and its count */
+#define DATA_SPLIT_FILE "data/splits.tsv.zst"
+#define DATA_SPLIT_VERSION 1
+
+const char *data_split_name(data_split s);
+/* The split named by n bytes of name; false if there is none. */
+bool data_split_from_name(const char *name, size_t n, data_split *out);
+/* True only for train: the one split a model may learn from. */
+bool data_split_is_training(data_split s);
+
+/* The held-out family, and the held-out band of a family: false (and no
+ * band) for the held-out family and for a family without one. */
+const char *data_split_heldout_family(void);
+bool data_split_band(const char *family, const char **key, int64_t *lo,
+                     int64_t *hi);
+
+/* The split the rules give a canonical spec, before the structural guard.
+ * Fails for a spec that is not canonical or whose family has no band. */
+bool data_split_rule(const char *spec, data_split *out, dg_status *st);
+
+/* The structural guard over n workloads: every group of equal kernel
+ * hashes takes the largest split of its members. moves[from][to] (may be
+ * NULL) is set to the number of workloads moved. */
+void data_split_guard(data_split *split, const uint64_t *kernel_hash,
+                      int64_t n,
+                      int64_t moves[DATA_SPLIT_COUNT][DATA_SPLIT_COUNT]);
+
+typedef struct {
+  data_split split;
+  uint64_t kernel_hash; /* ir_func_hash of wl_build(spec) */
+  const char *spec;     /* canonical */
+} data_split_entry;
+
+/* The splits of a universe: built, or loaded from a file. */
+typedef struct data_splits data_splits;
+
+/* Generates the universe, builds every kernel, applies the rules and the
+ * guard. */
+data_splits *data_splits_build(uint64_t seed, int64_t count, dg_status *st);
+/* Loads a file; errors name file:line (or the file, for the zstd stream). */
+data_splits *data_splits_load(const char *path, dg_status *st);
+/* Loads the bytes of a file (zstd); `name` stands for the file in
+ * messages. */
+data_splits *data_splits_parse(const void *bytes, size_t n, const char *name,
+                               dg_status *st);
+/* The file's uncompressed text (caller frees); *len may be NULL. */
+char *data_splits_text(const data_splits *t, size_t *len);
+/* Writes the file: compressed, through a temporary file, fsync, rename. */
+bool data_splits_save(const data_splits *t, const char *path, dg_status *st);
+void data_splits_free(data_splits *t);
+
+uint64_t data_splits_seed(const data_splits *t);
+int64_t data_splits_count(const data_splits *t);
+const data_split_entry *data_splits_at(const data_splits *t, int64_t i);
+/* The entry of a canonical spec, or NULL. */
+const data_split_entry *data_splits_find(const data_splits *t,
+                                         const char *spec);
+/* The index of the first workload of split s at or after `from`, or -1:
+ *   for (int64_t i = data_splits_next(t, s, 0); i >= 0;
+ *        i = data_splits_next(t, s, i + 1)) ... */
+int64_t data_splits_next(const data_splits *t, data_split s, int64_t from);
+/* Workloads in split s. */
+int64_t data_splits_size(const data_splits *t, data_split s);
+/* Workloads the guard moved from one split to another when the table was
+ * built; -1 for a loaded table (the file does not record them). */
+int64_t data_splits_moved(const data_splits *t, data_split from,
+                          data_split to);
+
+/* ---- labelling ---- */
+
+/* The labelling campaign (label.c, `dragon data label`): the workloads
+ * given, in order, each with its baseline (the untuned kernel, TVM's
+ * DefaultGPUSchedule) measured once and MetaSchedule's search with a cost
+ * model shared across workloads and warm-started from the database, into
+ * one database, within a wall-clock budget. A workload is labelled once it
+ * has trials_min records and a baseline; a rerun skips those and resumes
+ * the rest. */
+typedef struct search_db search_db;
+typedef struct dg_func dg_func;
+
+typedef struct {
+  search_db *db;
+  const char *const *specs; /* (n_specs) canonical specs, in labelling order */
+  int64_t n_specs;
+  int64_t trials_min;  /* 64: measured candidates every workload gets */
+  int64_t trials_max;  /* 192 */
+  double plateau;      /* 0.02: past trials_min, one more round while the last
+                          one improved the best by more than this fraction */
+  double budget_s;     /* wall seconds for the run (0: none) */
+  double max_work;     /* deferred above this many reference operations (0: none) */
+  bool on_gpu;         /* measure on the GPU, else compiled C on the CPU */
+  bool no_software_pipeline; /* no pipeline sketches (a lowering without pipelining) */
+  int threads;         /* building and compiling candidates; 0: every core */
+  int population;      /* 256: the evolutionary search's */
+  int repeats;         /* 3: timed runs per candidate */
+  uint64_t seed;
+  int warm_records;    /* 20000: the cost model starts from the db's last records */
+  double compile_limit_s; /* 60: NVRTC seconds before a candidate is stopped */
+  FILE *progress;      /* one line per workload; NULL: quiet */
+} data_label_opts;
+
+typedef struct {
+  int64_t labelled;   /* workloads that reached trials_min in this run */
+  int64_t already;    /* labelled before this run (skipped) */
+  int64_t deferred;   /* above max_work */
+  int64_t failed;     /* could not be built or searched (first_failure says why) */
+  int64_t measured;   /* candidates measured in this run, baselines included */
+  int64_t passed;     /* of which ran and matched the reference (GPU) */
+  double wall_s;
+  /* where the time went: the search (sampling, evolution), the cost model,
+   * measurement (wall); on the GPU, thread-seconds lowering and in NVRTC
+   * and wall seconds waiting for the GPU or for a compile, and the GPU
+   * worker's own seconds */
+  double t_search, t_model, t_measure;
+  double t_lower, t_compile, t_gpu_wait, t_compile_wait, t_worker;
+  bool budget_hit;
+  char first_failure[256];
+} data_label_stats;
+
+void data_label_opts_default(data_label_opts *o);
+/* False only when the run cannot go on (the GPU cannot be set up, the
+ * database cannot be written); a workload's failure is counted. */
+bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *st);
+/* Operations of f's float64 reference, estimated (statements executed). */
+double data_label_work(const dg_func *f);
+
+#endif

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# gpu_label.sh OUTDIR: one labelling window on the GPU machine (from the
+# repository root): `dragon data label` over a split, resuming from every
+# shard committed under data/records/, until BUDGET seconds are spent; then
+# the records and baselines this window measured are packed into one new
+# shard, OUTDIR/records-<date>-<split>.jsonl.zst, to be committed under
+# data/records/. Nothing measured is left only on the machine: the pack
+# runs whatever the labelling's exit status, and each record was appended
+# to the working database as it was measured.
+#
+# Carry .debs (scripts/fetch_debs.sh) and, to spend no GPU time building,
+# a dragon built beforehand (BUILD=build-gpu: `make BUILD=build-gpu
+# build-gpu/dragon` on any machine with the same packages; the binary runs
+# here). Without one it is built here with every core.
+#
+#   BUDGET    seconds of labelling (default 420)
+#   SPLIT     the split to label (default train)
+#   SHARDS    labelling processes, one per GPU (default: every GPU), each
+#             on its own GPU and shard R/SHARDS of the split
+#   LABEL_ARGS  more flags for `dragon data label` (e.g. --trials-min 32)
+#   DG_COMMIT the commit being run, where the tree has no git (recorded in
+#             every record by a binary built here)
+set -uo pipefail
+OUTDIR=${1:?usage: scripts/gpu_label.sh OUTDIR}
+mkdir -p "$OUTDIR"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+cd "$(dirname "$0")/.." || exit 1
+LOGDIR=$OUTDIR
+BUILD=${BUILD:-build-gpu}
+BUDGET=${BUDGET:-420}
+SPLIT=${SPLIT:-train}
+. scripts/log_steps.sh
+. scripts/debs_env.sh
+note "$DEBS_NOTE"
+{
+  date -u
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
+  nproc
+} >"$LOGDIR/machine.txt" 2>&1
+if [ ! -x "$BUILD/dragon" ]; then
+  build_logged "$BUILD/dragon" ${DG_COMMIT:+DG_COMMIT=$DG_COMMIT}
+fi
+DRAGON=./$BUILD/dragon
+note "dragon: $("$DRAGON" data label --help >/dev/null 2>&1 && echo ok || echo 'cannot run')"
+# The float64 references of large workloads run their outer loops on all cores.
+export DRAGON_CFLAGS="-fopenmp"
+
+# The measuring road must work before any budget goes into labelling: a
+# hand schedule and the untuned baseline, run and checked on the GPU.
+run_logged gate_hand 60 "$DRAGON" run GMM/0 --trace schedules/GMM.json --target cuda --repeat 5
+run_logged gate_baseline 60 "$DRAGON" run GMM/0 --target cuda --repeat 5
+if ! grep -q "^check *pass" "$LOGDIR/gate_hand.log" || ! grep -q "^check *pass" "$LOGDIR/gate_baseline.log"; then
+  note "gate FAILED: no labelling (gate logs follow)"
+  tail -5 "$LOGDIR"/gate_*.log
+  exit 1
+fi
+
+NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+SHARDS=${SHARDS:-$NGPU}
+[ "$SHARDS" -ge 1 ] || { note "no GPU"; exit 1; }
+THREADS=$(($(nproc) / SHARDS))
+t0=$(date +%s)
+for ((g = 0; g < SHARDS; g++)); do
+  # shellcheck disable=SC2086
+  CUDA_VISIBLE_DEVICES=$g timeout -s INT -k 20 $((BUDGET + 90)) "$DRAGON" data label \
+    --db "/tmp/label-db$g" --records data/records --split "$SPLIT" --shard "$g/$SHARDS" \
+    --budget-s "$BUDGET" --target cuda --threads "$THREADS" ${LABEL_ARGS:-} \
+    >"$LOGDIR/label$g.out" 2>"$LOGDIR/label$g.log" &
+done
+wait
+note "labelling: $(($(date +%s) - t0)) s; $(cat "$LOGDIR"/label*.out | tr '\n' ' ')"
+stamp=$(date -u +%Y%m%dT%H%M%SZ)
+for ((g = 0; g < SHARDS; g++)); do
+  "$DRAGON" db pack --db "/tmp/label-db$g" --except data/records \
+    --out "$OUTDIR/records-$stamp-$SPLIT-$g.jsonl.zst" >>"$LOGDIR/pack.log" 2>&1
+  note "pack $g: exit $? $(tail -1 "$LOGDIR/pack.log")"
+done
+tail -3 "$LOGDIR"/label*.log
+# the per-workload lines in one archive (the logs can be long)
+tar czf "$OUTDIR/logs.tgz" -C "$LOGDIR" $(cd "$LOGDIR" && ls ./*.log ./*.out ./*.txt 2>/dev/null) &&
+  rm -f "$LOGDIR"/label*.log

@@ -1,0 +1,188 @@
+/* cmd_data_label.c: `dragon data label`: the labelling campaign
+ * (data_label_run) over the workloads of a split, in the split file's
+ * order, into one tuning database, within a wall-clock budget.
+ *
+ * --records DIR first merges every committed shard (*.jsonl.zst) of DIR
+ * into the database, so a run on a fresh machine knows what is labelled
+ * and its cost model starts from every earlier record; a shard that cannot
+ * be read is reported and skipped. --shard R/S labels every S-th workload
+ * from the R-th (one process per GPU, or per machine; their databases
+ * merge with `dragon db merge`). Rerun with the same database it resumes.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "dragon/data.h"
+#include "dragon/lower.h"
+#include "dragon/search.h"
+
+int cmd_data_label(int argc, char **argv) {
+  const char *splits_path = DATA_SPLIT_FILE, *split_name = "train", *db_dir = NULL;
+  const char *target = "cuda", *shard = NULL, *records = NULL;
+  int64_t first = 0, skip = 0, trials_min = 64, trials_max = 192, threads = 0, population = 256;
+  int64_t seed = 1, repeats = 3;
+  double budget = 0, plateau = 0.02, max_work = 4e10, compile_limit = 60;
+  bool pipeline = false, quiet = false;
+  const cli_opt opts[] = {
+      {"--db", CLI_OPT_STR, &db_dir, 0, 0, "tuning database directory (created if needed)"},
+      {"--split", CLI_OPT_STR, &split_name, 0, 0, "which split to label (train, val, test, ...)"},
+      {"--splits", CLI_OPT_STR, &splits_path, 0, 0, "the splits file"},
+      {"--records", CLI_OPT_STR, &records, 0, 0,
+       "merge every shard (*.jsonl.zst) of this directory into the database first"},
+      {"--budget-s", CLI_OPT_F64, &budget, 0, 0, "wall seconds for the run (0: no limit)"},
+      {"--first", CLI_OPT_INT, &first, 0, INT64_MAX, "label at most the first N workloads (0: all)"},
+      {"--skip", CLI_OPT_INT, &skip, 0, INT64_MAX, "start after the split's first N workloads"},
+      {"--shard", CLI_OPT_STR, &shard, 0, 0, "R/S: every S-th workload from the R-th"},
+      {"--trials-min", CLI_OPT_INT, &trials_min, 1, 100000, "measured candidates per workload"},
+      {"--trials-max", CLI_OPT_INT, &trials_max, 1, 100000,
+       "at most this many while rounds still improve"},
+      {"--plateau", CLI_OPT_F64, &plateau, 0, 0,
+       "past --trials-min, go on while a round improves the best by more than this fraction"},
+      {"--max-work", CLI_OPT_F64, &max_work, 0, 0,
+       "defer workloads whose float64 reference takes more operations (0: none)"},
+      {"--target", CLI_OPT_STR, &target, 0, 0, "cuda (the GPU) or cpu (compiled C emulation)"},
+      {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads building and compiling (0: all cores)"},
+      {"--population", CLI_OPT_INT, &population, 4, 65536, "population of the evolutionary search"},
+      {"--repeats", CLI_OPT_INT, &repeats, 1, 8, "timed runs per candidate"},
+      {"--seed", CLI_OPT_INT, &seed, 0, INT64_MAX, "random seed"},
+      {"--compile-limit", CLI_OPT_F64, &compile_limit, 0, 0,
+       "NVRTC seconds before a candidate is stopped (0: none)"},
+      {"--pipeline", CLI_OPT_FLAG, &pipeline, 0, 0,
+       "keep software-pipeline sketches (default: only where the lowering pipelines)"},
+      {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no progress lines"},
+  };
+  const cli_spec spec = {
+      "data label",
+      "--db DIR [--split S] [--budget-s N] [--records DIR] [--shard R/S] [--target cuda|cpu]",
+      "Labels the workloads of a split, in the split file's order: for each, the\n"
+      "untuned baseline (DefaultGPUSchedule) measured once, then MetaSchedule's search\n"
+      "with one cost model shared by every workload (warm-started from the database's\n"
+      "records): --trials-min measured candidates, more while rounds still improve,\n"
+      "up to --trials-max. Every candidate is checked against the float64 reference\n"
+      "and recorded as it is measured, naming the commit and the device. Stops at\n"
+      "--budget-s; a rerun skips labelled workloads and resumes the rest. Prints a\n"
+      "line per workload (trials, baseline, best, speedup, rate, time left).",
+      opts,
+      (int)DG_ARRAY_LEN(opts),
+      0,
+      0};
+  char **pos;
+  int npos;
+  int rc = cli_parse(&spec, argc, argv, &pos, &npos);
+  if (rc == -1) return CLI_OK;
+  if (rc != CLI_OK) return rc;
+  free(pos);
+  data_split which;
+  if (!db_dir) {
+    fprintf(stderr, "dragon data label: --db DIR is required\n");
+    return CLI_USAGE;
+  }
+  if (!data_split_from_name(split_name, strlen(split_name), &which)) {
+    fprintf(stderr, "dragon data label: --split: '%s' is not a split (", split_name);
+    for (int s = 0; s < DATA_SPLIT_COUNT; s++)
+      fprintf(stderr, "%s%s", s ? ", " : "", data_split_name((data_split)s));
+    fprintf(stderr, ")\n");
+    return CLI_USAGE;
+  }
+  if (strcmp(target, "cuda") != 0 && strcmp(target, "cpu") != 0) {
+    fprintf(stderr, "dragon data label: --target: '%s' is not cuda or cpu\n", target);
+    return CLI_USAGE;
+  }
+  long rank = 0, size = 1;
+  if (shard) {
+    char *end;
+    rank = strtol(shard, &end, 10);
+    if (end == shard || *end != '/' || (size = strtol(end + 1, &end, 10)) < 1 || *end ||
+        rank < 0 || rank >= size) {
+      fprintf(stderr, "dragon data label: --shard: '%s' is not R/S with 0 <= R < S\n", shard);
+      return CLI_USAGE;
+    }
+  }
+  if (trials_max < trials_min) {
+    fprintf(stderr, "dragon data label: --trials-max %lld is below --trials-min %lld\n",
+            (long long)trials_max, (long long)trials_min);
+    return CLI_USAGE;
+  }
+  if (!(budget >= 0) || !(plateau >= 0) || !(max_work >= 0) || !(compile_limit >= 0)) {
+    fprintf(stderr, "dragon data label: --budget-s, --plateau, --max-work and --compile-limit "
+                    "must not be negative\n");
+    return CLI_USAGE;
+  }
+  dg_status st;
+  data_splits *t = data_splits_load(splits_path, &st);
+  if (!t) return cli_report("data label", &st);
+  DG_VEC(const char *) specs = {0};
+  int64_t k = 0;
+  for (int64_t i = data_splits_next(t, which, 0); i >= 0; i = data_splits_next(t, which, i + 1)) {
+    int64_t at = k++;
+    if (at < skip || (at - skip) % size != rank) continue;
+    DG_VEC_PUSH(&specs, data_splits_at(t, i)->spec);
+    if (first > 0 && (int64_t)specs.len >= first) break;
+  }
+  search_db *db;
+  if (!search_db_open(db_dir, &db, &st)) {
+    DG_VEC_FREE(&specs);
+    data_splits_free(t);
+    return cli_report("data label", &st);
+  }
+  rc = CLI_OK;
+  if (records) {
+    int64_t added = 0;
+    int n_shards = 0;
+    int bad = cli_merge_shards(db, records, "data label", &added, &n_shards, &st);
+    if (bad < 0) {
+      rc = cli_report("data label", &st);
+    } else if (!quiet) {
+      fprintf(stderr, "records: %d shards of %s merged (%lld records and baselines new to the "
+              "database)%s\n", n_shards, records, (long long)added,
+              bad ? ", some shards skipped (above)" : "");
+    }
+  }
+  if (rc == CLI_OK) {
+    data_label_opts o;
+    data_label_opts_default(&o);
+    o.db = db;
+    o.specs = specs.data;
+    o.n_specs = (int64_t)specs.len;
+    o.trials_min = trials_min;
+    o.trials_max = trials_max;
+    o.plateau = plateau;
+    o.budget_s = budget;
+    o.max_work = max_work;
+    o.on_gpu = strcmp(target, "cuda") == 0;
+    o.no_software_pipeline = !pipeline && !LOWER_HAS_SOFTWARE_PIPELINE;
+    o.threads = (int)threads;
+    o.population = (int)population;
+    o.repeats = (int)repeats;
+    o.seed = (uint64_t)seed;
+    o.compile_limit_s = compile_limit;
+    o.progress = quiet ? NULL : stderr;
+    if (!quiet)
+      fprintf(stderr, "labelling %zu %s workloads of %s (shard %ld/%ld) on %s, %s\n", specs.len,
+              split_name, splits_path, rank, size, target, search_build_id());
+    data_label_stats s;
+    if (!data_label_run(&o, &s, &st)) {
+      rc = cli_report("data label", &st);
+    } else {
+      printf("labelled %lld workloads (%lld already labelled, %lld deferred, %lld failed); "
+             "%lld candidates measured in %.0f s (%.1f/s)%s\n",
+             (long long)s.labelled, (long long)s.already, (long long)s.deferred,
+             (long long)s.failed, (long long)s.measured, s.wall_s,
+             s.wall_s > 0 ? (double)s.measured / s.wall_s : 0,
+             s.budget_hit ? "; stopped at the budget" : "");
+      printf("time: search %.1f s, cost model %.1f s, measurement %.1f s", s.t_search, s.t_model,
+             s.t_measure);
+      if (o.on_gpu)
+        printf(" (lowering %.1f and NVRTC %.1f thread-s; waiting for the GPU %.1f s, for a "
+               "compile %.1f s; GPU worker %.1f s)",
+               s.t_lower, s.t_compile, s.t_gpu_wait, s.t_compile_wait, s.t_worker);
+      printf("\n");
+      if (s.failed) printf("first failure: %s\n", s.first_failure);
+    }
+  }
+  search_db_close(db);
+  DG_VEC_FREE(&specs);
+  data_splits_free(t);
+  return rc;
+}

@@ -1,0 +1,284 @@
+/* label.c: the labelling campaign: many workloads tuned with small budgets
+ * into one database, in the order given, within a wall-clock budget.
+ *
+ * For each workload, in order: its baseline (the untuned kernel through
+ * search_baseline_schedule, TVM's DefaultGPUSchedule) is measured once and
+ * kept in the database's baselines; then MetaSchedule's search tunes it
+ * (search_tune) with one cost model shared by every workload of the run,
+ * warm-started from the database's earlier records: at least trials_min
+ * measured candidates, then more while the last round still improved the
+ * best by more than `plateau`, up to trials_max. A workload with
+ * trials_min records and a baseline is labelled; a rerun skips it and
+ * continues an unfinished one where it stopped (the search resumes from
+ * its records), so a run stopped by its budget or killed loses at most the
+ * candidate in flight (each record is appended as it is measured).
+ *
+ * A workload whose float64 reference would take more than max_work
+ * operations is deferred (counted, not tuned): the reference runs on the
+ * CPU once per workload and would hold the GPU idle. A workload that
+ * cannot be built, has no design space or whose search fails is counted
+ * with its reason and the run goes on.
+ *
+ * Measurement is the tuner's: on the GPU (search_measure_cuda: NVRTC on
+ * every core, a crash-isolated worker, checked against the float64
+ * reference, timed with the L2 flushed), or compiled C on the CPU (the C
+ * emulation of the GPU schedules: the same loop without a GPU).
+ */
+#include <malloc.h>
+#include <string.h>
+
+#include "dragon/data.h"
+#include "dragon/rt_cuda.h"
+#include "dragon/search.h"
+#include "dragon/wl.h"
+
+void data_label_opts_default(data_label_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->trials_min = 64;
+  o->trials_max = 192;
+  o->plateau = 0.02;
+  o->population = 256;
+  o->seed = 1;
+  o->warm_records = 20000;
+  o->compile_limit_s = 60;
+  o->repeats = 3;
+}
+
+/* ---- the work of a float64 reference ---------------------------------------- */
+
+/* Iterations of every statement under its loops, summed: what the
+ * reference executes, within a small factor. */
+static double stmt_work(const dg_stmt *s, double outer) {
+  if (!s) return 0;
+  switch (s->kind) {
+    case DG_STMT_FOR:
+      return stmt_work(s->body, outer * (double)s->extent);
+    case DG_STMT_SEQ: {
+      double w = 0;
+      for (int i = 0; i < s->n; i++) w += stmt_work(s->stmts[i], outer);
+      return w;
+    }
+    case DG_STMT_BLOCK:
+      return stmt_work(s->block->init, outer) + stmt_work(s->block->body, outer);
+    case DG_STMT_IF:
+      return stmt_work(s->body, outer) + outer;
+    case DG_STMT_STORE:
+      return outer;
+  }
+  return outer;
+}
+
+double data_label_work(const dg_func *f) { return stmt_work(f->body, 1); }
+
+/* ---- one workload --------------------------------------------------------- */
+
+typedef struct {
+  const data_label_opts *o;
+} keep_ctx;
+
+/* Past trials_min, one more round only while the last one still paid. */
+static bool keep_going(void *ctx, const search_tune_result *r) {
+  const data_label_opts *o = ((keep_ctx *)ctx)->o;
+  if (r->trials < o->trials_min) return true;
+  if (r->best_secs >= SEARCH_FAILED_SECS) return false;
+  return r->best_before_round > r->best_secs * (1 + o->plateau);
+}
+
+/* Measures the workload's baseline once and records it. */
+static bool measure_baseline(const data_label_opts *o, search_measure_fn measure, void *mctx,
+                             const char *device, const dg_func *f, const char *hash,
+                             double *secs, dg_status *st) {
+  *secs = SEARCH_FAILED_SECS;
+  sched *s = NULL;
+  search_measure_result res;
+  memset(&res, 0, sizeof res);
+  search_cand c = {0};
+  if (search_baseline_schedule(f, NULL, &s, st)) {
+    c.trace = sched_trace_clone(sched_get_trace(s));
+    c.func = ir_func_clone(sched_func(s));
+    c.hash = ir_func_hash(c.func);
+    measure(mctx, f, &c, 1, &res, NULL);
+  } else {
+    snprintf(res.error, sizeof res.error, "baseline: %.240s", st->msg);
+  }
+  dg_status_ok(st);
+  char *json = c.trace ? sched_trace_to_json(c.trace) : dg_strdup("[[],[]]");
+  search_record r = {hash,       json, res.secs, res.n_secs, res.n_secs ? NULL : res.error,
+                     o->on_gpu ? "cuda" : "cpu", NULL, c.hash, NULL, device};
+  bool ok = search_db_add_baseline(o->db, &r, NULL, st);
+  free(json);
+  sched_trace_free(c.trace);
+  ir_func_free(c.func);
+  sched_free(s);
+  if (res.n_secs) {
+    double sum = 0;
+    for (int i = 0; i < res.n_secs; i++) sum += res.secs[i];
+    *secs = sum / res.n_secs;
+  }
+  return ok;
+}
+
+static void note_failure(data_label_stats *out, const char *spec, const char *why) {
+  out->failed++;
+  if (!out->first_failure[0])
+    snprintf(out->first_failure, sizeof out->first_failure, "%.100s: %.150s", spec, why);
+}
+
+/* ---- the run -------------------------------------------------------------- */
+
+bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *st) {
+  dg_status_ok(st);
+  memset(out, 0, sizeof *out);
+  double t0 = dg_now();
+  double deadline = o->budget_s > 0 ? t0 + o->budget_s : 0;
+  /* building schedules allocates and frees a few MiB: keep the heap */
+  mallopt(M_MMAP_THRESHOLD, 4 << 20);
+  mallopt(M_TRIM_THRESHOLD, 32 << 20);
+
+  search_cuda_measure gm = {o->repeats, 10, o->seed, NULL};
+  gm.threads = o->threads;
+  gm.compile_limit_s = o->compile_limit_s;
+  search_cpu_measure cm = {o->repeats, 10, o->seed, 1};
+  if (o->on_gpu && !search_cuda_measure_init(&gm, st)) return false;
+  search_measure_fn measure = o->on_gpu ? search_measure_cuda : search_measure_cpu;
+  void *mctx = o->on_gpu ? (void *)&gm : (void *)&cm;
+  const char *device = o->on_gpu ? gm.device : "cpu";
+
+  search_xgb_opts xo;
+  search_xgb_opts_default(&xo);
+  search_cost_model *model = search_cost_model_new(&xo, o->seed);
+  if (o->warm_records > 0 && search_db_record_count(o->db) > 0) {
+    double tw = dg_now();
+    int used = 0;
+    if (!search_cost_model_fit_db(model, o->db, o->warm_records, o->threads, &used, st)) {
+      search_cost_model_free(model);
+      search_cuda_measure_free(&gm);
+      return false;
+    }
+    if (o->progress)
+      fprintf(o->progress, "cost model: warm start from %d records in %.1f s\n", used,
+              dg_now() - tw);
+  }
+  search_space_opts so = {0};
+  so.seed = o->seed;
+  so.no_software_pipeline = o->no_software_pipeline;
+  search_postprocs pp = {0};
+  int64_t planned = o->n_specs;
+  bool ok = true;
+  for (int64_t i = 0; i < o->n_specs && ok; i++) {
+    if (deadline > 0 && dg_now() >= deadline) {
+      out->budget_hit = true;
+      break;
+    }
+    const char *spec = o->specs[i];
+    dg_status wst;
+    dg_func *f = wl_build(spec, &wst);
+    if (!f) {
+      note_failure(out, spec, wst.msg);
+      continue;
+    }
+    if (o->max_work > 0 && data_label_work(f) > o->max_work) {
+      out->deferred++;
+      ir_func_free(f);
+      continue;
+    }
+    char hash[21];
+    if (!search_db_add_workload(o->db, spec, f, hash, st)) {
+      ir_func_free(f);
+      ok = false;
+      break;
+    }
+    int n_base = 0;
+    double base = search_db_baseline_secs(o->db, hash, &n_base);
+    int64_t had = search_db_workload_trials(o->db, hash);
+    if (had >= o->trials_min && n_base > 0) {
+      out->already++;
+      ir_func_free(f);
+      continue;
+    }
+    double tw = dg_now();
+    if (n_base == 0 && !measure_baseline(o, measure, mctx, device, f, hash, &base, st)) {
+      ir_func_free(f);
+      ok = false;
+      break;
+    }
+    search_tune_opts to;
+    search_tune_opts_default(&to);
+    to.spec = spec;
+    to.f = f;
+    to.max_trials = o->trials_max;
+    to.space = search_space_cuda;
+    to.space_ctx = &so;
+    to.postproc = search_postproc_cuda;
+    to.postproc_ctx = &pp;
+    to.measure = measure;
+    to.measure_ctx = mctx;
+    to.model = model;
+    to.target = o->on_gpu ? "cuda" : "cpu";
+    to.device = device;
+    to.is_gpu = true;
+    to.evolve.population_size = o->population;
+    to.evolve.threads = o->threads;
+    if (to.evolve.init_min_unmeasured > o->population / 2)
+      to.evolve.init_min_unmeasured = o->population / 2;
+    to.seed = o->seed + (uint64_t)i;
+    to.deadline = deadline;
+    keep_ctx kc = {o};
+    to.keep_going = keep_going;
+    to.keep_going_ctx = &kc;
+    search_tune_result res;
+    dg_status tst;
+    if (!search_tune(o->db, &to, &res, &tst)) {
+      /* a failed append is the run's end; anything else is this workload's */
+      if (tst.code == DG_ERR_IO) {
+        *st = tst;
+        ok = false;
+      } else {
+        note_failure(out, spec, tst.msg);
+      }
+    }
+    out->measured += res.new_trials + (n_base == 0);
+    out->t_search += res.t_sample;
+    out->t_model += res.t_model;
+    out->t_measure += res.t_measure;
+    if (o->on_gpu) out->passed = gm.stats.passed;
+    bool labelled = res.trials >= o->trials_min;
+    if (labelled) out->labelled++;
+    if (res.deadline_hit) out->budget_hit = true;
+    if (o->progress) {
+      double el = dg_now() - t0;
+      int64_t done = out->labelled + out->already;
+      double rate = el > 0 ? (double)out->measured / el : 0;
+      fprintf(o->progress, "[%lld/%lld] %s  trials %lld", (long long)(i + 1),
+              (long long)planned, spec, (long long)res.trials);
+      if (base < SEARCH_FAILED_SECS) fprintf(o->progress, "  baseline %.2f us", base * 1e6);
+      else fprintf(o->progress, "  baseline failed");
+      if (res.best_secs < SEARCH_FAILED_SECS) {
+        fprintf(o->progress, "  best %.2f us", res.best_secs * 1e6);
+        if (base < SEARCH_FAILED_SECS) fprintf(o->progress, " (%.2fx)", base / res.best_secs);
+      } else {
+        fprintf(o->progress, "  no valid candidate");
+      }
+      fprintf(o->progress, "  %.1f s%s | %lld labelled, %.1f cand/s", dg_now() - tw,
+              labelled ? "" : " (unfinished)", (long long)done, rate);
+      if (deadline > 0) fprintf(o->progress, ", %.0f s left", deadline - dg_now());
+      if (o->on_gpu)
+        fprintf(o->progress, " [%lld of %lld candidates passed]",
+                (long long)gm.stats.passed, (long long)gm.stats.candidates);
+      fputc('\n', o->progress);
+      fflush(o->progress);
+    }
+    ir_func_free(f);
+  }
+  out->wall_s = dg_now() - t0;
+  if (o->on_gpu) {
+    out->t_lower = gm.stats.t_lower;
+    out->t_compile = gm.stats.t_compile;
+    out->t_gpu_wait = gm.stats.t_gpu_wait;
+    out->t_compile_wait = gm.stats.t_compile_wait;
+    out->t_worker = gm.stats.t_worker;
+  }
+  search_cost_model_free(model);
+  search_cuda_measure_free(&gm);
+  return ok;
+}

@@ -1,0 +1,231 @@
+/* test_db_shard.c: baselines, shards (the committed form of measured
+ * records) and merges: a shard carries every field and reads back equal,
+ * holds only what the excepted database lacks, and a corrupt, truncated or
+ * foreign shard is refused naming the file, adding nothing. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "dragon/search.h"
+#include "dragon/wl.h"
+#include "test.h"
+
+static const char *sdir(const char *name) {
+  static char buf[8][512];
+  static int k;
+  char *b = buf[k++ % 8];
+  snprintf(b, 512, "%s/%s", dg_test_tmpdir(), name);
+  return b;
+}
+
+static const char *TA = "[[[\"GetBlock\",[],[\"Z\",\"main\"],[\"b0\"]],[\"EnterPostproc\",[],[],[]]],[]]";
+static const char *TB =
+    "[[[\"GetBlock\",[],[\"Z\",\"main\"],[\"b0\"]],[\"GetLoops\",[\"b0\"],[],[\"l1\",\"l2\",\"l3\",\"l4\"]],"
+    "[\"EnterPostproc\",[],[],[]]],[]]";
+
+static bool put(search_db *db, const char *wl, const char *trace, double secs, bool base,
+                dg_status *st) {
+  search_record r = {wl,   trace, &secs, secs > 0 ? 1 : 0, secs > 0 ? NULL : "wrong numbers",
+                     "cuda", "2026-12-01T00:00:00Z", 42, "dragon test lower 1", "GPU X"};
+  bool added;
+  return base ? search_db_add_baseline(db, &r, &added, st)
+              : search_db_add_record(db, &r, &added, st);
+}
+
+/* A database of two workloads with records and baselines. */
+static search_db *sample_db(const char *dir, char h1[21], char h2[21]) {
+  dg_status st;
+  search_db *db;
+  if (!search_db_open(dir, &db, &st)) return NULL;
+  dg_func *f1 = wl_build("batch_matmul:b=1,n=8,m=8,k=8,dtype=f32", &st);
+  dg_func *f2 = wl_build("softmax:m=4,n=8,dtype=f32", &st);
+  bool ok = f1 && f2 && search_db_add_workload(db, "batch_matmul:b=1,n=8,m=8,k=8,dtype=f32", f1, h1, &st) &&
+            search_db_add_workload(db, "softmax:m=4,n=8,dtype=f32", f2, h2, &st) &&
+            put(db, h1, TA, 3e-6, false, &st) && put(db, h1, TB, 0, false, &st) &&
+            put(db, h2, TA, 5e-6, false, &st) && put(db, h1, TA, 9e-6, true, &st) &&
+            put(db, h1, TB, 7e-6, true, &st);
+  ir_func_free(f1);
+  ir_func_free(f2);
+  if (!ok) {
+    search_db_close(db);
+    return NULL;
+  }
+  return db;
+}
+
+DG_TEST(db_baseline_median_apart_from_records) {
+  char h1[21], h2[21];
+  search_db *db = sample_db(sdir("base1"), h1, h2);
+  CHECK(db);
+  CHECK_EQ(search_db_record_count(db), 3);
+  CHECK_EQ(search_db_workload_trials(db, h1), 2); /* baselines are no trials */
+  CHECK_EQ(search_db_baseline_count(db), 2);
+  int n = 0;
+  CHECK_NEAR(search_db_baseline_secs(db, h1, &n), 8e-6, 1e-12);
+  CHECK_EQ(n, 2);
+  CHECK(search_db_baseline_secs(db, h2, &n) == SEARCH_FAILED_SECS);
+  CHECK_EQ(n, 0);
+  search_db_close(db);
+  /* reloaded from the files, with the provenance fields */
+  dg_status st;
+  CHECK(search_db_open(sdir("base1"), &db, &st));
+  CHECK_EQ(search_db_warning_count(db), 0);
+  CHECK_EQ(search_db_baseline_count(db), 2);
+  CHECK_STREQ(search_db_baseline_at(db, 0)->device, "GPU X");
+  CHECK_STREQ(search_db_record_at(db, 0)->build, "dragon test lower 1");
+  search_db_close(db);
+}
+
+DG_TEST(db_record_build_defaults_to_this_binary) {
+  dg_status st;
+  search_db *db;
+  CHECK(search_db_open(sdir("build1"), &db, &st));
+  double secs = 1e-6;
+  search_record r = {"1", TA, &secs, 1, NULL, "cpu", NULL, 0};
+  CHECK(search_db_add_record(db, &r, NULL, &st));
+  CHECK_STREQ(search_db_record_at(db, 0)->build, search_build_id());
+  CHECK(strncmp(search_build_id(), "dragon ", 7) == 0 && strstr(search_build_id(), " lower "));
+  /* a time that is not positive is refused */
+  double bad = -1e-3;
+  search_record b = {"1", TB, &bad, 1, NULL, "cpu", NULL, 0};
+  CHECK(!search_db_add_record(db, &b, NULL, &st));
+  CHECK(strstr(st.msg, "not positive"));
+  CHECK_EQ(search_db_record_count(db), 1);
+  search_db_close(db);
+}
+
+DG_TEST(db_shard_roundtrip_and_except) {
+  char h1[21], h2[21];
+  search_db *db = sample_db(sdir("shard_src"), h1, h2);
+  CHECK(db);
+  dg_status st;
+  const char *shard = sdir("one.jsonl.zst");
+  int64_t n = 0;
+  CHECK(search_db_write_shard(db, NULL, shard, &n, &st));
+  CHECK_EQ(n, 5);
+  search_db *dst;
+  CHECK(search_db_open(sdir("shard_dst"), &dst, &st));
+  int64_t added = 0;
+  CHECK(search_db_merge_shard(dst, shard, &added, &st));
+  CHECK_OK(st);
+  CHECK_EQ(added, 5);
+  CHECK_EQ(search_db_workload_count(dst), 2);
+  CHECK_EQ(search_db_record_count(dst), 3);
+  CHECK_EQ(search_db_baseline_count(dst), 2);
+  for (int i = 0; i < 3; i++) {
+    const search_record *a = search_db_record_at(db, i), *b = search_db_record_at(dst, i);
+    CHECK_STREQ(a->workload, b->workload);
+    CHECK_STREQ(a->trace, b->trace);
+    CHECK_STREQ(a->build, b->build);
+    CHECK_STREQ(a->device, b->device);
+    CHECK_STREQ(a->date, b->date);
+    CHECK_EQ(a->n_secs, b->n_secs);
+    CHECK((a->error == NULL) == (b->error == NULL));
+    CHECK(a->kernel_hash == b->kernel_hash);
+    if (a->n_secs) CHECK(a->run_secs[0] == b->run_secs[0]);
+  }
+  CHECK_STREQ(search_db_workload_kernel(dst, h2), search_db_workload_kernel(db, h2));
+  /* merging again adds nothing */
+  CHECK(search_db_merge_shard(dst, shard, &added, &st));
+  CHECK_EQ(added, 0);
+  /* the merged database reopens from its files with everything */
+  search_db_close(dst);
+  CHECK(search_db_open(sdir("shard_dst"), &dst, &st));
+  CHECK_EQ(search_db_record_count(dst), 3);
+  CHECK_EQ(search_db_baseline_count(dst), 2);
+  /* a shard of what dst lacks: nothing, and no file */
+  const char *none = sdir("none.jsonl.zst");
+  CHECK(search_db_write_shard(db, dst, none, &n, &st));
+  CHECK_EQ(n, 0);
+  CHECK(access(none, F_OK) != 0);
+  /* one new record: the shard holds it and its workload only */
+  CHECK(put(db, h2, TB, 2e-6, false, &st));
+  const char *two = sdir("two.jsonl.zst");
+  CHECK(search_db_write_shard(db, dst, two, &n, &st));
+  CHECK_EQ(n, 1);
+  search_db *fresh;
+  CHECK(search_db_open(sdir("shard_fresh"), &fresh, &st));
+  CHECK(search_db_merge_shard(fresh, two, &added, &st));
+  CHECK_EQ(added, 1);
+  CHECK_EQ(search_db_workload_count(fresh), 1);
+  CHECK_STREQ(search_db_workload_hash(fresh, 0), h2);
+  /* two databases merge into one */
+  int64_t m = 0;
+  CHECK(search_db_merge(dst, fresh, &m, &st));
+  CHECK_EQ(m, 1);
+  CHECK_EQ(search_db_record_count(dst), 4);
+  search_db_close(fresh);
+  search_db_close(dst);
+  search_db_close(db);
+}
+
+/* Writes a shard whose bytes are changed by edit, and expects a refusal
+ * naming the file that adds nothing. */
+static void expect_refused(const char *name, void (*edit)(dg_str *z), const char *want) {
+  char h1[21], h2[21];
+  char src[64];
+  snprintf(src, sizeof src, "bad_src_%s", name);
+  search_db *db = sample_db(sdir(src), h1, h2);
+  CHECK(db);
+  dg_status st;
+  const char *good = sdir("good.jsonl.zst");
+  CHECK(search_db_write_shard(db, NULL, good, NULL, &st));
+  search_db_close(db);
+  size_t len;
+  char *bytes = dg_read_file(good, &len, &st);
+  CHECK(bytes);
+  dg_str z;
+  dg_str_init(&z);
+  dg_str_putn(&z, bytes, len);
+  free(bytes);
+  edit(&z);
+  char path[600];
+  snprintf(path, sizeof path, "%s/%s.jsonl.zst", dg_test_tmpdir(), name);
+  CHECK(dg_write_file_atomic(path, z.s, z.len, &st));
+  dg_str_free(&z);
+  search_db *dst;
+  char dd[64];
+  snprintf(dd, sizeof dd, "bad_dst_%s", name);
+  CHECK(search_db_open(sdir(dd), &dst, &st));
+  int64_t added = -1;
+  CHECK(!search_db_merge_shard(dst, path, &added, &st));
+  CHECK_MSG(strstr(st.msg, path) && strstr(st.msg, want), "%s", st.msg);
+  CHECK_EQ(added, 0);
+  CHECK_EQ(search_db_record_count(dst), 0);
+  CHECK_EQ(search_db_workload_count(dst), 0);
+  search_db_close(dst);
+}
+
+static void flip_middle(dg_str *z) { z->s[z->len / 2] ^= 0x5a; }
+static void cut_tail(dg_str *z) { z->len -= 9; }
+
+/* the header of another version, compressed as a shard is */
+static void other_version(dg_str *z) {
+  const char *text =
+      "{\"t\":\"shard\",\"version\":2}\n{\"t\":\"workload\",\"workload\":\"1\",\"spec\":\"s\","
+      "\"kernel\":\"k\"}\n";
+  size_t cap = ZSTD_compressBound(strlen(text));
+  char *buf = dg_malloc(cap);
+  size_t n = ZSTD_compress(buf, cap, text, strlen(text), 3);
+  dg_str_clear(z);
+  dg_str_putn(z, buf, n);
+  free(buf);
+}
+
+static void no_header(dg_str *z) {
+  const char *text = "{\"t\":\"workload\",\"workload\":\"1\",\"spec\":\"s\",\"kernel\":\"k\"}\n";
+  size_t cap = ZSTD_compressBound(strlen(text));
+  char *buf = dg_malloc(cap);
+  size_t n = ZSTD_compress(buf, cap, text, strlen(text), 3);
+  dg_str_clear(z);
+  dg_str_putn(z, buf, n);
+  free(buf);
+}
+
+DG_TEST(db_shard_refuses_corrupt_truncated_foreign) {
+  expect_refused("flipped", flip_middle, "zstd");
+  expect_refused("cut", cut_tail, "");
+  expect_refused("v2", other_version, "version");
+  expect_refused("headless", no_header, "header");
+}
