@@ -55,6 +55,7 @@ if ! grep -q "^check *pass" "$LOGDIR/gate_hand.log" || ! grep -q "^check *pass" 
   exit 1
 fi
 
+mkdir -p data/records
 NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 SHARDS=${SHARDS:-$NGPU}
 [ "$SHARDS" -ge 1 ] || { note "no GPU"; exit 1; }

@@ -136,7 +136,8 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
   mallopt(M_TRIM_THRESHOLD, 32 << 20);
 
   search_cuda_measure gm = {o->repeats, 10, o->seed, NULL};
-  gm.threads = o->threads;
+  /* one core is left to the GPU worker and this thread */
+  gm.threads = o->threads > 1 ? o->threads - 1 : 0;
   gm.compile_limit_s = o->compile_limit_s;
   search_cpu_measure cm = {o->repeats, 10, o->seed, 1};
   if (o->on_gpu && !search_cuda_measure_init(&gm, st)) return false;
