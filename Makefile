@@ -149,8 +149,9 @@ test test-gpu: $(TRAIN_BENCH)
 endif
 
 FUZZ_SECONDS ?= 30
-fuzz:
-	$(MAKE) -C . -f fuzz/fuzz.mk FUZZ_SECONDS=$(FUZZ_SECONDS) LDLIBS="$(LDLIBS)"
+fuzz: $(BUILD)/gen/build_commit.h
+	$(MAKE) -C . -f fuzz/fuzz.mk FUZZ_SECONDS=$(FUZZ_SECONDS) LDLIBS="$(LDLIBS)" \
+	  FUZZ_GEN=$(BUILD)/gen
 
 clean:
 	rm -rf build build-asan build-fuzz dragon

@@ -34,6 +34,10 @@ $(FUZZ_BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
 
+# the build's commit (the top Makefile writes build_commit.h there)
+FUZZ_GEN ?= build/gen
+$(FUZZ_BUILD)/src/base/build_info.o: FUZZ_CFLAGS += -I$(FUZZ_GEN)
+
 $(FUZZ_BUILD)/libdragon.a: $(FUZZ_LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^

@@ -107,7 +107,8 @@ DG_TEST(evolve_mutate_innermost_limit) {
   CHECK_MSG(f, "%s", st.msg);
   sched_trace *space = load_space();
   sched *s = sched_new(f, 1);
-  CHECK(sched_replay(s, space, false, true, &st)); /* the recorded decisions, repaired */
+  /* the GMM/0 space's recorded decisions, repaired to this smaller kernel */
+  CHECK(sched_replay_with(s, space, SCHED_REPLAY_REPAIR, true, &st));
   sched_trace *t = sched_trace_clone(sched_get_trace(s));
   sched_free(s);
   /* n = 256: put 64 (the max_innermost_factor) in the innermost slot */

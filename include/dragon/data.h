@@ -136,7 +136,8 @@ typedef struct {
   double budget_s;     /* wall seconds for the run (0: none) */
   double max_work;     /* deferred above this many reference operations (0: none) */
   bool on_gpu;         /* measure on the GPU, else compiled C on the CPU */
-  bool no_software_pipeline; /* no pipeline sketches (a lowering without pipelining) */
+  bool no_software_pipeline; /* no pipeline sketches (default: where the lowering
+                                 does not pipeline, LOWER_HAS_SOFTWARE_PIPELINE) */
   int threads;         /* building and compiling candidates; 0: every core */
   int population;      /* 256: the evolutionary search's */
   int repeats;         /* 3: timed runs per candidate */

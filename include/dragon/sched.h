@@ -170,14 +170,42 @@ const char *sched_error_brief(const sched *s);
 /* Applies one instruction whose inputs refer to this schedule's handles;
  * appends it (with its outputs and the decision actually taken) to the
  * trace. out receives the output handle ids (room for `max_out`); *n_out
- * their count. */
+ * their count. A decision given here is taken as TVM's schedule takes one
+ * (SCHED_REPLAY_REPAIR); traces are replayed exactly (sched_replay). */
 bool sched_apply(sched *s, const sched_inst *inst, int *out, int max_out,
                  int *n_out, dg_status *st);
 
-/* Replays a trace on this schedule. Decisions: the recorded ones, repaired
- * as TVM repairs stale tile decisions; with `resample`, sampling steps draw
- * new ones. With remove_postproc, stops at EnterPostproc. Errors are
- * prefixed "instruction N (Kind): ". */
+/* What replay does with the recorded decisions of the sampling
+ * instructions (SamplePerfectTile, SampleCategorical,
+ * SampleComputeLocation). */
+typedef enum {
+  /* Taken as recorded, never changed: a decision that is not valid where it
+   * stands (tiles that do not multiply to the loop's extent, an innermost
+   * factor above max_innermost_factor, a categorical index out of range, a
+   * compute location that is not one of the legal ones) is an error naming
+   * the instruction. What every trace from a file, the database or TSEL
+   * gets. */
+  SCHED_REPLAY_EXACT,
+  /* Every sampling step draws a new decision (design spaces sampled). */
+  SCHED_REPLAY_RESAMPLE,
+  /* TVM's replay of a mutated trace: a tile decision that no longer divides
+   * its loop is repaired innermost first (slot 0 takes what is left), a
+   * compute location that is no longer legal falls back to the nearest
+   * earlier legal one; a repaired tile whose innermost factor exceeds
+   * max_innermost_factor is still an error, so every trace this mode
+   * records replays exactly. Only the evolutionary search's mutants use it:
+   * a mutation may change a loop's extent upstream of a recorded decision
+   * (docs/schedules.md). */
+  SCHED_REPLAY_REPAIR,
+} sched_replay_mode;
+
+/* Replays a trace on this schedule; decisions as `mode` says. The trace
+ * recorded on s holds the decisions actually taken. With remove_postproc,
+ * stops at EnterPostproc. Errors are prefixed "instruction N: Kind: ". */
+bool sched_replay_with(sched *s, const sched_trace *t, sched_replay_mode mode,
+                       bool remove_postproc, dg_status *st);
+/* sched_replay_with in SCHED_REPLAY_EXACT mode, or SCHED_REPLAY_RESAMPLE
+ * with `resample`. */
 bool sched_replay(sched *s, const sched_trace *t, bool resample,
                   bool remove_postproc, dg_status *st);
 
@@ -232,7 +260,8 @@ bool sched_annotate(sched *s, int block_or_loop, const char *key,
                     const sched_val *value, dg_status *st);
 bool sched_unannotate(sched *s, int block_or_loop, const char *key,
                       dg_status *st);
-/* decision NULL: sample. Returns the number of outputs (n) or -1. */
+/* decision NULL: sample; a decision is taken as sched_apply takes it.
+ * Returns the number of outputs (n) or -1. */
 int sched_sample_perfect_tile(sched *s, int loop, int n, int max_innermost,
                               const int64_t *decision, int *out, dg_status *st);
 int sched_sample_categorical(sched *s, const int64_t *candidates,

@@ -385,6 +385,7 @@ struct search_tune_result {
   double best_secs;    /* SEARCH_FAILED_SECS if none ran */
   double best_before_round; /* best_secs before the last round */
   bool deadline_hit;   /* stopped by opts.deadline */
+  bool exhausted;      /* the search stopped early: rounds found nothing new */
   double t_sample, t_model, t_measure, t_total;
 };
 

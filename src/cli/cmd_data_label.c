@@ -14,7 +14,6 @@
 
 #include "cli/cli.h"
 #include "dragon/data.h"
-#include "dragon/lower.h"
 #include "dragon/search.h"
 
 int cmd_data_label(int argc, char **argv) {
@@ -151,7 +150,7 @@ int cmd_data_label(int argc, char **argv) {
     o.budget_s = budget;
     o.max_work = max_work;
     o.on_gpu = strcmp(target, "cuda") == 0;
-    o.no_software_pipeline = !pipeline && !LOWER_HAS_SOFTWARE_PIPELINE;
+    if (pipeline) o.no_software_pipeline = false;
     o.threads = (int)threads;
     o.population = (int)population;
     o.repeats = (int)repeats;

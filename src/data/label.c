@@ -7,11 +7,14 @@
  * (search_tune) with one cost model shared by every workload of the run,
  * warm-started from the database's earlier records: at least trials_min
  * measured candidates, then more while the last round still improved the
- * best by more than `plateau`, up to trials_max. A workload with
- * trials_min records and a baseline is labelled; a rerun skips it and
- * continues an unfinished one where it stopped (the search resumes from
- * its records), so a run stopped by its budget or killed loses at most the
- * candidate in flight (each record is appended as it is measured).
+ * best by more than `plateau`, up to trials_max. A workload is labelled
+ * once it has trials_min records and a baseline, or once its search ran
+ * out of new kernels (a small space, measured whole). A rerun skips the
+ * first kind, finds nothing new for the second within a few empty rounds
+ * (no measurement), and continues an unfinished one where it stopped (the
+ * search resumes from its records), so a run stopped by its budget or
+ * killed loses at most the candidate in flight (each record is appended
+ * as it is measured).
  *
  * A workload whose float64 reference would take more than max_work
  * operations is deferred (counted, not tuned): the reference runs on the
@@ -28,6 +31,7 @@
 #include <string.h>
 
 #include "dragon/data.h"
+#include "dragon/lower.h"
 #include "dragon/rt_cuda.h"
 #include "dragon/search.h"
 #include "dragon/wl.h"
@@ -42,6 +46,7 @@ void data_label_opts_default(data_label_opts *o) {
   o->warm_records = 20000;
   o->compile_limit_s = 60;
   o->repeats = 3;
+  o->no_software_pipeline = !LOWER_HAS_SOFTWARE_PIPELINE;
 }
 
 /* ---- the work of a float64 reference ---------------------------------------- */
@@ -243,7 +248,9 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
     out->t_model += res.t_model;
     out->t_measure += res.t_measure;
     if (o->on_gpu) out->passed = gm.stats.passed;
-    bool labelled = res.trials >= o->trials_min;
+    /* a space with fewer distinct kernels than trials_min is labelled once
+     * the search has measured them all */
+    bool labelled = res.trials >= o->trials_min || res.exhausted;
     if (labelled) out->labelled++;
     if (res.deadline_hit) out->budget_hit = true;
     if (o->progress) {
@@ -261,7 +268,8 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
         fprintf(o->progress, "  no valid candidate");
       }
       fprintf(o->progress, "  %.1f s%s | %lld labelled, %.1f cand/s", dg_now() - tw,
-              labelled ? "" : " (unfinished)", (long long)done, rate);
+              res.exhausted ? " (space exhausted)" : labelled ? "" : " (unfinished)",
+              (long long)done, rate);
       if (deadline > 0) fprintf(o->progress, ", %.0f s left", deadline - dg_now());
       if (o->on_gpu)
         fprintf(o->progress, " [%lld of %lld candidates passed]",

@@ -1,6 +1,8 @@
 /* apply.c: applying instructions (the one path every step takes: checks,
- * the primitive, recording in the trace), replaying traces, and the typed
- * primitive API, which only builds instructions and applies them. */
+ * the primitive, recording in the trace), replaying traces (exactly, with
+ * every decision drawn anew, or repairing stale decisions as TVM does for
+ * the search's mutants: sched_replay_mode), and the typed primitive API,
+ * which only builds instructions and applies them. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,8 +18,10 @@ static void set_brief(sched *s, sched_inst_kind k, const char *msg) {
   snprintf(s->brief, sizeof s->brief, "%s: %.*s", sched_inst_name(k), n, msg);
 }
 
-bool sched_apply(sched *s, const sched_inst *inst, int *out, int max_out, int *n_out,
-                 dg_status *st) {
+/* The one path: `repair` says whether a given decision that is no longer
+ * valid may be repaired (SCHED_REPLAY_REPAIR) or is an error. */
+static bool apply_inst(sched *s, const sched_inst *inst, bool repair, int *out, int max_out,
+                       int *n_out, dg_status *st) {
   dg_status_ok(st);
   sched_inst_kind k = inst->kind;
   if (k >= SCHED_INST_COUNT) {
@@ -58,6 +62,7 @@ bool sched_apply(sched *s, const sched_inst *inst, int *out, int max_out, int *n
                  .inst = inst,
                  .has_decision = inst->has_decision,
                  .decision = inst->decision,
+                 .repair = repair,
                  .out = tmp,
                  .max_out = MAX_OUT};
   if (!fn(&c, st)) {
@@ -86,6 +91,11 @@ bool sched_apply(sched *s, const sched_inst *inst, int *out, int max_out, int *n
   return true;
 }
 
+bool sched_apply(sched *s, const sched_inst *inst, int *out, int max_out, int *n_out,
+                 dg_status *st) {
+  return apply_inst(s, inst, true, out, max_out, n_out, st);
+}
+
 /* ---- replay ------------------------------------------------------------------ */
 
 static bool map_val(dg_arena *a, const sched_val *v, sched_val *o, const int *map, int n_map,
@@ -103,9 +113,11 @@ static bool map_val(dg_arena *a, const sched_val *v, sched_val *o, const int *ma
   return true;
 }
 
-bool sched_replay(sched *s, const sched_trace *t, bool resample, bool remove_postproc,
-                  dg_status *st) {
+bool sched_replay_with(sched *s, const sched_trace *t, sched_replay_mode mode,
+                       bool remove_postproc, dg_status *st) {
   dg_status_ok(st);
+  DG_ASSERT(mode == SCHED_REPLAY_EXACT || mode == SCHED_REPLAY_RESAMPLE ||
+            mode == SCHED_REPLAY_REPAIR);
   int n_map = t->n_rvs;
   int *map = dg_malloc(sizeof(int) * (size_t)(n_map + 1));
   for (int i = 0; i <= n_map; i++) map[i] = -1;
@@ -122,9 +134,9 @@ bool sched_replay(sched *s, const sched_trace *t, bool resample, bool remove_pos
       dg_status_prefix(st, "instruction %d (%s)", i, old->kind_name);
       break;
     }
-    in.has_decision = old->has_decision && !resample;
+    in.has_decision = old->has_decision && mode != SCHED_REPLAY_RESAMPLE;
     int out[MAX_OUT], n_out = 0;
-    if (!sched_apply(s, &in, out, MAX_OUT, &n_out, st)) {
+    if (!apply_inst(s, &in, mode == SCHED_REPLAY_REPAIR, out, MAX_OUT, &n_out, st)) {
       dg_status_prefix(st, "instruction %d", i);
       ok = false;
       break;
@@ -141,6 +153,12 @@ bool sched_replay(sched *s, const sched_trace *t, bool resample, bool remove_pos
   dg_arena_free(a);
   free(map);
   return ok;
+}
+
+bool sched_replay(sched *s, const sched_trace *t, bool resample, bool remove_postproc,
+                  dg_status *st) {
+  return sched_replay_with(s, t, resample ? SCHED_REPLAY_RESAMPLE : SCHED_REPLAY_EXACT,
+                           remove_postproc, st);
 }
 
 /* ---- the typed API --------------------------------------------------------------- */

@@ -17,6 +17,9 @@
  *
  * The loop handles SampleComputeLocation makes for "root" (-1) and "inline"
  * (-2) are understood: ComputeAt at root does nothing, at inline it inlines.
+ * A recorded location must be one of the legal ones; only a repairing
+ * replay (SCHED_REPLAY_REPAIR) moves a stale one to the nearest earlier
+ * legal location, as TVM does.
  *
  * Assumes dimension-wise index patterns (v, v + c, v * c, v // c, v % c of
  * one iteration variable v) in the moved block's regions, as TVM's
@@ -560,10 +563,13 @@ static int loop_iter_type(const dg_stmt *loop) {
 static bool sref_node(const dg_stmt *s) { return s->kind == DG_STMT_FOR || s->kind == DG_STMT_BLOCK; }
 
 /* CollectComputeLocation: candidate loops (NULL for the marks) and their
- * indices, ascending. */
-static int collect_locations(sched *s, dg_block *b, dg_stmt **locs, int64_t *idx, int max) {
+ * indices, ascending; *n_pos: the loop positions there are (the first
+ * consumer's loops within the scope), candidates or not. */
+static int collect_locations(sched *s, dg_block *b, dg_stmt **locs, int64_t *idx, int max,
+                             int *n_pos) {
   dg_func *f = s->f;
   int n = 0;
+  *n_pos = 0;
   dg_status st;
   if (sched_inline_block(s, b, false, true, &st)) locs[n] = NULL, idx[n++] = -2;
   locs[n] = NULL, idx[n++] = -1;
@@ -606,6 +612,7 @@ static int collect_locations(sched *s, dg_block *b, dg_stmt **locs, int64_t *idx
       if (first.stmts[i] == boundary) lca = nl;
       loops[nl++] = first.stmts[i];
     }
+  *n_pos = nl;
   if (lca < 0) return n;
   int types[256], last_spatial = -1;
   for (int i = 0; i <= lca; i++) {
@@ -626,13 +633,36 @@ static int collect_locations(sched *s, dg_block *b, dg_stmt **locs, int64_t *idx
   return n;
 }
 
+/* A recorded location that is not among the legal ones: the error lists
+ * them ("-2 (inline), -1 (root), 1 (j_0)"). */
+static bool location_error(const dg_block *b, int64_t decision, int n_pos, dg_stmt *const *locs,
+                           const int64_t *idx, int n, dg_status *st) {
+  char legal[240];
+  size_t k = 0;
+  legal[0] = 0;
+  for (int i = 0; i < n && k + 40 < sizeof legal; i++) {
+    const char *what = idx[i] == -2 ? "inline" : idx[i] == -1 ? "root" : locs[i]->loop_var->name;
+    k += (size_t)snprintf(legal + k, sizeof legal - k, "%s%lld (%.24s)", i ? ", " : "",
+                          (long long)idx[i], what);
+  }
+  if (decision < -2 || decision >= n_pos)
+    return dg_fail(st, DG_ERR_INVALID,
+                   "decision %lld is out of range [-2, %d) (-2 inline, -1 root, 0.. the loops "
+                   "above the first consumer); the legal locations of block %s are %s",
+                   (long long)decision, n_pos, b->name, legal);
+  return dg_fail(st, DG_ERR_INVALID,
+                 "decision %lld is not a legal compute location of block %s; the legal ones are %s",
+                 (long long)decision, b->name, legal);
+}
+
 bool prim_sample_compute_location(prim_call *c, dg_status *st) {
   sched *s = c->s;
   dg_block *b = sched_rv_block(s, &c->inst->inputs[0], "block", st);
   if (!b) return false;
   dg_stmt *locs[260];
   int64_t idx[260];
-  int n = collect_locations(s, b, locs, idx, (int)DG_ARRAY_LEN(locs));
+  int n_pos;
+  int n = collect_locations(s, b, locs, idx, (int)DG_ARRAY_LEN(locs), &n_pos);
   int pick;
   if (c->has_decision) {
     if (c->decision.kind != SV_INT)
@@ -641,7 +671,8 @@ bool prim_sample_compute_location(prim_call *c, dg_status *st) {
     int at = 0;
     while (at < n && idx[at] < old) at++;
     if (at < n && idx[at] == old) pick = at;
-    else if (at > 0) pick = at - 1; /* the nearest earlier candidate */
+    else if (!c->repair) return location_error(b, old, n_pos, locs, idx, n, st);
+    else if (at > 0) pick = at - 1; /* TVM: the nearest earlier candidate */
     else pick = -1;
   } else {
     pick = (int)dg_rng_below(&s->rng, (uint64_t)n);

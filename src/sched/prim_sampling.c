@@ -1,9 +1,13 @@
 /* prim_sampling.c: SamplePerfectTile and SampleCategorical with
  * MetaSchedule's distributions (sampling.cc), drawn from the schedule's
- * seeded RNG; replayed decisions are validated and, for tiles, repaired the
- * way TVM repairs them (innermost first: a factor that no longer divides
- * what is left becomes what is left; slot 0 takes the rest).
- * SampleComputeLocation lives with compute_at, whose legality it needs. */
+ * seeded RNG. A recorded decision is validated against the loop it tiles
+ * or the candidates it indexes; one that is not valid is an error unless
+ * the call may repair it (SCHED_REPLAY_REPAIR, sched.h), in which case a
+ * tile is repaired the way TVM repairs it (innermost first: a factor that
+ * no longer divides what is left becomes what is left; slot 0 takes the
+ * rest). A categorical index out of range is an error in every mode, as in
+ * TVM. SampleComputeLocation lives with compute_at, whose legality it
+ * needs. */
 #include <string.h>
 
 #include "sched/sched_impl.h"
@@ -55,6 +59,70 @@ static void sample_tile_once(dg_rng *r, int64_t extent, int n, int64_t *out) {
   }
 }
 
+/* "[1,32,1,2,4]", cut with "..." past about 160 bytes. */
+static const char *tiles_text(const int64_t *f, int n, char *buf, size_t cap) {
+  size_t k = 0;
+  buf[k++] = '[';
+  for (int i = 0; i < n && k + 24 < cap; i++) {
+    if (k > 160) {
+      k += (size_t)snprintf(buf + k, cap - k, ",...");
+      break;
+    }
+    k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? "," : "", (long long)f[i]);
+  }
+  snprintf(buf + k, cap - k, "]");
+  return buf;
+}
+
+/* TVM's repair of a stale tile decision (sampling.cc, SamplePerfectTile):
+ * innermost first, a factor that does not divide what is left of the
+ * extent becomes what is left; slot 0 takes the rest. A no-op on a
+ * decision that multiplies to the extent. */
+static void tiles_repair(int64_t extent, int n, int64_t *f) {
+  int64_t len = extent;
+  for (int i = n - 1; i > 0; i--) {
+    if (len % f[i] != 0) f[i] = len;
+    len /= f[i];
+  }
+  f[0] = len;
+}
+
+/* The decision taken, f (given: as recorded; f differs only if repaired),
+ * must multiply to the extent of the loop (handle `loop`) and keep its
+ * innermost factor within maxi (when positive). */
+static bool tiles_valid(sched *s, int64_t loop, int64_t extent, int64_t maxi,
+                        const int64_t *given, const int64_t *f, int n, dg_status *st) {
+  int64_t prod = 1;
+  bool overflow = false;
+  for (int i = 0; i < n && !overflow; i++) {
+    if (f[i] > INT64_MAX / prod) overflow = true;
+    else prod *= f[i];
+  }
+  bool inner_ok = maxi <= 0 || f[n - 1] <= maxi;
+  if (!overflow && prod == extent && inner_ok) return true;
+  char g[200], t[200];
+  tiles_text(given, n, g, sizeof g);
+  const char *l = sched_rv_label(s, (int)loop);
+  if (overflow)
+    return dg_fail(st, DG_ERR_INVALID,
+                   "decision %s multiplies to more than 2^63-1, the loop %s has extent %lld", g, l,
+                   (long long)extent);
+  if (prod != extent)
+    return dg_fail(st, DG_ERR_INVALID,
+                   "decision %s multiplies to %lld, the loop %s has extent %lld", g,
+                   (long long)prod, l, (long long)extent);
+  if (memcmp(given, f, sizeof(int64_t) * (size_t)n) != 0)
+    return dg_fail(st, DG_ERR_INVALID,
+                   "decision %s, repaired to %s for the loop %s of extent %lld, has the innermost "
+                   "factor %lld, above max_innermost_factor %lld",
+                   g, tiles_text(f, n, t, sizeof t), l, (long long)extent, (long long)f[n - 1],
+                   (long long)maxi);
+  return dg_fail(st, DG_ERR_INVALID,
+                 "decision %s for the loop %s has the innermost factor %lld, above "
+                 "max_innermost_factor %lld",
+                 g, l, (long long)f[n - 1], (long long)maxi);
+}
+
 bool prim_sample_perfect_tile(prim_call *c, dg_status *st) {
   dg_stmt *l = sched_rv_loop(c->s, &c->inst->inputs[0], "loop", st);
   if (!l) return false;
@@ -75,19 +143,22 @@ bool prim_sample_perfect_tile(prim_call *c, dg_status *st) {
         return dg_fail(st, DG_ERR_INVALID, "decision entry %d must be a positive integer", i);
       f[i] = d->items[i].i;
     }
-    int64_t len = extent;
-    for (int i = n - 1; i > 0; i--) {
-      if (len % f[i] != 0) f[i] = len;
-      len /= f[i];
-    }
-    f[0] = len;
+    int64_t given[64];
+    memcpy(given, f, sizeof(int64_t) * (size_t)n);
+    if (c->repair) tiles_repair(extent, n, f);
+    if (!tiles_valid(c->s, c->inst->inputs[0].i, extent, maxi, given, f, n, st)) return false;
   } else {
     if (maxi != -1 && maxi < 1)
       return dg_fail(st, DG_ERR_INVALID, "max_innermost_factor must be -1 or positive");
+    if (n == 1 && maxi != -1 && extent > maxi)
+      return dg_fail(st, DG_ERR_INVALID,
+                     "one factor leaves the whole extent %lld innermost, above "
+                     "max_innermost_factor %lld",
+                     (long long)extent, (long long)maxi);
     for (int tries = 0;; tries++) {
       sample_tile_once(&c->s->rng, extent, n, f);
       if (maxi == -1 || f[n - 1] <= maxi) break;
-      DG_ASSERT(tries < 1000000); /* P(innermost == 1) > 0: never reached */
+      DG_ASSERT(tries < 1000000); /* n >= 2: P(innermost == 1) > 0, never reached */
     }
   }
   sched_val *items = DG_ANEWN(c->s->f->arena, sched_val, n);
@@ -119,8 +190,11 @@ bool prim_sample_categorical(prim_call *c, dg_status *st) {
   if (!(sum > 0)) return dg_fail(st, DG_ERR_INVALID, "probabilities sum to zero");
   int64_t idx;
   if (c->has_decision) {
-    if (c->decision.kind != SV_INT || c->decision.i < 0 || c->decision.i >= n)
+    if (c->decision.kind != SV_INT)
       return dg_fail(st, DG_ERR_INVALID, "decision must be an index in [0, %d)", n);
+    if (c->decision.i < 0 || c->decision.i >= n)
+      return dg_fail(st, DG_ERR_INVALID, "decision must be an index in [0, %d), got %lld", n,
+                     (long long)c->decision.i);
     idx = c->decision.i;
   } else {
     idx = (int64_t)dg_rng_weighted(&c->s->rng, w, (size_t)n);

@@ -88,6 +88,8 @@ typedef struct {
   const sched_inst *inst; /* inputs in terms of this schedule's handles */
   bool has_decision;      /* in: a decision was given; out: one was taken */
   sched_val decision;     /* in/out */
+  bool repair;            /* a given decision that is no longer valid may be
+                             repaired (SCHED_REPLAY_REPAIR); else an error */
   int *out;               /* output handles created */
   int n_out, max_out;
 } prim_call;

@@ -1,13 +1,16 @@
 /* evolve.c: MetaSchedule's EvolutionarySearch (GenerateMeasureCandidates).
  *
  * One round: PickBestFromDatabase (the best measured schedules, replayed
- * and postprocessed again), SampleInitPopulation (design spaces with every
- * decision re-drawn), EvolveWithCostModel (genetic_num_iters generations:
- * parents drawn in proportion to predicted score, mutated with
+ * exactly and postprocessed again), SampleInitPopulation (design spaces
+ * with every decision re-drawn), EvolveWithCostModel (genetic_num_iters
+ * generations: parents drawn in proportion to predicted score, mutated with
  * genetic_mutate_prob through the mutators' probabilities, each parent
  * copied unchanged at most once per generation; every new schedule scored
  * and kept in a best-first list of distinct kernels), then PickWithEpsGreedy
  * (floor(n * eps_greedy) random initial schedules, the rest best predicted).
+ * Mutants are the one place decisions may be repaired (SCHED_REPLAY_REPAIR,
+ * as TVM's replay of a mutated trace); the trace a candidate carries holds
+ * the decisions taken, so it replays exactly everywhere else.
  * Kernels are told apart by ir_func_hash of the postprocessed kernel
  * (structural: two traces giving one kernel are one candidate); a kernel
  * measured before, in this run or in the database, is never picked again.
@@ -235,15 +238,15 @@ static void acct_commit(search_evolve *ev, const ev_acct *a, double wall) {
   if (a->t_all > 0) ev->stats.t_model += wall * (a->t_feat / a->t_all);
 }
 
-/* Replays the design part of t (decisions kept unless resample) on a
- * schedule seeded with seed, then the postprocessors. On success fills e
- * (trace, hash, features). Reads ev, never writes it: runs on any thread. */
-static bool build(const search_evolve *ev, const sched_trace *t, bool resample, uint64_t seed,
-                  ev_entry *e, ev_acct *acct) {
+/* Replays the design part of t (decisions as `mode` says) on a schedule
+ * seeded with seed, then the postprocessors. On success fills e (trace,
+ * hash, features). Reads ev, never writes it: runs on any thread. */
+static bool build(const search_evolve *ev, const sched_trace *t, sched_replay_mode mode,
+                  uint64_t seed, ev_entry *e, ev_acct *acct) {
   double t0 = dg_now();
   sched *s = sched_new(ev->t.f, seed);
   dg_status st;
-  bool ok = sched_replay(s, t, resample, true, &st);
+  bool ok = sched_replay_with(s, t, mode, true, &st);
   if (ok) ok = ev->t.postproc ? ev->t.postproc(s, ev->t.postproc_ctx, &st)
                               : sched_enter_postproc(s, &st);
   acct->n_replayed++;
@@ -271,7 +274,7 @@ static bool build(const search_evolve *ev, const sched_trace *t, bool resample, 
  * rest. */
 typedef struct {
   const sched_trace *trace; /* NULL: nothing to build */
-  bool resample;
+  sched_replay_mode mode;
   uint64_t seed;
   bool ok;
   ev_entry e; /* when ok */
@@ -286,7 +289,7 @@ typedef struct {
 static void job_run(void *ctx, size_t i) {
   jobs_ctx *c = ctx;
   ev_job *j = &c->jobs[i];
-  j->ok = j->trace && build(c->ev, j->trace, j->resample, j->seed, &j->e, &j->acct);
+  j->ok = j->trace && build(c->ev, j->trace, j->mode, j->seed, &j->e, &j->acct);
 }
 
 static void build_all(search_evolve *ev, ev_job *jobs, size_t n) {
@@ -388,6 +391,7 @@ static void pick_best_from_db(search_evolve *ev, int want, ev_entries *pop) {
     ev_job *jobs = dg_calloc(k, sizeof *jobs);
     for (size_t i = 0; i < k; i++) {
       jobs[i].trace = ev->pool.data[next + i].design;
+      jobs[i].mode = SCHED_REPLAY_EXACT; /* measured: its decisions were taken here */
       jobs[i].seed = dg_rng_next(&ev->rng);
     }
     build_all(ev, jobs, k);
@@ -411,7 +415,7 @@ static void sample_init_population(search_evolve *ev, int need, ev_entries *init
     for (size_t i = 0; i < n; i++) {
       int sp = (int)dg_rng_below(&ev->rng, (uint64_t)(ev->n_spaces ? ev->n_spaces : 1));
       jobs[i].trace = ev->n_spaces ? ev->spaces[sp] : NULL;
-      jobs[i].resample = true;
+      jobs[i].mode = SCHED_REPLAY_RESAMPLE;
       jobs[i].seed = dg_rng_next(&ev->rng);
     }
     build_all(ev, jobs, n);
@@ -466,7 +470,9 @@ static void slot_run(void *ctx, size_t k) {
     search_mutator m = pick_mutator(c->ev->mut_cum, &sl->rng);
     sched_trace *t = search_mutate(m, c->pop->data[sl->parent].trace, &sl->rng);
     if (!t) continue;
-    bool ok = build(c->ev, t, false, dg_rng_next(&sl->rng), &sl->e, &sl->acct);
+    /* a mutant may carry a decision made stale by a change upstream of
+     * it: repaired as TVM repairs it (sched.h, SCHED_REPLAY_REPAIR) */
+    bool ok = build(c->ev, t, SCHED_REPLAY_REPAIR, dg_rng_next(&sl->rng), &sl->e, &sl->acct);
     sched_trace_free(t);
     if (ok) {
       sl->state = SLOT_BUILT;
@@ -540,7 +546,8 @@ static void pick_run(void *ctx, size_t i) {
   ev_pick *p = &c->picks[i];
   sched *s = sched_new(c->ev->t.f, 0);
   dg_status st;
-  if (sched_replay(s, p->e->trace, false, false, &st)) p->func = ir_func_clone(sched_func(s));
+  if (sched_replay_with(s, p->e->trace, SCHED_REPLAY_EXACT, false, &st))
+    p->func = ir_func_clone(sched_func(s));
   sched_free(s);
 }
 

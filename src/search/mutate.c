@@ -13,8 +13,11 @@
  *                        meta_schedule.unroll_explicit / unroll_implicit
  *   MutateThreadBinding  v = SampleCategorical, Split(l, [None, v]),
  *                        Bind(inner, "threadIdx.x"): another index for v
- * The replay layer repairs tile decisions that no longer divide (sched.h);
- * a mutated trace that the postprocessors reject is the caller's business.
+ * The new decisions are valid where they stand (a tile keeps its product
+ * and its innermost limit, an index stays among the candidates); the search
+ * replays mutants with SCHED_REPLAY_REPAIR (sched.h) only for decisions
+ * further down that a change upstream may have made stale. A mutated trace
+ * that the postprocessors reject is the caller's business.
  * MutateComputeLocation and MutateParallel (CPU only in MetaSchedule) are
  * not implemented.
  */

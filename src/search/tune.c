@@ -218,6 +218,7 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
     search_cands_free(c, n);
     if (o->progress) print_round(o, out, ev, t_start, t_round, t_measure, start_trials);
   }
+  out->exhausted = ok && search_evolve_stopped(ev);
   const search_evolve_stats *s = search_evolve_get_stats(ev);
   out->t_sample = s->t_sample + s->t_evolve;
   out->t_model = s->t_model;

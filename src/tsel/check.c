@@ -5,7 +5,8 @@
  * otherwise, stale handles (a loop consumed by split/fuse/tile/
  * thread_split/fuse_bind, a block consumed by inline/reverse_inline) located
  * at the use with the edit that consumed them, keywords known, typed and
- * given once, sampled values among the candidates, and why/expect links.
+ * given once, sampled values among the candidates, strings UTF-8, and
+ * why/expect links.
  *
  * The environment it builds (handle ids and types of every edit's outputs)
  * is what lower and lift step through. `raw` operands are only checked for
@@ -296,11 +297,29 @@ static bool check_sample(ctx *c, const tsel_val *cands) {
 }
 
 /* Checks edit e (number n_done+1) and commits its outputs. */
+/* Strings reach the trace JSON as they are: they must be UTF-8 (the parser
+ * makes sure for text; this covers graphs built otherwise). */
+static bool strings_utf8(const ctx *c, const tsel_val *v) {
+  if (v->kind == TV_STR) {
+    size_t n = strlen(v->s), bad = tsel_utf8_bad(v->s, n);
+    if (bad < n)
+      return FAIL_AT(c, v, "the string is not valid UTF-8 (byte 0x%02x at offset %zu)",
+                     (unsigned char)v->s[bad], bad);
+  }
+  for (int i = 0; v->kind == TV_LIST && i < v->n; i++)
+    if (!strings_utf8(c, &v->items[i])) return false;
+  return true;
+}
+
 bool tsel_env_step(tsel_env *env, const tsel_graph *g, const tsel_edit *e, dg_status *st) {
   ctx cc = {.env = env, .g = g, .e = e, .num = env->n_done + 1, .st = st};
   ctx *c = &cc;
   DG_ASSERT(env->n_done < env->cap);
   const tsel_opspec *op = &tsel_ops[e->op];
+  for (int i = 0; i < e->n_args; i++)
+    if (!strings_utf8(c, &e->args[i])) return false;
+  for (int i = 0; i < e->n_kws; i++)
+    if (!strings_utf8(c, &e->kws[i].val)) return false;
   /* keywords */
   for (int i = 0; i < e->n_kws; i++) {
     const tsel_kw *kw = &e->kws[i];

@@ -3,8 +3,9 @@
  * wrong. It checks the lexical form only (the header, dense edit ids, single
  * spaces, no trailing spaces, well-formed operands, keywords after
  * positional operands, why/expect shape); types, references and kernel facts
- * are the checker's. Bytes after a NUL are ignored; lists nest at most 16
- * deep; numbers must fit int64 / double. */
+ * are the checker's. The text is UTF-8, and so is every string once its
+ * escapes are decoded (a lowered trace must load as JSON). Bytes after a NUL
+ * are ignored; lists nest at most 16 deep; numbers must fit int64 / double. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -32,6 +33,39 @@ static bool perr(parser *p, size_t pos, const char *fmt, ...) {
   if (p->filename)
     return dg_fail(p->st, DG_ERR_PARSE, "%s:%d:%zu: %s", p->filename, p->lineno, pos + 1, msg);
   return dg_fail(p->st, DG_ERR_PARSE, "%d:%zu: %s", p->lineno, pos + 1, msg);
+}
+
+int tsel_utf8_len(const unsigned char *s, size_t n) {
+  if (n == 0) return 0;
+  unsigned c = s[0];
+  if (c < 0x80) return 1;
+  int len;
+  unsigned lo = 0x80, hi = 0xbf; /* the range of the second byte */
+  if (c >= 0xc2 && c <= 0xdf) len = 2;
+  else if (c >= 0xe0 && c <= 0xef) {
+    len = 3;
+    if (c == 0xe0) lo = 0xa0;      /* overlong */
+    else if (c == 0xed) hi = 0x9f; /* surrogates */
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    len = 4;
+    if (c == 0xf0) lo = 0x90;      /* overlong */
+    else if (c == 0xf4) hi = 0x8f; /* past U+10FFFF */
+  } else
+    return 0; /* a continuation byte, an overlong 0xc0/0xc1, or 0xf5.. */
+  if ((size_t)len > n || s[1] < lo || s[1] > hi) return 0;
+  for (int i = 2; i < len; i++)
+    if (s[i] < 0x80 || s[i] > 0xbf) return 0;
+  return len;
+}
+
+size_t tsel_utf8_bad(const char *s, size_t n) {
+  const unsigned char *u = (const unsigned char *)s;
+  for (size_t i = 0; i < n;) {
+    int k = tsel_utf8_len(u + i, n - i);
+    if (k == 0) return i;
+    i += (size_t)k;
+  }
+  return n;
 }
 
 static int cur(const parser *p) { return p->pos < p->len ? (unsigned char)p->line[p->pos] : -1; }
@@ -112,6 +146,16 @@ static bool parse_string(parser *p, tsel_val *v) {
     }
     dg_str_putc(&s, (char)c);
     p->pos++;
+  }
+  /* The raw bytes are UTF-8 (check_text); \x escapes can still make
+   * an invalid sequence. The error is at the escape of the first bad byte. */
+  size_t bad = tsel_utf8_bad(s.s ? s.s : "", s.len);
+  if (bad < s.len) {
+    unsigned char byte = (unsigned char)s.s[bad];
+    dg_str_free(&s);
+    size_t at = start + 1;
+    for (size_t k = 0; k < bad; k++) at += p->line[at] != '\\' ? 1 : p->line[at + 1] == 'x' ? 4 : 2;
+    return perr(p, at, "\\x%02x makes the string invalid UTF-8 (strings are UTF-8 text)", byte);
   }
   v->kind = TV_STR;
   v->s = dg_arena_strndup(p->g->arena, s.s ? s.s : "", s.len);
@@ -409,11 +453,15 @@ static bool parse_expect(parser *p) {
   return true;
 }
 
-static bool check_spacing(parser *p) {
+static bool check_text(parser *p) {
   for (size_t i = 0; i < p->len; i++) {
     unsigned char c = (unsigned char)p->line[i];
     if (c == '\r') return perr(p, i, "carriage return (lines end with \\n alone)");
   }
+  size_t bad = tsel_utf8_bad(p->line, p->len);
+  if (bad < p->len)
+    return perr(p, bad, "byte 0x%02x is not valid UTF-8 (TSEL text is UTF-8)",
+                (unsigned char)p->line[bad]);
   if (p->len > 0 && (p->line[p->len - 1] == ' ' || p->line[p->len - 1] == '\t'))
     return perr(p, p->len - 1, "trailing space");
   return true;
@@ -431,7 +479,7 @@ tsel_graph *tsel_parse(const char *text, const char *filename, dg_status *st) {
     p.len = nl ? (size_t)(nl - s) : (size_t)(end - s);
     p.pos = 0;
     s = nl ? nl + 1 : end;
-    if (!check_spacing(&p)) {
+    if (!check_text(&p)) {
       ok = false;
       break;
     }

@@ -83,6 +83,12 @@ tsel_edit *tsel_graph_add_edit(tsel_graph *g, const tsel_edit *e);
 void tsel_graph_add_why(tsel_graph *g, const int *refs, int n, const char *text);
 void tsel_graph_add_expect(tsel_graph *g, const char *text);
 tsel_val tsel_val_copy(dg_arena *a, const tsel_val *v);
+/* The length (1 to 4) of the UTF-8 sequence at s[0..n), or 0 if the bytes
+ * there are not one: overlong forms, surrogates and code points past
+ * U+10FFFF are refused, as the trace JSON loader refuses them (parse.c). */
+int tsel_utf8_len(const unsigned char *s, size_t n);
+/* The offset of the first byte of s[0..n) that is not valid UTF-8, or n. */
+size_t tsel_utf8_bad(const char *s, size_t n);
 
 /* ---- the edits -------------------------------------------------------------- */
 

@@ -22,8 +22,12 @@ static const wl_key ew_keys[] = {DIM("m"), DIM("n"), WL_DTYPE};
 
 static void ew_gen(dg_rng *r, int64_t *v) {
   v[EW_M] = dg_rng_uniform(r) < 0.7 ? wl_gen_tokens(r) : wl_gen_dim(r, 1, 16384);
-  v[EW_N] = dg_rng_uniform(r) < 0.6 ? 4 * wl_gen_hidden(r) / (dg_rng_uniform(r) < 0.5 ? 4 : 1)
-                                   : wl_gen_dim(r, 1, 32768);
+  if (dg_rng_uniform(r) < 0.6) {
+    int64_t h = wl_gen_hidden(r);
+    v[EW_N] = 4 * h / (dg_rng_uniform(r) < 0.5 ? 4 : 1);
+  } else {
+    v[EW_N] = wl_gen_dim(r, 1, 32768);
+  }
   if (v[EW_N] > WL_DIM_MAX) v[EW_N] = WL_DIM_MAX;
   v[EW_DT] = wl_gen_dtype(r);
 }

@@ -68,7 +68,8 @@ int64_t wl_gen_tokens(dg_rng *r) {
   static const int64_t seqs[] = {1,   16,  32,   64,   128,  256,  512,  1024,
                                  2048, 4096, 8192, 77,  197,  384,  1000, 577};
   if (dg_rng_uniform(r) < 0.2) return wl_gen_dim(r, 1, 16384);
-  int64_t t = wl_gen_batch(r) * WL_PICK(r, seqs);
+  int64_t b = wl_gen_batch(r);
+  int64_t t = b * WL_PICK(r, seqs);
   return t > 65536 ? 65536 : t;
 }
 

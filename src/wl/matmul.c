@@ -92,7 +92,12 @@ static void bmm_gen(dg_rng *r, int64_t *v) {
   static const int64_t heads[] = {1, 8, 12, 16, 20, 24, 32, 40, 48, 64};
   static const int64_t seqs[] = {64, 128, 256, 384, 512, 1024, 2048, 4096, 77, 197, 577};
   static const int64_t hd[] = {64, 64, 128, 128, 80, 96, 256, 32};
-  v[BM_B] = dg_rng_uniform(r) < 0.7 ? wl_gen_batch(r) * WL_PICK(r, heads) : wl_gen_dim(r, 1, 256);
+  if (dg_rng_uniform(r) < 0.7) {
+    int64_t b = wl_gen_batch(r);
+    v[BM_B] = b * WL_PICK(r, heads);
+  } else {
+    v[BM_B] = wl_gen_dim(r, 1, 256);
+  }
   if (dg_rng_uniform(r) < 0.5) { /* attention: (seq, hd) x (hd, seq) or (seq, seq) x (seq, hd) */
     int64_t s = dg_rng_uniform(r) < 0.7 ? WL_PICK(r, seqs) : wl_gen_dim(r, 1, 4096);
     int64_t d = WL_PICK(r, hd);

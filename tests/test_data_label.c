@@ -1,0 +1,222 @@
+/* test_data_label.c: the labelling campaign on the CPU (compiled C
+ * emulation of the GPU schedules), the same loop the GPU runs: every
+ * workload gets its baseline and at least trials_min records naming the
+ * build and the device; a rerun measures nothing again; a run killed in
+ * the middle resumes without measuring anything twice; the budget stops a
+ * run between rounds; heavy references are deferred; the command merges
+ * committed shards first and packs what is new. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dragon/data.h"
+#include "dragon/search.h"
+#include "dragon/wl.h"
+#include "test.h"
+
+static const char *ldir(const char *name) {
+  static char buf[4][512];
+  static int k;
+  char *b = buf[k++ % 4];
+  snprintf(b, 512, "%s/%s", dg_test_tmpdir(), name);
+  return b;
+}
+
+static const char *const SPECS[] = {
+    "batch_matmul:b=1,n=16,m=16,k=16,dtype=f32",
+    "softmax:m=8,n=32,dtype=f32",
+    "gemm:m=512,n=512,k=512,trans_a=0,trans_b=0,dtype=f32",
+};
+
+static void opts_for(data_label_opts *o, search_db *db, int n) {
+  data_label_opts_default(o);
+  o->db = db;
+  o->specs = SPECS;
+  o->n_specs = n;
+  o->trials_min = 4;
+  o->trials_max = 4;
+  o->population = 16;
+  o->repeats = 1;
+  o->threads = 2;
+  o->max_work = 1e7; /* the 512^3 gemm (1.3e8) is deferred */
+}
+
+DG_TEST(data_label_cpu_labels_and_resumes) {
+  dg_status st;
+  search_db *db;
+  CHECK(search_db_open(ldir("label1"), &db, &st));
+  data_label_opts o;
+  opts_for(&o, db, 3);
+  data_label_stats s;
+  CHECK_MSG(data_label_run(&o, &s, &st), "%s", st.msg);
+  CHECK_MSG(s.failed == 0, "%s", s.first_failure);
+  CHECK_EQ(s.labelled, 2);
+  CHECK_EQ(s.deferred, 1);
+  CHECK_EQ(s.already, 0);
+  CHECK_EQ(search_db_workload_count(db), 2);
+  CHECK_EQ(search_db_baseline_count(db), 2);
+  for (int w = 0; w < 2; w++) {
+    const char *h = search_db_workload_hash(db, w);
+    CHECK(search_db_workload_trials(db, h) >= 4);
+    CHECK(search_db_baseline_secs(db, h, NULL) < SEARCH_FAILED_SECS);
+  }
+  int n = search_db_record_count(db);
+  CHECK_EQ(s.measured, n + 2);
+  for (int i = 0; i < n; i++) {
+    const search_record *r = search_db_record_at(db, i);
+    CHECK_STREQ(r->device, "cpu");
+    CHECK_STREQ(r->build, search_build_id());
+    /* no software-pipeline sketch reaches a label while the lowering
+     * does not pipeline */
+    CHECK(!strstr(r->trace, "software_pipeline"));
+  }
+  /* the baseline's trace is DefaultGPUSchedule's: binds, no sampling */
+  const search_record *b = search_db_baseline_at(db, 0);
+  CHECK(strstr(b->trace, "\"Bind\"") && !strstr(b->trace, "Sample"));
+  /* a rerun finds both labelled and measures nothing */
+  CHECK(data_label_run(&o, &s, &st));
+  CHECK_EQ(s.already, 2);
+  CHECK_EQ(s.measured, 0);
+  CHECK_EQ(search_db_record_count(db), n);
+  search_db_close(db);
+}
+
+DG_TEST(data_label_cpu_budget_stops_between_workloads) {
+  dg_status st;
+  search_db *db;
+  CHECK(search_db_open(ldir("label_budget"), &db, &st));
+  data_label_opts o;
+  opts_for(&o, db, 2);
+  o.budget_s = 1e-9; /* spent before the first workload */
+  data_label_stats s;
+  CHECK(data_label_run(&o, &s, &st));
+  CHECK(s.budget_hit);
+  CHECK_EQ(s.labelled, 0);
+  CHECK_EQ(search_db_record_count(db), 0);
+  search_db_close(db);
+}
+
+static int count_lines(const char *path) {
+  dg_status st;
+  size_t len;
+  char *t = dg_read_file(path, &len, &st);
+  if (!t) return 0;
+  int n = 0;
+  for (size_t i = 0; i < len; i++) n += t[i] == '\n';
+  free(t);
+  return n;
+}
+
+/* Killed while it labels, then rerun: the first run's records stay, none
+ * is measured again, and both workloads end labelled. */
+DG_TEST(data_label_cpu_kill_and_resume) {
+  const char *dir = ldir("label_kill");
+  char recs[600];
+  snprintf(recs, sizeof recs, "%s/records.jsonl", dir);
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    dg_status cst;
+    search_db *cdb;
+    if (!search_db_open(dir, &cdb, &cst)) _exit(1);
+    data_label_opts o;
+    opts_for(&o, cdb, 2);
+    o.trials_min = o.trials_max = 12;
+    data_label_stats s;
+    data_label_run(&o, &s, &cst);
+    _exit(0);
+  }
+  double t0 = dg_now();
+  while (count_lines(recs) < 2 && dg_now() - t0 < 120) usleep(5000);
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  int before = count_lines(recs);
+  CHECK_MSG(before >= 2, "%d records before the kill", before);
+  dg_status st;
+  search_db *db;
+  CHECK(search_db_open(dir, &db, &st));
+  CHECK_EQ(search_db_warning_count(db), 0);
+  data_label_opts o;
+  opts_for(&o, db, 2);
+  o.trials_min = o.trials_max = 12;
+  data_label_stats s;
+  CHECK(data_label_run(&o, &s, &st));
+  CHECK_EQ(s.labelled + s.already, 2);
+  int n = search_db_record_count(db);
+  CHECK_EQ(count_lines(recs), n); /* nothing written twice */
+  for (int i = 0; i < n; i++)
+    for (int j = i + 1; j < n; j++) {
+      const search_record *a = search_db_record_at(db, i), *c = search_db_record_at(db, j);
+      CHECK(strcmp(a->workload, c->workload) != 0 || a->kernel_hash != c->kernel_hash);
+    }
+  CHECK_EQ(search_db_baseline_count(db), 2);
+  search_db_close(db);
+}
+
+/* The command: a small splits file, committed shards merged first, a new
+ * shard packed with only what the run measured. */
+DG_TEST(data_label_cli_merges_and_packs) {
+  dg_status st;
+  data_splits *t = data_splits_build(7, 40, &st);
+  CHECK_MSG(t, "%s", st.msg);
+  char splits[600];
+  snprintf(splits, sizeof splits, "%s/small_splits.tsv.zst", dg_test_tmpdir());
+  CHECK(data_splits_save(t, splits, &st));
+  /* the first small train workload, labelled by hand into a shard */
+  const char *first = NULL;
+  for (int64_t i = data_splits_next(t, DATA_SPLIT_TRAIN, 0); i >= 0 && !first;
+       i = data_splits_next(t, DATA_SPLIT_TRAIN, i + 1)) {
+    dg_func *f = wl_build(data_splits_at(t, i)->spec, &st);
+    if (f && data_label_work(f) < 1e6) first = data_splits_at(t, i)->spec;
+    ir_func_free(f);
+  }
+  CHECK(first);
+  char args[2048];
+  snprintf(args, sizeof args,
+           "data label --db %s --splits %s --target cpu --first 1 --trials-min 3 "
+           "--trials-max 3 --population 16 --repeats 1 --max-work 1e6 --quiet",
+           ldir("cli_label"), splits);
+  char *out = NULL;
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  CHECK_MSG(strstr(out, "labelled 1 workloads"), "%s", out);
+  free(out);
+  /* pack it as the committed shards */
+  char shards[600];
+  snprintf(shards, sizeof shards, "%s/shards", dg_test_tmpdir());
+  CHECK(dg_mkdirs(shards, &st));
+  snprintf(args, sizeof args, "db pack --db %s --out %s/one.jsonl.zst", ldir("cli_label"), shards);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "wrote"), "rc %d: %s", rc, out);
+  free(out);
+  /* a fresh database from the shards: the workload is already labelled */
+  snprintf(args, sizeof args,
+           "data label --db %s --records %s --splits %s --target cpu --first 1 --trials-min 3 "
+           "--trials-max 3 --population 16 --repeats 1 --max-work 1e6",
+           ldir("cli_fresh"), shards, splits);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  CHECK_MSG(strstr(out, "1 already labelled") && strstr(out, "0 candidates measured"), "%s", out);
+  free(out);
+  /* nothing new to pack */
+  snprintf(args, sizeof args, "db pack --db %s --out %s/two.jsonl.zst --except %s",
+           ldir("cli_fresh"), dg_test_tmpdir(), shards);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "nothing new"), "rc %d: %s", rc, out);
+  free(out);
+  /* bad flags get usage errors naming them */
+  rc = dg_test_run_dragon("data label --db /tmp/x --shard 3/2", NULL, &out);
+  CHECK(rc == 2 && strstr(out, "--shard"));
+  free(out);
+  rc = dg_test_run_dragon("data label --db /tmp/x --split nope", NULL, &out);
+  CHECK(rc == 2 && strstr(out, "not a split"));
+  free(out);
+  rc = dg_test_run_dragon("data label --db /tmp/x --trials-min 8 --trials-max 4", NULL, &out);
+  CHECK(rc == 2 && strstr(out, "--trials-max"));
+  free(out);
+  data_splits_free(t);
+}
