@@ -11,13 +11,22 @@
  * toolkit's -I, then each --opt in order, so one option's cost or saving
  * is measured against the same base.
  *
- * usage: bench_nvrtc [--arch A] [--repeat R] [--raw] [--opt O]... FILE...
+ * With --threads T the files are compiled at once instead, on T threads of
+ * this process (rt_nvrtc_compile_batch, as the tuner compiles a round);
+ * with --procs P, by P processes each compiling its share one at a time:
+ * the wall time of the whole set and the files a second, to tell whether
+ * compilations in one process slow each other down on a machine.
+ *
+ * usage: bench_nvrtc [--arch A] [--repeat R] [--raw] [--opt O]...
+ *                    [--threads T | --procs P] FILE...
  *   --raw      use the base options plus --opt, not rt_nvrtc_compile's
  *   --repeat R compile each file R times and keep the fastest (default 1)
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "dragon/base.h"
 #include "rt/cuda_api.h"
@@ -88,10 +97,57 @@ static void group_name(const char *path, char *out, size_t n) {
   out[l] = 0;
 }
 
+/* The files at once: on `threads` threads of this process, or by `procs`
+ * processes each compiling its share in turn. */
+static int compile_set(char **paths, int n, const char *arch, int threads, int procs) {
+  char **srcs = dg_calloc((size_t)n, sizeof(char *));
+  for (int i = 0; i < n; i++)
+    if (!(srcs[i] = read_all(paths[i]))) {
+      fprintf(stderr, "bench_nvrtc: cannot read %s\n", paths[i]);
+      return 1;
+    }
+  int ok = 0;
+  double w0 = dg_now();
+  if (threads > 0) {
+    rt_nvrtc_job *jobs = dg_calloc((size_t)n, sizeof *jobs);
+    rt_cubin *out = dg_calloc((size_t)n, sizeof *out);
+    dg_status *sts = dg_calloc((size_t)n, sizeof *sts);
+    for (int i = 0; i < n; i++) jobs[i] = (rt_nvrtc_job){srcs[i], "bench", arch};
+    ok = rt_nvrtc_compile_batch(jobs, n, threads, out, sts);
+    for (int i = 0; i < n; i++) rt_cubin_free(&out[i]);
+    free(jobs);
+    free(out);
+    free(sts);
+  } else {
+    fflush(NULL);
+    for (int p = 0; p < procs; p++) {
+      if (fork() != 0) continue;
+      int good = 0;
+      for (int i = p; i < n; i += procs) {
+        rt_cubin b;
+        dg_status st;
+        good += rt_nvrtc_compile(srcs[i], "bench", arch, &b, &st);
+        rt_cubin_free(&b);
+      }
+      _exit(good == (n - p + procs - 1) / procs ? 0 : 1);
+    }
+    int status;
+    ok = n;
+    while (wait(&status) > 0)
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ok = -1;
+  }
+  double w = dg_now() - w0;
+  printf("%d files on %d %s: %.2f s wall, %.2f files/s%s\n", n, threads > 0 ? threads : procs,
+         threads > 0 ? "threads" : "processes", w, n / w, ok == n ? "" : "  (FAILURES)");
+  for (int i = 0; i < n; i++) free(srcs[i]);
+  free(srcs);
+  return ok == n ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   const char *arch = "sm_90";
   const char *extra[48];
-  int n_extra = 0, repeat = 1;
+  int n_extra = 0, repeat = 1, threads = 0, procs = 0;
   bool raw = false;
   int first = 1;
   for (; first < argc && argv[first][0] == '-' && argv[first][1] == '-'; first++) {
@@ -99,11 +155,14 @@ int main(int argc, char **argv) {
     if (strcmp(a, "--raw") == 0) raw = true;
     else if (strcmp(a, "--arch") == 0 && first + 1 < argc) arch = argv[++first];
     else if (strcmp(a, "--repeat") == 0 && first + 1 < argc) repeat = atoi(argv[++first]);
+    else if (strcmp(a, "--threads") == 0 && first + 1 < argc) threads = atoi(argv[++first]);
+    else if (strcmp(a, "--procs") == 0 && first + 1 < argc) procs = atoi(argv[++first]);
     else if (strcmp(a, "--opt") == 0 && first + 1 < argc && n_extra < 48) {
       extra[n_extra++] = argv[++first];
       raw = true;
     } else {
-      fprintf(stderr, "usage: bench_nvrtc [--arch A] [--repeat R] [--raw] [--opt O]... FILE...\n");
+      fprintf(stderr, "usage: bench_nvrtc [--arch A] [--repeat R] [--raw] [--opt O]... "
+                      "[--threads T | --procs P] FILE...\n");
       return 2;
     }
   }
@@ -119,6 +178,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "%s\n", st.msg);
     return 1;
   }
+  if (threads > 0 || procs > 0) return compile_set(argv + first, n_files, arch, threads, procs);
   double *sec = dg_calloc((size_t)n_files, sizeof(double));
   int failed = 0;
   for (int i = 0; i < n_files; i++) {
