@@ -132,6 +132,14 @@ bool dg_write_file_atomic(const char *path, const void *data, size_t len,
 /* mkdir -p */
 bool dg_mkdirs(const char *path, dg_status *st);
 
+/* zstd (zstd.c): data into one frame with its content checksum, appended
+ * to out; and every frame of a buffer back into a NUL-terminated text
+ * (*len bytes), refusing an empty, foreign, corrupt or truncated stream or
+ * one past max_len bytes (0: no limit) with a message naming `name`. */
+bool dg_zstd_pack(const void *data, size_t n, int level, dg_str *out, dg_status *st);
+char *dg_zstd_unpack(const void *bytes, size_t n, const char *name, size_t max_len, size_t *len,
+                     dg_status *st);
+
 /* ---- numbers ------------------------------------------------------------- */
 
 /* Parse a whole string as an integer in [lo, hi]; names `what` on error. */

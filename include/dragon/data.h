@@ -172,4 +172,39 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
 /* Operations of f's float64 reference, estimated (statements executed). */
 double data_label_work(const dg_func *f);
 
+/* ---- examples ---- */
+
+/* Construction and refinement examples from a database's records
+ * (examples.c, `dragon data build`): for each workload of the split, in the
+ * split file's order, the best correct record's graph as a construction
+ * target, and up to max_priors refinements towards it from records
+ * min_gain to max_prior_ratio times slower (measured by the same device
+ * and build). Targets and priors are admitted through the one road
+ * (eval_score_tsel up to the build, lowering to exactly the record's
+ * trace). One JSON object a line, in docs/training.md's format, plus
+ * "speedup_over_baseline" / "speedup_over_prior". Deterministic. */
+typedef struct {
+  const search_db *db;
+  const data_splits *splits;
+  data_split split;     /* train */
+  int max_priors;       /* 3 */
+  double min_gain;      /* 1.1 */
+  double max_prior_ratio; /* 10 */
+  FILE *progress;       /* a line every 100 workloads; NULL: quiet */
+} data_build_opts;
+
+typedef struct {
+  int64_t workloads;    /* with at least one correct record */
+  int64_t construct, refine;
+  int64_t no_valid;     /* workloads without a correct record */
+  int64_t unreadable;   /* whose kernel does not parse or is not the split's */
+  int64_t refused[8];   /* targets and priors refused, by the gate (eval_gate) */
+  char first_refusal[256];
+} data_build_stats;
+
+void data_build_opts_default(data_build_opts *o);
+/* Appends the examples to out. False only for missing inputs. */
+bool data_build_examples(const data_build_opts *o, dg_str *out, data_build_stats *s,
+                         dg_status *st);
+
 #endif

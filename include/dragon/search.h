@@ -415,7 +415,7 @@ void search_measure_cpu(void *ctx, const dg_func *f, const search_cand *cand, in
  * timed with the L2 flushed before each (the median is recorded). Init
  * fails clearly where there is no GPU or NVRTC. */
 typedef struct search_cuda_measure_state search_cuda_measure_state;
-typedef struct {
+typedef struct search_cuda_measure {
   int repeats;      /* timed runs, 1..8 */
   double timeout_s; /* per run of a candidate */
   uint64_t seed;    /* data */

@@ -19,7 +19,6 @@
 #include "dragon/data.h"
 
 #include <string.h>
-#include <zstd.h>
 
 #include "dragon/wl.h"
 
@@ -28,7 +27,7 @@
 #define TRAIN_PARTS 9400
 #define VAL_PARTS 300
 #define SPLIT_HASH_SEED 0x73706c6974ull /* "split" */
-#define ZSTD_LEVEL 19
+#define ZSTD_LEVEL 19 /* the committed file: small, written once */
 #define MAX_TEXT ((size_t)256 << 20)
 #define MAX_COUNT 100000000
 
@@ -348,68 +347,20 @@ char *data_splits_text(const data_splits *t, size_t *len) {
 bool data_splits_save(const data_splits *t, const char *path, dg_status *st) {
   size_t n;
   char *text = data_splits_text(t, &n);
-  size_t cap = ZSTD_compressBound(n);
-  char *z = dg_malloc(cap);
-  ZSTD_CCtx *cx = ZSTD_createCCtx();
-  DG_ASSERT(cx != NULL);
-  ZSTD_CCtx_setParameter(cx, ZSTD_c_compressionLevel, ZSTD_LEVEL);
-  ZSTD_CCtx_setParameter(cx, ZSTD_c_checksumFlag, 1);
-  size_t zn = ZSTD_compress2(cx, z, cap, text, n);
-  ZSTD_freeCCtx(cx);
+  dg_str z;
+  dg_str_init(&z);
+  bool ok = dg_zstd_pack(text, n, ZSTD_LEVEL, &z, st);
   free(text);
-  bool ok;
-  if (ZSTD_isError(zn))
-    ok = dg_fail(st, DG_ERR_RUNTIME, "%s: zstd: %s", path, ZSTD_getErrorName(zn));
-  else
-    ok = dg_write_file_atomic(path, z, zn, st);
-  free(z);
+  if (ok) ok = dg_write_file_atomic(path, z.s, z.len, st);
+  else dg_status_prefix(st, "%s", path);
+  dg_str_free(&z);
   return ok;
 }
 
 /* ---- reading -------------------------------------------------------------- */
 
-/* Decompresses every frame of a zstd stream into a NUL-terminated text. */
 static char *unpack(const void *bytes, size_t n, const char *name, size_t *len, dg_status *st) {
-  static const unsigned char zmagic[4] = {0x28, 0xb5, 0x2f, 0xfd};
-  if (n == 0) {
-    dg_fail(st, DG_ERR_PARSE, "%s: empty file", name);
-    return NULL;
-  }
-  if (n < 4 || memcmp(bytes, zmagic, 4) != 0) {
-    dg_fail(st, DG_ERR_PARSE, "%s: not a zstd stream (bad frame magic)", name);
-    return NULL;
-  }
-  ZSTD_DCtx *dx = ZSTD_createDCtx();
-  DG_ASSERT(dx != NULL);
-  dg_str out;
-  dg_str_init(&out);
-  ZSTD_inBuffer in = {bytes, n, 0};
-  size_t ret = 0;
-  char buf[1 << 16];
-  bool ok = true;
-  /* stop when the input is used up and the frame gives no more output */
-  for (;;) {
-    ZSTD_outBuffer o = {buf, sizeof buf, 0};
-    ret = ZSTD_decompressStream(dx, &o, &in);
-    if (ZSTD_isError(ret)) {
-      ok = dg_fail(st, DG_ERR_PARSE, "%s: corrupt zstd stream: %s", name, ZSTD_getErrorName(ret));
-      break;
-    }
-    if (out.len + o.pos > MAX_TEXT) {
-      ok = dg_fail(st, DG_ERR_PARSE, "%s: more than %zu MiB uncompressed", name, MAX_TEXT >> 20);
-      break;
-    }
-    dg_str_putn(&out, buf, o.pos);
-    if (in.pos == in.size && o.pos < o.size) break;
-  }
-  ZSTD_freeDCtx(dx);
-  if (ok && ret != 0) ok = dg_fail(st, DG_ERR_PARSE, "%s: truncated zstd stream", name);
-  if (!ok) {
-    dg_str_free(&out);
-    return NULL;
-  }
-  *len = out.len;
-  return dg_str_take(&out);
+  return dg_zstd_unpack(bytes, n, name, MAX_TEXT, len, st);
 }
 
 /* Parses a whole decimal number of at most 20 digits that fits in u64. */

@@ -1,0 +1,85 @@
+/* eval.h: judging schedules: the one road from a TSEL graph to a measured
+ * kernel, and (later sections) the evaluation's metrics.
+ *
+ * Whoever wrote a graph (the search, the model, a user), it walks the same
+ * gates in the same order: the text parses; its header names the kernel;
+ * it type-checks against the kernel; it lowers to a trace (equal to an
+ * expected one, where the caller has it); the trace replays exactly on the
+ * kernel; the scheduled kernel builds (lowering, VerifyGPUCode, code for
+ * the target, compiled); its outputs match the float64 reference on fresh
+ * inputs; it is timed on the GPU. The result names the first gate that
+ * failed and why, or that every gate asked for passed, with the times.
+ * Example admission (`dragon data build`), `dragon optimize`, `dragon eval`
+ * and the GRPO reward all call eval_score_tsel, so the model is trained and
+ * judged by the same rules.
+ */
+#ifndef DRAGON_EVAL_H
+#define DRAGON_EVAL_H
+
+#include "dragon/ir.h"
+#include "dragon/sched.h"
+
+/* X(enum suffix, name), in the order a graph walks them. */
+#define EVAL_GATE_LIST(X)                                                    \
+  X(PARSE, "parse")     /* TSEL text -> graph */                             \
+  X(HEADER, "header")   /* `tsel 1 kernel SPEC` names the kernel */          \
+  X(CHECK, "check")     /* typed against the kernel (tsel_check) */          \
+  X(LOWER, "lower")     /* graph -> trace (equal to the expected one) */      \
+  X(REPLAY, "replay")   /* the trace replays exactly on the kernel */        \
+  X(BUILD, "build")     /* lowered, VerifyGPUCode, emitted, compiled */      \
+  X(NUMERIC, "numeric") /* outputs match the float64 reference */            \
+  X(MEASURE, "measure") /* timed on the GPU */
+
+typedef enum {
+#define X(e, name) EVAL_GATE_##e,
+  EVAL_GATE_LIST(X)
+#undef X
+  EVAL_GATE_COUNT,
+  EVAL_PASSED = EVAL_GATE_COUNT, /* every gate asked for passed */
+} eval_gate;
+
+/* "parse", ..., "measure"; "passed" for EVAL_PASSED. */
+const char *eval_gate_name(eval_gate g);
+
+struct search_cuda_measure;
+
+typedef struct {
+  const dg_func *kernel;   /* the unscheduled kernel the graph is for */
+  const char *spec;        /* HEADER: the graph must name this spec (NULL: any) */
+  eval_gate last;          /* the last gate to run (EVAL_GATE_BUILD: no numbers) */
+  /* LOWER: the trace must be exactly this trace JSON (NULL: any) */
+  const char *expect_trace;
+  /* BUILD: compile the emitted code (CUDA through NVRTC); false stops at
+   * the verified, emitted source */
+  bool compile;
+  /* NUMERIC and MEASURE: on the GPU through this measurement (checked on
+   * its first run against the float64 reference of its seed, then timed);
+   * NULL: NUMERIC in the C emulation of the GPU program on the CPU, one
+   * check per seed, and no MEASURE */
+  struct search_cuda_measure *gpu;
+  /* NUMERIC on the CPU: the kernel whose float64 results are expected
+   * (NULL: kernel itself, unscheduled) */
+  const dg_func *reference;
+  const uint64_t *seeds;   /* NUMERIC on the CPU: fresh inputs per seed */
+  int n_seeds;             /* 0: seeds 1 and 2 */
+} eval_score_opts;
+
+typedef struct {
+  eval_gate failed;        /* the first gate that failed, or EVAL_PASSED */
+  char reason[512];        /* why it failed ("" when it passed) */
+  sched_trace *trace;      /* from LOWER on (owned) */
+  dg_func *scheduled;      /* from REPLAY on (owned) */
+  uint64_t kernel_hash;    /* ir_func_hash of the scheduled kernel */
+  double secs;             /* MEASURE: the median of the timed runs */
+  double t_total;          /* wall seconds in eval_score_tsel */
+} eval_score;
+
+/* Runs the gates up to o->last on a graph's text (name stands for it in
+ * messages, e.g. a file name or "sample 3"). Returns true when every gate
+ * asked for passed; false with out->failed and out->reason otherwise. Never
+ * crashes on any text. */
+bool eval_score_tsel(const char *text, const char *name, const eval_score_opts *o,
+                     eval_score *out);
+void eval_score_free(eval_score *s);
+
+#endif

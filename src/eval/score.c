@@ -1,0 +1,188 @@
+/* score.c: the one road from a TSEL graph to a measured kernel (eval.h).
+ *
+ * Each gate is a function of the previous gate's product; the first that
+ * fails stops the walk and names itself and the reason. Nothing here
+ * trusts the text: parse and check report located errors, the lowered
+ * trace is replayed in the exact mode (a decision that does not fit is
+ * refused, never repaired), the build goes through lowering and
+ * VerifyGPUCode before any code is emitted, and the numbers are checked
+ * against the float64 reference of the unscheduled kernel with poisoned
+ * outputs (NaN never passes).
+ */
+#include <string.h>
+
+#include "dragon/codegen.h"
+#include "dragon/eval.h"
+#include "dragon/lower.h"
+#include "dragon/rt.h"
+#include "dragon/rt_cuda.h"
+#include "dragon/search.h"
+#include "dragon/tsel.h"
+
+const char *eval_gate_name(eval_gate g) {
+  static const char *const names[] = {
+#define X(e, name) name,
+      EVAL_GATE_LIST(X)
+#undef X
+  };
+  _Static_assert(DG_ARRAY_LEN(names) == EVAL_GATE_COUNT, "one name per gate");
+  if (g == EVAL_PASSED) return "passed";
+  DG_ASSERT(g >= 0 && g < EVAL_GATE_COUNT);
+  return names[g];
+}
+
+static bool fail_at(eval_score *out, eval_gate g, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool fail_at(eval_score *out, eval_gate g, const char *fmt, ...) {
+  out->failed = g;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(out->reason, sizeof out->reason, fmt, ap);
+  va_end(ap);
+  return false;
+}
+
+/* BUILD: lowering, VerifyGPUCode, CUDA source, and NVRTC if asked. */
+static bool build(const eval_score_opts *o, const dg_func *f, eval_score *out) {
+  dg_status st;
+  lw_program *lp = lower_program(f, NULL, &st);
+  if (!lp) return fail_at(out, EVAL_GATE_BUILD, "lowering: %s", st.msg);
+  if (!lower_verify(lp, &lower_limits_sm90, &st)) {
+    lower_program_free(lp);
+    return fail_at(out, EVAL_GATE_BUILD, "VerifyGPUCode: %s", st.msg);
+  }
+  char *src = codegen_emit_program(lp, &codegen_lang_cuda, &st);
+  lower_program_free(lp);
+  if (!src) return fail_at(out, EVAL_GATE_BUILD, "codegen: %s", st.msg);
+  bool ok = true;
+  if (o->compile) {
+    rt_cubin bin;
+    const char *arch = o->gpu && o->gpu->arch[0] ? o->gpu->arch : NULL;
+    if (!rt_nvrtc_compile(src, "graph", arch, &bin, &st))
+      ok = fail_at(out, EVAL_GATE_BUILD, "%s", st.msg);
+    rt_cubin_free(&bin);
+  }
+  free(src);
+  return ok;
+}
+
+/* NUMERIC on the CPU: the C emulation of the GPU program, one check per
+ * seed against the float64 reference. */
+static bool numeric_cpu(const eval_score_opts *o, const dg_func *f, eval_score *out) {
+  static const uint64_t default_seeds[] = {1, 2};
+  const uint64_t *seeds = o->n_seeds > 0 ? o->seeds : default_seeds;
+  int n = o->n_seeds > 0 ? o->n_seeds : (int)DG_ARRAY_LEN(default_seeds);
+  for (int i = 0; i < n; i++) {
+    rt_check chk;
+    dg_status st;
+    if (!rt_program_check_c(o->reference ? o->reference : o->kernel, f, seeds[i], &chk, &st))
+      return fail_at(out, EVAL_GATE_NUMERIC, "seed %llu: %s", (unsigned long long)seeds[i],
+                     st.msg);
+    if (!chk.pass)
+      return fail_at(out, EVAL_GATE_NUMERIC, "seed %llu: wrong numbers: %s",
+                     (unsigned long long)seeds[i], chk.first_bad);
+  }
+  return true;
+}
+
+/* NUMERIC and MEASURE on the GPU: one candidate through the measurement,
+ * which checks its first run and times the rest. */
+static bool on_gpu(const eval_score_opts *o, eval_score *out) {
+  search_cand c = {out->trace, out->scheduled, out->kernel_hash, 0, false};
+  search_measure_result r;
+  search_measure_cuda(o->gpu, o->kernel, &c, 1, &r, NULL);
+  if (r.n_secs == 0) {
+    /* A result the worker ran and found wrong is the numeric gate's; one
+     * that failed on the GPU otherwise (setup, load, launch, fault,
+     * timeout, crash) the measurement's; anything that failed before the
+     * GPU (lowering, NVRTC) the build's. */
+    static const char *const gpu_fails[] = {"setup error", "load error", "launch error",
+                                            "illegal address", "device error", "timeout",
+                                            "worker crashed", "GPU"};
+    eval_gate g = EVAL_GATE_BUILD;
+    if (strncmp(r.error, rt_fail_name(RT_FAIL_WRONG), strlen(rt_fail_name(RT_FAIL_WRONG))) == 0)
+      g = EVAL_GATE_NUMERIC;
+    for (size_t i = 0; i < DG_ARRAY_LEN(gpu_fails); i++)
+      if (strncmp(r.error, gpu_fails[i], strlen(gpu_fails[i])) == 0) g = EVAL_GATE_MEASURE;
+    return fail_at(out, g, "%s", r.error);
+  }
+  out->secs = r.secs[0];
+  return true;
+}
+
+bool eval_score_tsel(const char *text, const char *name, const eval_score_opts *o,
+                     eval_score *out) {
+  memset(out, 0, sizeof *out);
+  out->failed = EVAL_PASSED;
+  double t0 = dg_now();
+  dg_status st;
+  bool ok = false;
+  tsel_graph *g = tsel_parse(text ? text : "", name, &st);
+  if (!g) {
+    fail_at(out, EVAL_GATE_PARSE, "%s", st.msg);
+    goto done;
+  }
+  if (o->last < EVAL_GATE_HEADER) goto passed;
+  if (o->spec && strcmp(tsel_graph_kernel(g), o->spec) != 0) {
+    fail_at(out, EVAL_GATE_HEADER, "%s: the graph is for '%.200s', not '%.200s'",
+            name ? name : "graph", tsel_graph_kernel(g), o->spec);
+    goto done;
+  }
+  if (o->last < EVAL_GATE_CHECK) goto passed;
+  if (!tsel_check(g, o->kernel, TSEL_TARGET_CUDA, &st)) {
+    fail_at(out, EVAL_GATE_CHECK, "%s", st.msg);
+    goto done;
+  }
+  if (o->last < EVAL_GATE_LOWER) goto passed;
+  out->trace = tsel_lower(g, &st);
+  if (!out->trace) {
+    fail_at(out, EVAL_GATE_LOWER, "%s", st.msg);
+    goto done;
+  }
+  if (o->expect_trace) {
+    char *json = sched_trace_to_json(out->trace);
+    sched_trace *want = sched_trace_from_json(o->expect_trace, &st);
+    char *want_json = want ? sched_trace_to_json(want) : NULL;
+    bool same = want_json && strcmp(json, want_json) == 0;
+    free(json);
+    free(want_json);
+    sched_trace_free(want);
+    if (!same) {
+      fail_at(out, EVAL_GATE_LOWER, "the graph lowers to a trace other than the expected one");
+      goto done;
+    }
+  }
+  if (o->last < EVAL_GATE_REPLAY) goto passed;
+  {
+    sched *s = sched_new(o->kernel, 0);
+    if (!sched_replay(s, out->trace, false, false, &st)) {
+      fail_at(out, EVAL_GATE_REPLAY, "%s", st.msg);
+      sched_free(s);
+      goto done;
+    }
+    out->scheduled = ir_func_clone(sched_func(s));
+    out->kernel_hash = ir_func_hash(out->scheduled);
+    sched_free(s);
+  }
+  if (o->last < EVAL_GATE_BUILD) goto passed;
+  if (!build(o, out->scheduled, out)) goto done;
+  if (o->last < EVAL_GATE_NUMERIC) goto passed;
+  if (o->gpu) {
+    if (!on_gpu(o, out)) goto done;
+  } else if (!numeric_cpu(o, out->scheduled, out)) {
+    goto done;
+  }
+passed:
+  ok = true;
+done:
+  tsel_graph_free(g);
+  out->t_total = dg_now() - t0;
+  return ok;
+}
+
+void eval_score_free(eval_score *s) {
+  sched_trace_free(s->trace);
+  ir_func_free(s->scheduled);
+  s->trace = NULL;
+  s->scheduled = NULL;
+}

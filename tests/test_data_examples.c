@@ -1,0 +1,235 @@
+/* test_data_examples.c: construction and refinement examples
+ * (src/data/examples.c, `dragon data build`).
+ *
+ * The committed examples are rebuilt byte for byte from the committed
+ * records; every committed training example names a train workload whose
+ * kernel no sealed split holds; examples of a split never hold another
+ * split's workload, even when the database holds them all; a planted bad
+ * target is refused at its gate with its reason and the next record
+ * becomes the target; refinement priors are slower than their target by
+ * the asked gain and come from the same device and build. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dragon/data.h"
+#include "dragon/eval.h"
+#include "dragon/search.h"
+#include "dragon/wl.h"
+#include "test.h"
+
+static const data_splits *splits(void) {
+  static data_splits *t;
+  if (!t) {
+    dg_status st;
+    t = data_splits_load(DATA_SPLIT_FILE, &st);
+    if (!t) dg_test_fail(__FILE__, __LINE__, "%s", st.msg);
+  }
+  return t;
+}
+
+static char *read_zst(const char *path) {
+  dg_status st;
+  size_t n, len;
+  char *z = dg_read_file(path, &n, &st);
+  if (!z) return NULL;
+  char *text = dg_zstd_unpack(z, n, path, 0, &len, &st);
+  free(z);
+  return text;
+}
+
+DG_TEST(data_examples_rebuild_byte_for_byte) {
+  char args[1024];
+  snprintf(args, sizeof args, "data build --out %s/examples --quiet", dg_test_tmpdir());
+  char *out = NULL;
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  free(out);
+  static const char *const names[] = {"train", "val", "test"};
+  for (size_t i = 0; i < DG_ARRAY_LEN(names); i++) {
+    char a[600], b[600];
+    snprintf(a, sizeof a, "data/examples/%s.jsonl.zst", names[i]);
+    snprintf(b, sizeof b, "%s/examples/%s.jsonl.zst", dg_test_tmpdir(), names[i]);
+    dg_status st;
+    size_t na, nb;
+    char *x = dg_read_file(a, &na, &st), *y = dg_read_file(b, &nb, &st);
+    CHECK_MSG(x && y, "%s or %s missing", a, b);
+    CHECK_MSG(na == nb && memcmp(x, y, na) == 0, "%s differs from its rebuild", a);
+    free(x);
+    free(y);
+  }
+}
+
+/* Every committed training example: a train workload, whose kernel (by
+ * structural hash) is in no sealed split. */
+DG_TEST(data_examples_committed_train_holds_no_sealed_workload) {
+  const data_splits *t = splits();
+  CHECK(t);
+  int64_t n = data_splits_count(t);
+  /* the kernel hashes of every sealed workload */
+  DG_VEC(uint64_t) sealed = {0};
+  for (int64_t i = 0; i < n; i++)
+    if (!data_split_is_training(data_splits_at(t, i)->split))
+      DG_VEC_PUSH(&sealed, data_splits_at(t, i)->kernel_hash);
+  char *text = read_zst("data/examples/train.jsonl.zst");
+  CHECK(text);
+  int lines = 0;
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    json_t *j = json_loads(line, 0, NULL);
+    CHECK(j);
+    const char *spec = json_string_value(json_object_get(j, "workload"));
+    const data_split_entry *e = spec ? data_splits_find(t, spec) : NULL;
+    CHECK_MSG(e && e->split == DATA_SPLIT_TRAIN, "%s is not a train workload", spec);
+    dg_status st;
+    dg_func *f = wl_build(spec, &st);
+    CHECK(f);
+    uint64_t h = ir_func_hash(f);
+    ir_func_free(f);
+    for (size_t k = 0; k < sealed.len; k++) CHECK_MSG(sealed.data[k] != h, "%s: sealed kernel", spec);
+    json_decref(j);
+    lines++;
+  }
+  CHECK(lines > 0);
+  free(text);
+  DG_VEC_FREE(&sealed);
+}
+
+/* The first cheap workload of split s in the committed file. */
+static const char *cheap_of(data_split s) {
+  const data_splits *t = splits();
+  for (int64_t i = data_splits_next(t, s, 0); i >= 0; i = data_splits_next(t, s, i + 1)) {
+    dg_status st;
+    dg_func *f = wl_build(data_splits_at(t, i)->spec, &st);
+    bool cheap = f && data_label_work(f) < 4e5;
+    ir_func_free(f);
+    if (cheap) return data_splits_at(t, i)->spec;
+  }
+  return NULL;
+}
+
+/* Records for spec in db: n distinct design-space samples, the i-th
+ * measured at (n - i) microseconds (the last the fastest), and a baseline. */
+static bool add_samples(search_db *db, const char *spec, int n, char hash[21]) {
+  dg_status st;
+  dg_func *f = wl_build(spec, &st);
+  if (!f || !search_db_add_workload(db, spec, f, hash, &st)) return false;
+  search_space sp;
+  if (!search_space_generate(f, NULL, &sp, &st)) return false;
+  dg_rng rng;
+  dg_rng_seed(&rng, 5);
+  int got = 0;
+  DG_VEC(uint64_t) seen = {0};
+  for (int tries = 0; tries < 400 && got < n; tries++) {
+    sched *s = search_sample(f, &sp, NULL, &rng, NULL, &st);
+    if (!s) continue;
+    uint64_t kh = ir_func_hash(sched_func(s));
+    bool dup = false;
+    for (size_t k = 0; k < seen.len; k++) dup |= seen.data[k] == kh;
+    if (!dup) {
+      DG_VEC_PUSH(&seen, kh);
+      char *json = sched_trace_to_json(sched_get_trace(s));
+      double secs = 1e-6 * (double)(n - got);
+      search_record r = {hash, json, &secs, 1, NULL, "cuda", "2026-12-01T00:00:00Z", kh,
+                         "dragon test lower 1", "GPU T"};
+      bool ok = search_db_add_record(db, &r, NULL, &st);
+      free(json);
+      if (!ok) return false;
+      got++;
+    }
+    sched_free(s);
+  }
+  double b = 50e-6;
+  search_record base = {hash, "[[],[]]", &b, 1, NULL, "cuda", "2026-12-01T00:00:00Z", 0,
+                        "dragon test lower 1", "GPU T"};
+  bool ok = got == n && search_db_add_baseline(db, &base, NULL, &st);
+  DG_VEC_FREE(&seen);
+  search_space_free(&sp);
+  ir_func_free(f);
+  return ok;
+}
+
+DG_TEST(data_examples_split_holds_only_its_workloads) {
+  dg_status st;
+  search_db *db;
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/examples_db", dg_test_tmpdir());
+  CHECK(search_db_open(dir, &db, &st));
+  const char *specs[DATA_SPLIT_COUNT];
+  for (int s = 0; s < DATA_SPLIT_COUNT; s++) {
+    specs[s] = cheap_of((data_split)s);
+    CHECK_MSG(specs[s], "no cheap workload in %s", data_split_name((data_split)s));
+    char h[21];
+    CHECK_MSG(add_samples(db, specs[s], 3, h), "%s", specs[s]);
+  }
+  for (int s = 0; s < DATA_SPLIT_COUNT; s++) {
+    data_build_opts o;
+    data_build_opts_default(&o);
+    o.db = db;
+    o.splits = splits();
+    o.split = (data_split)s;
+    o.min_gain = 1.1;
+    dg_str text;
+    dg_str_init(&text);
+    data_build_stats bs;
+    CHECK(data_build_examples(&o, &text, &bs, &st));
+    CHECK_MSG(bs.construct == 1, "%s: %lld construction examples (%s)",
+              data_split_name((data_split)s), (long long)bs.construct, bs.first_refusal);
+    /* 3 us and 2 us are slower than 1 us by 3x and 2x: two refinements */
+    CHECK_EQ(bs.refine, 2);
+    for (char *line = strtok(text.s, "\n"); line; line = strtok(NULL, "\n")) {
+      json_t *j = json_loads(line, 0, NULL);
+      CHECK(j);
+      CHECK_STREQ(json_string_value(json_object_get(j, "workload")), specs[s]);
+      if (strcmp(json_string_value(json_object_get(j, "kind")), "refine") == 0)
+        CHECK(json_real_value(json_object_get(j, "speedup_over_prior")) >= 1.1);
+      json_decref(j);
+    }
+    dg_str_free(&text);
+  }
+  search_db_close(db);
+}
+
+DG_TEST(data_examples_planted_bad_target_refused_at_its_gate) {
+  dg_status st;
+  search_db *db;
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/examples_bad", dg_test_tmpdir());
+  CHECK(search_db_open(dir, &db, &st));
+  const char *spec = cheap_of(DATA_SPLIT_TRAIN);
+  CHECK(spec);
+  char h[21];
+  CHECK(add_samples(db, spec, 2, h));
+  /* the fastest record of all: a trace whose block does not exist */
+  double fast = 1e-7;
+  search_record bad = {h, "[[[\"GetBlock\",[],[\"nope\",\"main\"],[\"b0\"]]],[]]", &fast, 1, NULL,
+                       "cuda", "2026-12-01T00:00:00Z", 0, "dragon test lower 1", "GPU T"};
+  CHECK(search_db_add_record(db, &bad, NULL, &st));
+  data_build_opts o;
+  data_build_opts_default(&o);
+  o.db = db;
+  o.splits = splits();
+  dg_str text;
+  dg_str_init(&text);
+  data_build_stats bs;
+  CHECK(data_build_examples(&o, &text, &bs, &st));
+  CHECK_EQ(bs.construct, 1);
+  int64_t refused = 0;
+  for (int g = 0; g < EVAL_GATE_COUNT; g++) refused += bs.refused[g];
+  CHECK_EQ(refused, 1);
+  CHECK_MSG(bs.refused[EVAL_GATE_CHECK] == 1 || bs.refused[EVAL_GATE_REPLAY] == 1, "%s",
+            bs.first_refusal);
+  CHECK_MSG(strstr(bs.first_refusal, "nope"), "%s", bs.first_refusal);
+  /* the target is the next record, 1 us: its example says so */
+  CHECK(!strstr(text.s, "nope"));
+  char *nl = strchr(text.s, '\n');
+  CHECK(nl);
+  *nl = 0;
+  json_t *j = json_loads(text.s, 0, NULL);
+  CHECK(j);
+  CHECK_STREQ(json_string_value(json_object_get(j, "kind")), "construct");
+  json_t *src = json_array_get(json_object_get(j, "source_records"), 0);
+  CHECK_NEAR(json_real_value(json_object_get(src, "secs")), 1e-6, 1e-12);
+  json_decref(j);
+  dg_str_free(&text);
+  search_db_close(db);
+}

@@ -1,0 +1,194 @@
+/* test_eval_score.c: the one road from a TSEL graph to a checked kernel
+ * (src/eval/score.c). A good graph passes every gate the CPU can run; a
+ * failure planted at each gate is reported at that gate, with its reason,
+ * and no later gate runs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dragon/eval.h"
+#include "dragon/search.h"
+#include "dragon/tsel.h"
+#include "dragon/wl.h"
+#include "test.h"
+
+#define GMM "batch_matmul:b=1,n=128,m=128,k=128,dtype=f32"
+
+/* The graph of a trace file on a workload, as dragon writes labels. */
+static char *graph_of(const char *trace_path, const char *spec, const dg_func *f) {
+  dg_status st;
+  size_t len;
+  char *json = dg_read_file(trace_path, &len, &st);
+  if (!json) return NULL;
+  sched_trace *t = sched_trace_from_json(json, &st);
+  free(json);
+  if (!t) return NULL;
+  tsel_graph *g = tsel_lift(t, spec, f, NULL, &st);
+  sched_trace_free(t);
+  if (!g) return NULL;
+  char *text = tsel_print(g);
+  tsel_graph_free(g);
+  return text;
+}
+
+static void opts_for(eval_score_opts *o, const dg_func *f, eval_gate last) {
+  memset(o, 0, sizeof *o);
+  o->kernel = f;
+  o->spec = GMM;
+  o->last = last;
+}
+
+/* Replaces the first occurrence of `from` in text by `to` (a new string). */
+static char *edit(const char *text, const char *from, const char *to) {
+  const char *p = strstr(text, from);
+  if (!p) return NULL;
+  dg_str s;
+  dg_str_init(&s);
+  dg_str_putn(&s, text, (size_t)(p - text));
+  dg_str_puts(&s, to);
+  dg_str_puts(&s, p + strlen(from));
+  return dg_str_take(&s);
+}
+
+DG_TEST(eval_score_good_graph_passes_each_gate) {
+  dg_status st;
+  dg_func *f = wl_build(GMM, &st);
+  CHECK_MSG(f, "%s", st.msg);
+  char *text = graph_of("schedules/GMM.json", GMM, f);
+  CHECK(text);
+  for (int last = EVAL_GATE_PARSE; last <= EVAL_GATE_NUMERIC; last++) {
+    eval_score_opts o;
+    opts_for(&o, f, (eval_gate)last);
+    eval_score r;
+    bool ok = eval_score_tsel(text, "GMM.tsel", &o, &r);
+    CHECK_MSG(ok && r.failed == EVAL_PASSED, "up to %s: failed at %s: %s",
+              eval_gate_name((eval_gate)last), eval_gate_name(r.failed), r.reason);
+    if (last >= EVAL_GATE_REPLAY) CHECK(r.scheduled && r.kernel_hash == ir_func_hash(r.scheduled));
+    eval_score_free(&r);
+  }
+  /* the lowered trace is the hand schedule's, exactly */
+  size_t len;
+  char *json = dg_read_file("schedules/GMM.json", &len, &st);
+  CHECK(json);
+  eval_score_opts o;
+  opts_for(&o, f, EVAL_GATE_LOWER);
+  o.expect_trace = json;
+  eval_score r;
+  CHECK_MSG(eval_score_tsel(text, "GMM.tsel", &o, &r), "%s", r.reason);
+  eval_score_free(&r);
+  free(json);
+  free(text);
+  ir_func_free(f);
+}
+
+/* Expects the graph to fail at gate g with a reason containing want. */
+static void expect_gate(const char *text, const eval_score_opts *o, eval_gate g, const char *want) {
+  eval_score r;
+  bool ok = eval_score_tsel(text, "planted.tsel", o, &r);
+  CHECK_MSG(!ok && r.failed == g, "want %s, got %s: %s", eval_gate_name(g),
+            eval_gate_name(r.failed), r.reason);
+  CHECK_MSG(strstr(r.reason, want), "reason: %s (want '%s')", r.reason, want);
+  /* no later gate ran: nothing built past the failure */
+  if (g <= EVAL_GATE_LOWER) CHECK(r.scheduled == NULL);
+  CHECK(r.secs == 0);
+  eval_score_free(&r);
+}
+
+DG_TEST(eval_score_planted_failure_at_each_gate) {
+  dg_status st;
+  dg_func *f = wl_build(GMM, &st);
+  CHECK_MSG(f, "%s", st.msg);
+  char *good = graph_of("schedules/GMM.json", GMM, f);
+  CHECK(good);
+  eval_score_opts o;
+  opts_for(&o, f, EVAL_GATE_NUMERIC);
+
+  /* parse: not TSEL at all; the place is named */
+  expect_gate("tsel 1 kernel " GMM "\nhello world\n", &o, EVAL_GATE_PARSE, "planted.tsel:2:");
+  /* header: a graph for another workload */
+  char *other = edit(good, "n=128,", "n=64,");
+  CHECK(other);
+  expect_gate(other, &o, EVAL_GATE_HEADER, "not '" GMM "'");
+  free(other);
+  /* check: a tile with one factor more than its loop's extent allows */
+  const char *p = strstr(good, " tile ");
+  CHECK(p);
+  const char *lb = strchr(p, '[');
+  CHECK(lb);
+  dg_str s;
+  dg_str_init(&s);
+  dg_str_putn(&s, good, (size_t)(lb - good));
+  dg_str_puts(&s, "[7 ");
+  dg_str_puts(&s, lb + 1);
+  char *bad_tile = dg_str_take(&s);
+  expect_gate(bad_tile, &o, EVAL_GATE_CHECK, "tile");
+  free(bad_tile);
+  /* replay: a graph that types but that the primitive refuses (the output
+   * reduction block cannot be inlined) */
+  expect_gate("tsel 1 kernel " GMM "\nt1 block \"Z\"\nt2 inline t1\n", &o, EVAL_GATE_REPLAY,
+              "nline");
+  /* lower: the graph lowers, but not to the trace the record holds */
+  size_t len;
+  char *space = dg_read_file("tests/data/traces/gmm0_space.json", &len, &st);
+  CHECK(space);
+  o.expect_trace = space;
+  expect_gate(good, &o, EVAL_GATE_LOWER, "other than the expected");
+  o.expect_trace = NULL;
+  free(space);
+  /* build: a schedule past the shared-memory limit of VerifyGPUCode */
+  char *big = graph_of("tests/data/traces/gmm0_space.json", GMM, f);
+  CHECK(big);
+  expect_gate(big, &o, EVAL_GATE_BUILD, "shared memory");
+  free(big);
+  /* numeric: the scheduled kernel against another computation's reference
+   * (the same buffers and block names, another reduction) */
+  dg_func *rsum = wl_build("reduce_sum:m=64,n=256,dtype=f32", &st);
+  dg_func *rmax = wl_build("reduce_max:m=64,n=256,dtype=f32", &st);
+  CHECK(rsum && rmax);
+  char *rgraph = NULL;
+  {
+    /* the untuned baseline, written as a graph */
+    eval_score_opts ro;
+    memset(&ro, 0, sizeof ro);
+    ro.kernel = rsum;
+    ro.last = EVAL_GATE_NUMERIC;
+    sched *bs = NULL;
+    CHECK_MSG(search_baseline_schedule(rsum, NULL, &bs, &st), "%s", st.msg);
+    tsel_graph *g = tsel_lift(sched_get_trace(bs), "reduce_sum:m=64,n=256,dtype=f32", rsum, NULL,
+                              &st);
+    CHECK(g);
+    rgraph = tsel_print(g);
+    tsel_graph_free(g);
+    sched_free(bs);
+    eval_score r;
+    CHECK_MSG(eval_score_tsel(rgraph, "rsum.tsel", &ro, &r), "%s: %s", eval_gate_name(r.failed),
+              r.reason);
+    eval_score_free(&r);
+    ro.reference = rmax;
+    expect_gate(rgraph, &ro, EVAL_GATE_NUMERIC, "wrong numbers");
+  }
+  free(rgraph);
+  ir_func_free(rsum);
+  ir_func_free(rmax);
+  free(good);
+  ir_func_free(f);
+}
+
+DG_TEST(eval_score_any_text_is_judged_not_crashed) {
+  dg_status st;
+  dg_func *f = wl_build(GMM, &st);
+  CHECK(f);
+  static const char *const texts[] = {"", "\n", "tsel", "tsel 1 kernel", "tsel 1 kernel " GMM,
+                                      "tsel 1 kernel " GMM "\nt1 loops t9 x3\n",
+                                      "tsel 2 kernel " GMM "\n", "\xff\xfe"};
+  for (size_t i = 0; i < DG_ARRAY_LEN(texts); i++) {
+    eval_score_opts o;
+    opts_for(&o, f, EVAL_GATE_NUMERIC);
+    eval_score r;
+    bool ok = eval_score_tsel(texts[i], "x.tsel", &o, &r);
+    /* an empty graph of the right kernel is the unscheduled kernel, which
+     * does not build for the GPU; everything else fails earlier */
+    CHECK_MSG(!ok && r.failed != EVAL_PASSED && r.reason[0], "text %zu passed", i);
+    eval_score_free(&r);
+  }
+  ir_func_free(f);
+}
