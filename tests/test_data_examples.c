@@ -233,3 +233,25 @@ DG_TEST(data_examples_planted_bad_target_refused_at_its_gate) {
   dg_str_free(&text);
   search_db_close(db);
 }
+
+/* The committed card is what `dragon data card` writes from the committed
+ * records and examples (the plot aside). */
+DG_TEST(data_card_matches_committed) {
+  char args[1024];
+  snprintf(args, sizeof args, "data card --out %s/CARD.md --plot %s/card.png", dg_test_tmpdir(),
+           dg_test_tmpdir());
+  char *out = NULL;
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  free(out);
+  char path[600];
+  snprintf(path, sizeof path, "%s/CARD.md", dg_test_tmpdir());
+  dg_status st;
+  size_t na, nb;
+  char *a = dg_read_file("data/CARD.md", &na, &st), *b = dg_read_file(path, &nb, &st);
+  CHECK(a && b);
+  CHECK_MSG(na == nb && memcmp(a, b, na) == 0, "data/CARD.md differs from `dragon data card`");
+  CHECK(strstr(a, "## Labelled workloads by family and split"));
+  free(a);
+  free(b);
+}

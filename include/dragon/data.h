@@ -207,4 +207,22 @@ void data_build_opts_default(data_build_opts *o);
 bool data_build_examples(const data_build_opts *o, dg_str *out, data_build_stats *s,
                          dg_status *st);
 
+/* ---- the dataset card ---- */
+
+/* The card (card.c, `dragon data card`): records and their provenance,
+ * labelled workloads per family, split and dtype, the best-over-baseline
+ * and target-over-prior speedups, the examples per split and kind, as
+ * Markdown into md; with points, one line per plotted value ("best FAMILY
+ * X" and "gain SPLIT X"). Deterministic. */
+typedef struct {
+  const search_db *db;
+  const data_splits *splits;
+  const char *const *examples;      /* (n_examples) the examples files' texts */
+  const char *const *example_names; /* their splits' names */
+  int n_examples;
+  const char *plot_name;            /* the plot's file name for the card, or NULL */
+} data_card_opts;
+
+bool data_card_write(const data_card_opts *o, dg_str *md, dg_str *points, dg_status *st);
+
 #endif

@@ -206,6 +206,7 @@ int cmd_data(int argc, char **argv) {
       {"split", sub_split, "the universe of workloads and its train/val/test/held-out splits"},
       {"label", cmd_data_label, "tune a split's workloads with small budgets into one database"},
       {"build", cmd_data_build, "construction and refinement examples from the committed records"},
+      {"card", cmd_data_card, "the dataset card: counts, speedups, provenance, and its plot"},
   };
   if (argc >= 2)
     for (size_t i = 0; i < DG_ARRAY_LEN(subs); i++)
