@@ -224,6 +224,9 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
     to.device = device;
     to.is_gpu = true;
     to.evolve.population_size = o->population;
+    /* the C emulation measures a candidate in a second or more: smaller
+     * rounds, so that the budget is checked often */
+    if (!o->on_gpu) to.evolve.num_trials_per_iter = 16;
     to.evolve.threads = o->threads;
     if (to.evolve.init_min_unmeasured > o->population / 2)
       to.evolve.init_min_unmeasured = o->population / 2;
