@@ -20,6 +20,9 @@
 #   LABEL_ARGS  more flags for `dragon data label` (e.g. --trials-min 32)
 #   DG_COMMIT the commit being run, where the tree has no git (recorded in
 #             every record by a binary built here)
+#   SCALING=1 first measure how NVRTC scales here (bench/nvrtc_scaling.sh on
+#             committed candidates; needs $BUILD/bench_nvrtc, carried or
+#             built), into OUTDIR/nvrtc_scaling.txt
 set -uo pipefail
 OUTDIR=${1:?usage: scripts/gpu_label.sh OUTDIR}
 mkdir -p "$OUTDIR"
@@ -44,6 +47,12 @@ DRAGON=./$BUILD/dragon
 note "dragon: $("$DRAGON" data label --help >/dev/null 2>&1 && echo ok || echo 'cannot run')"
 # The float64 references of large workloads run their outer loops on all cores.
 export DRAGON_CFLAGS="-fopenmp"
+
+if [ -n "${SCALING:-}" ]; then
+  [ -x "$BUILD/bench_nvrtc" ] || build_logged "$BUILD/bench_nvrtc" ${DG_COMMIT:+DG_COMMIT=$DG_COMMIT}
+  BUILD=$BUILD timeout 240 bench/nvrtc_scaling.sh "$OUTDIR" >"$LOGDIR/scaling.log" 2>&1
+  note "nvrtc scaling: exit $?; $(tail -6 "$LOGDIR/scaling.log" | tr '\n' ';')"
+fi
 
 # The measuring road must work before any budget goes into labelling: a
 # hand schedule and the untuned baseline, run and checked on the GPU.
