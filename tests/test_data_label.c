@@ -139,7 +139,8 @@ DG_TEST(data_label_cpu_kill_and_resume) {
   dg_status st;
   search_db *db;
   CHECK(search_db_open(dir, &db, &st));
-  CHECK_EQ(search_db_warning_count(db), 0);
+  /* at most the line being written when the kill came is torn */
+  CHECK(search_db_warning_count(db) <= 1);
   data_label_opts o;
   opts_for(&o, db, 2);
   o.trials_min = o.trials_max = 12;
