@@ -83,8 +83,8 @@ test: $(BUILD)/dragon_tests $(BIN)
 test-asan:
 	$(MAKE) SANITIZE=1 BUILD=build-asan OPT=-O1 test
 
-# The gpu_ tests run for real where rt_cuda_available finds a GPU and pass
-# with a note elsewhere.
+# The gpu_ tests run for real where rt_cuda_available finds a GPU and are
+# counted as skipped, with the reason, elsewhere.
 test-gpu: $(BUILD)/dragon_tests $(BIN)
 	DRAGON_BIN=$(BIN) ./$(BUILD)/dragon_tests gpu_
 

@@ -1,7 +1,8 @@
 /* main.c: the test runner. One table of named tests (generated from the
  * DG_TEST lines); runs those whose name contains the filter argument; prints
- * failures as they happen and `N passed, N failed` alone on its last line;
- * exits non-zero on any failure. */
+ * failures as they happen, each test as `ok`, `FAIL` or `skip NAME  reason`,
+ * and `N passed, N failed, N skipped` alone on its last line; exits non-zero
+ * on any failure (a skip is not one). */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -23,6 +24,8 @@ static const struct {
 };
 
 static int current_failed;
+static bool current_skipped;
+static char current_skip_reason[512];
 static const char *current_name;
 static char tmpdir[256];
 
@@ -34,6 +37,18 @@ void dg_test_fail(const char *file, int line, const char *fmt, ...) {
   va_end(ap);
   fputc('\n', stderr);
   current_failed = 1;
+}
+
+void dg_test_skip(const char *fmt, ...) {
+  if (current_skipped) return;
+  current_skipped = true;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(current_skip_reason, sizeof current_skip_reason, fmt, ap);
+  va_end(ap);
+  /* one line: the reason is printed after the name */
+  for (char *p = current_skip_reason; *p; p++)
+    if (*p == '\n') *p = ' ';
 }
 
 int dg_test_run_dragon(const char *args, const char *input, char **out) {
@@ -89,21 +104,30 @@ static void cleanup(void) {
 int main(int argc, char **argv) {
   const char *filter = argc > 1 ? argv[1] : NULL;
   atexit(cleanup);
-  int passed = 0, failed = 0;
+  int passed = 0, failed = 0, skipped = 0;
   double t_all = dg_now();
   for (size_t i = 0; i < DG_ARRAY_LEN(tests); i++) {
     if (filter && !strstr(tests[i].name, filter)) continue;
     current_name = tests[i].name;
     current_failed = 0;
+    current_skipped = false;
+    current_skip_reason[0] = 0;
     double t0 = dg_now();
     tests[i].fn();
     double dt = dg_now() - t0;
-    if (current_failed) failed++;
-    else passed++;
-    printf("%s %-40s %6.2fs\n", current_failed ? "FAIL" : "ok  ", tests[i].name, dt);
+    if (current_failed) {
+      failed++;
+      printf("FAIL %-40s %6.2fs\n", tests[i].name, dt);
+    } else if (current_skipped) {
+      skipped++;
+      printf("skip %-40s  %s\n", tests[i].name, current_skip_reason);
+    } else {
+      passed++;
+      printf("ok   %-40s %6.2fs\n", tests[i].name, dt);
+    }
     fflush(stdout);
   }
   printf("total %.1fs\n", dg_now() - t_all);
-  printf("%d passed, %d failed\n", passed, failed);
+  printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
   return failed ? 1 : 0;
 }

@@ -12,7 +12,7 @@ bool nt_gpu_here(void) {
   dg_status st;
   dg_status_ok(&st);
   if (nn_cuda_device_count(&st) > 0) return true;
-  printf("  note: no GPU, test skipped: %s\n", st.msg);
+  dg_test_skip("no GPU: %s", st.msg);
   return false;
 }
 

@@ -9,7 +9,7 @@
 
 #ifdef DG_HAVE_CUDA
 
-/* A GPU is here; otherwise prints why the test is skipped. */
+/* A GPU is here; otherwise marks the test skipped, with why. */
 bool nt_gpu_here(void);
 
 /* Elementwise |a - b| <= thr * max|b| + rel * |b| and, over the tensor,

@@ -3,6 +3,8 @@
  * A test is `DG_TEST(name) { ... }` in tests/test_*.c; the Makefile collects
  * the names into the runner's table. A failing CHECK prints file:line and
  * returns from the current (void) function; CHECKR returns a value instead.
+ * A test that cannot run here (no GPU, no NVRTC) says so with SKIP(reason)
+ * or dg_test_skip: it is counted as skipped, never as passed.
  */
 #ifndef DRAGON_TEST_H
 #define DRAGON_TEST_H
@@ -20,6 +22,18 @@
 
 void dg_test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Marks the current test skipped, with why (printf format): it is listed
+ * as `skip NAME  reason` and counted apart from those that passed, even if
+ * part of it ran; a failing check still makes it a failure. The first
+ * reason given is the one listed. */
+void dg_test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* dg_test_skip, then return from the current (void) function. */
+#define SKIP(...)                                                             \
+  do {                                                                        \
+    dg_test_skip(__VA_ARGS__);                                                \
+    return;                                                                   \
+  } while (0)
 
 #define CHECKR(c, ret)                                                        \
   do {                                                                        \

@@ -1,7 +1,7 @@
 /* test_codegen_device.c: scheduled kernels lowered to device programs, run
  * through the C emulation of blocks and threads against the float64
- * reference, and their CUDA source compiled by NVRTC for sm_90 (skipped
- * with a note where NVRTC is absent).
+ * reference, and their CUDA source compiled by NVRTC for sm_90 (the test
+ * is counted skipped where NVRTC is absent).
  *
  * Schedules (TVM trace JSON): a 256^3 GEMM bound to blockIdx/threadIdx; a
  * tiled GMM/0 in MetaSchedule's shape (vthread, shared caches with a
@@ -58,7 +58,7 @@ static bool run_emulated(const dg_func *ref, const lw_program *p, rt_check *chk,
 static int nvrtc_check(const lw_program *p, dg_status *st) {
   dg_status probe;
   if (!rt_nvrtc_available(&probe)) {
-    printf("  (skip: NVRTC not available: %s)\n", probe.msg);
+    dg_test_skip("NVRTC not available: %s", probe.msg);
     return -1;
   }
   char *src = codegen_emit_program(p, &codegen_lang_cuda, st);

@@ -3,7 +3,7 @@
  * cuda_*: without a GPU: tasks handed back as they finish (rt_tasks, the
  * compile pipeline's thread pool) and the pool's choice of worker (the one
  * with warm caches first, a fresh replacement last).
- * gpu_*: on a GPU (skipped with a note elsewhere): jobs that share a data
+ * gpu_*: on a GPU (skipped elsewhere, SKIP): jobs that share a data
  * set reuse its device buffers (data_cached), and the cache never lets one
  * job's values reach another's check: a fault or a hang retires the worker
  * and the next job rebuilds; two data sets and a rewritten data file in
@@ -111,11 +111,11 @@ DG_TEST(cuda_worker_prefers_warm) {
 static bool have_gpu(void) {
   dg_status st;
   if (!rt_cuda_available(&st)) {
-    printf("  note: no GPU, test skipped: %s\n", st.msg);
+    dg_test_skip("no GPU: %s", st.msg);
     return false;
   }
   if (!rt_nvrtc_available(&st)) {
-    printf("  note: NVRTC is not here, test skipped: %s\n", st.msg);
+    dg_test_skip("NVRTC is not here: %s", st.msg);
     return false;
   }
   return true;

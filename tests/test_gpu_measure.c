@@ -94,8 +94,7 @@ static void print_stats(const search_cuda_measure *m) {
 DG_TEST(search_cuda_measure_pipeline) {
   dg_status st;
   if (!rt_nvrtc_available(&st)) {
-    printf("  note: NVRTC is not here, test skipped: %s\n", st.msg);
-    return;
+    SKIP("NVRTC is not here: %s", st.msg);
   }
   bool on_gpu = rt_cuda_available(&st);
   search_cuda_measure m = {3, 10, 1, NULL};
@@ -132,8 +131,7 @@ DG_TEST(search_cuda_measure_pipeline) {
 DG_TEST(gpu_measure_cuda_rounds) {
   dg_status st;
   if (!rt_cuda_available(&st) || !rt_nvrtc_available(&st)) {
-    printf("  note: no GPU or NVRTC, test skipped: %s\n", st.msg);
-    return;
+    SKIP("no GPU or NVRTC: %s", st.msg);
   }
   search_cuda_measure m = {3, 10, 1, NULL};
   CHECK_MSG(search_cuda_measure_init(&m, &st), "%s", st.msg);

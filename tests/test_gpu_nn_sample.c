@@ -6,7 +6,7 @@
  * the same logits and the same uniform draw; `sample-model --device`
  * rejects unknown devices and says why cuda cannot be used here.
  *
- * GPU tier (gpu_nn_sample_*, pass with a note without a GPU):
+ * GPU tier (gpu_nn_sample_*, skipped without a GPU):
  * - logits: prompts of different lengths (1 to 90 tokens, padded together
  *   in one prefill, and again in many small prefill groups), then 19 steps
  *   fed the C reference's greedy tokens; every step's logits of every row
@@ -337,7 +337,7 @@ done:
 #endif /* DG_HAVE_CUDA */
 
 #ifndef DG_HAVE_CUDA
-static void no_cuda_note(void) { printf("  note: built without CUDA (no nvcc), test skipped\n"); }
+static void no_cuda_note(void) { dg_test_skip("built without CUDA (no nvcc)"); }
 #endif
 
 DG_TEST(gpu_nn_sample_greedy_matches_cpu) {

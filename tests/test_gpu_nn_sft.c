@@ -6,7 +6,7 @@
  * a message that says why; the fixture below trains on the CPU with a
  * validation split.
  *
- * GPU tier (gpu_nn_sft_*, pass with a note without a GPU): six kernel
+ * GPU tier (gpu_nn_sft_*, skipped without a GPU): six kernel
  * examples, a GQA model with head_dim 16 (the CUDA attention's smallest),
  * 10 AdamW steps at lr 1e-3 with warmup 2 (the setting of
  * test_nn_cuda.c's training check):
@@ -194,7 +194,7 @@ static bool gpu_here(void) {
   dg_status st;
   dg_status_ok(&st);
   if (train_device_available(TRAIN_DEVICE_CUDA, &st)) return true;
-  printf("  note: test skipped: %s\n", st.msg);
+  dg_test_skip("%s", st.msg);
   return false;
 }
 

@@ -1,6 +1,6 @@
 /* test_nn_cuda.c: the CUDA model (nn_cuda.h) against the C reference.
  *
- * gpu_nn_*: run on a GPU (make test-gpu), pass with a note elsewhere or in a
+ * gpu_nn_*: run on a GPU (make test-gpu), skipped elsewhere or in a
  * build without nvcc. Four configs cover the attention kernel's head dims
  * (16, 32, 64, 128), grouped-query and plain heads, QD != C, and T that is
  * and is not a multiple of the 64-row tile. Each checks, against the fp32
@@ -397,7 +397,7 @@ static void run_attention_case(const att_case *c, uint64_t seed) {
 #endif /* DG_HAVE_CUDA */
 
 #ifndef DG_HAVE_CUDA
-static void no_cuda_note(void) { printf("  note: built without CUDA (no nvcc), test skipped\n"); }
+static void no_cuda_note(void) { dg_test_skip("built without CUDA (no nvcc)"); }
 #endif
 
 DG_TEST(gpu_nn_matches_c_tiny) {
@@ -657,9 +657,7 @@ DG_TEST(gpu_nn_two_gpus_match_one) {
   dg_status_ok(&st);
   int n = nn_cuda_device_count(&st);
   if (n < 2) {
-    printf("  note: %d GPU(s), the two-GPU check needs 2; skipped%s%s\n", n, n ? "" : ": ",
-           n ? "" : st.msg);
-    return;
+    SKIP("%d GPU(s), the two-GPU check needs 2%s%s", n, n ? "" : ": ", n ? "" : st.msg);
   }
   /* the ranks are forked by train_bench, which has not touched CUDA */
   /* train_bench sits beside the test binary (and beside $DRAGON_BIN) */

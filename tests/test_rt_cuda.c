@@ -1,11 +1,11 @@
 /* test_rt_cuda.c: the CUDA runtime and the workers.
  *
  * cuda_*: what runs without a GPU: NVRTC compiling real kernels to CUBIN and
- * PTX (skipped with a note where libnvrtc is absent), its error log, batch
+ * PTX (skipped where libnvrtc is absent), its error log, batch
  * and grouped compilation, the worker pool with a fake job handler that
  * crashes, hangs, exits or succeeds, a crashing CPU kernel run through a
  * worker, the GPU job path up to the point where a GPU is needed.
- * gpu_*: on a GPU (skipped with a note elsewhere; `make test-gpu` runs
+ * gpu_*: on a GPU (skipped elsewhere; `make test-gpu` runs
  * them): vector add, tiled matmul and a two-launch program with an
  * intermediate buffer, each checked against the CPU's float64 reference; a
  * faulting and a hanging kernel that cost one job each while the pool goes
@@ -22,7 +22,7 @@
 static bool have_nvrtc(void) {
   dg_status st;
   if (rt_nvrtc_available(&st)) return true;
-  printf("  note: NVRTC is not here, test skipped: %s\n", st.msg);
+  dg_test_skip("NVRTC is not here: %s", st.msg);
   return false;
 }
 
@@ -61,8 +61,7 @@ DG_TEST(cuda_nvrtc_cubin_and_ptx) {
 DG_TEST(cuda_nvrtc_time_limit) {
   if (!have_nvrtc()) return;
   if (!rt_nvrtc_can_cancel()) {
-    printf("  note: this NVRTC cannot stop a compilation (before CUDA 12.8), test skipped\n");
-    return;
+    SKIP("this NVRTC cannot stop a compilation (before CUDA 12.8)");
   }
   /* a body NVVM takes a while over: 512 unrolled dependent updates */
   dg_str src;
@@ -434,8 +433,7 @@ static bool pool_run(rt_worker_pool *p, const rt_cuda_job *job, rt_cuda_result *
 DG_TEST(cuda_job_path_without_gpu) {
   dg_status st;
   if (rt_cuda_available(&st)) {
-    printf("  note: a GPU is here; the gpu_ tests cover this path\n");
-    return;
+    SKIP("a GPU is here; the gpu_ tests cover this path");
   }
   CHECK(st.msg[0] != 0 && strstr(st.msg, "cuda") != NULL);
   ref_case c;
@@ -488,7 +486,7 @@ DG_TEST(cuda_job_path_without_gpu) {
 static bool have_gpu(void) {
   dg_status st;
   if (!rt_cuda_available(&st)) {
-    printf("  note: no GPU, test skipped: %s\n", st.msg);
+    dg_test_skip("no GPU: %s", st.msg);
     return false;
   }
   return have_nvrtc();

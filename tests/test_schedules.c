@@ -6,8 +6,8 @@
  * to blockIdx/threadIdx (the launch shapes below are the ones
  * schedules/README.md explains), compute the right numbers through the C
  * emulation of blocks and threads against the float64 reference
- * (rt_program_check_c), and compile as CUDA with NVRTC for sm_90 (skipped
- * with a note where NVRTC is absent).
+ * (rt_program_check_c), and compile as CUDA with NVRTC for sm_90 (the test
+ * is counted skipped where NVRTC is absent).
  *
  * C3D/0 is 13 GFLOP, too slow to emulate here: its trace is replayed,
  * lowered and compiled on the real shape, and emulated on a smaller
@@ -77,7 +77,7 @@ static sched *hand_replay(const char *name, const char *spec, sched_replay_mode 
 static int hand_nvrtc(const lw_program *p, const char *name) {
   dg_status st;
   if (!rt_nvrtc_available(&st)) {
-    printf("  (skip NVRTC for %s: %s)\n", name, st.msg);
+    dg_test_skip("NVRTC not available (%s first): %s", name, st.msg);
     return -1;
   }
   char *src = codegen_emit_program(p, &codegen_lang_cuda, &st);

@@ -386,7 +386,7 @@ DG_TEST(space_tc_hand_schedule_is_a_sample) {
     CHECK_MSG(ok, "nvrtc: %s\n%s", st.msg, bin.log ? bin.log : "");
     rt_cubin_free(&bin);
   } else {
-    printf("  (skip: NVRTC not available: %s)\n", probe.msg);
+    dg_test_skip("NVRTC not available: %s", probe.msg);
   }
   free(cu);
   lower_program_free(p);
@@ -400,8 +400,7 @@ DG_TEST(gpu_space_tc_samples) {
    * against the float64 reference */
   dg_status st;
   if (!rt_cuda_available(&st)) {
-    printf("  note: no GPU, test skipped: %s\n", st.msg);
-    return;
+    SKIP("no GPU: %s", st.msg);
   }
   static const char spec[] = "gemm:m=1024,n=1024,k=1024,trans_a=0,trans_b=0,dtype=f16";
   dg_func *f = wl_build(spec, &st);

@@ -1,6 +1,6 @@
 /* test_wmma.c: tensorized (WMMA) blocks lowered end to end: fragments,
  * warp execution, the C emulation against the float64 reference, the CUDA
- * source compiled by NVRTC for sm_90 (skipped with a note where NVRTC is
+ * source compiled by NVRTC for sm_90 (counted skipped where NVRTC is
  * absent), the hand-written f16 GEMM schedules of schedules/, and the
  * rejected cases with their messages.
  *
@@ -89,7 +89,7 @@ static dg_func *wmma_gemm(const dg_func *f, const gemm_opts *o) {
 static int nvrtc_compiles(const lw_program *p, dg_status *st) {
   dg_status probe;
   if (!rt_nvrtc_available(&probe)) {
-    printf("  (skip: NVRTC not available: %s)\n", probe.msg);
+    dg_test_skip("NVRTC not available: %s", probe.msg);
     return -1;
   }
   char *src = codegen_emit_program(p, &codegen_lang_cuda, st);

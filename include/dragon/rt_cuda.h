@@ -21,6 +21,7 @@
 #ifndef DRAGON_RT_CUDA_H
 #define DRAGON_RT_CUDA_H
 
+#include "dragon/lower.h"
 #include "dragon/rt.h"
 
 /* ---- libraries (cuda_api.c) ---------------------------------------------- */
@@ -344,16 +345,98 @@ void rt_worker_result_free(rt_worker_result *r);
 bool rt_worker_call(rt_worker_fn fn, void *ctx, const void *job, size_t len,
                     double timeout_s, rt_worker_result *r, dg_status *st);
 
+/* ---- building a scheduled kernel (build.c) ----------------------------------- */
+
+/* The one road from a scheduled kernel to compiled code, for every caller
+ * (dragon emit and run, rt_program_check_c, rt_program_run_cuda, the
+ * tuner's GPU measurement). Its stages, in order; the first that fails
+ * stops the build and is named with its message:
+ *   verify         ir_verify: the scheduled kernel is well formed
+ *   lowering       lower_program: the device launches (lower.h)
+ *   VerifyGPUCode  the launches within the target's limits (lower_verify)
+ *   codegen        the target's source (codegen.h)
+ *   compile        NVRTC (CUDA) or the system C compiler (C targets)
+ * RT_BUILD_C has no lowering and no limits: the kernel as plain loops. */
+#define RT_BUILD_STAGE_LIST(X) \
+  X(VERIFY, "verify")          \
+  X(LOWER, "lowering")         \
+  X(LIMITS, "VerifyGPUCode")   \
+  X(CODEGEN, "codegen")        \
+  X(COMPILE, "compile")        \
+  X(DONE, "built")
+typedef enum {
+#define X(id, name) RT_BUILD_##id,
+  RT_BUILD_STAGE_LIST(X)
+#undef X
+  RT_BUILD_STAGE_COUNT
+} rt_build_stage;
+const char *rt_build_stage_name(rt_build_stage s);
+
+typedef enum {
+  RT_BUILD_C,           /* the kernel as plain C loops (dragon run --target cpu) */
+  RT_BUILD_C_EMULATION, /* lowered; the C target emulating blocks and threads */
+  RT_BUILD_CUDA,        /* lowered; CUDA C compiled by NVRTC */
+} rt_build_target;
+
+typedef struct {
+  rt_build_target target;
+  /* CUDA: "sm_90", "sm_90a", "compute_90", ...; NULL: rt_build_arch's */
+  const char *arch;
+  /* VerifyGPUCode's limits; NULL: those of the architecture (arch, or the
+   * default one where the target is not compiled for a device) */
+  const lw_limits *limits;
+  bool no_limits;         /* lower without checking the limits (no such stage) */
+  double compile_limit_s; /* NVRTC stops past it (<= 0: no limit) */
+  bool compile;           /* false: stop once the source is there */
+  /* C targets: the float64 reference (same parameters, usually the
+   * unscheduled kernel) in the same translation unit; NULL: none */
+  const dg_func *reference;
+  const char *name;       /* the source's file name in NVRTC's messages; NULL: "dragon" */
+} rt_build_opts;
+
+/* What a build made, as far as it got. Free with rt_build_free, whether
+ * the build succeeded or not. */
+typedef struct {
+  rt_build_target target;
+  rt_build_stage stage;  /* the stage that failed; RT_BUILD_DONE once built */
+  char arch[16];         /* CUDA: what it was (or would be) compiled for */
+  lw_program *prog;      /* the lowered program (not for RT_BUILD_C) */
+  char *source;          /* the target's source */
+  rt_cubin bin;          /* CUDA, compiled; bin.log is NVRTC's even when it failed */
+  /* C targets, compiled: the kernel (RT_BUILD_C: CODEGEN_KERNEL_FN) or the
+   * emulated program (CODEGEN_PROGRAM_FN), and the reference when asked */
+  rt_cpu_kernel *fn, *ref_fn;
+  double t_lower;        /* seconds: verify, lowering and limits */
+  double t_codegen, t_compile;
+} rt_build;
+
+/* Builds `scheduled` as o says. False with st set (and out->stage the
+ * stage that failed) when a stage fails; every stage before it left its
+ * product in *out. Safe on several threads at once. */
+bool rt_program_build(const dg_func *scheduled, const rt_build_opts *o, rt_build *out,
+                      dg_status *st);
+void rt_build_free(rt_build *b);
+
+/* The architecture a CUDA build compiles for when none is given: the
+ * device's, "sm_%d%d" of rt_cuda_device_info, or the default (sm_90, the
+ * H200's) where no GPU is seen. The first call may probe the GPU. */
+void rt_build_arch(char *out, size_t n);
+/* The limits VerifyGPUCode checks for an architecture (NULL: the default
+ * one). Only sm_90's are written down (lower_limits_sm90); every other
+ * architecture is held to them as well. */
+const lw_limits *rt_build_limits_for(const char *arch);
+
 /* ---- a scheduled kernel on the GPU, end to end (program.c) ------------------ */
 
-/* Lowers f, emits CUDA, compiles it with NVRTC for sm_90, computes `ref`'s
- * float64 reference on the CPU, and runs the program on the GPU in a worker
- * process (a fault or a hang costs the worker, not the caller): checked on
- * the first run (unless !check: then the inputs are drawn in the worker and
- * nothing is compared, for shapes whose CPU reference would take too long), then `repeats` timed runs with the L2 flushed before each.
- * True when the candidate was judged (res says ok or why not: compile
- * error, wrong numbers, timeout, ...); false with st set when the tool
- * could not do its part (no GPU, no NVRTC, f does not lower). */
+/* Builds f for CUDA (rt_program_build, for rt_build_arch's architecture),
+ * computes `ref`'s float64 reference on the CPU, and runs the program on
+ * the GPU in a worker process (a fault or a hang costs the worker, not the
+ * caller): checked on the first run (unless !check: then the inputs are
+ * drawn in the worker and nothing is compared, for shapes whose CPU
+ * reference would take too long), then `repeats` timed runs with the L2
+ * flushed before each. True when the candidate was judged (res says ok or
+ * why not: compile error, wrong numbers, timeout, ...); false with st set
+ * when the tool could not do its part (no GPU, no NVRTC, f does not lower). */
 bool rt_program_run_cuda(const dg_func *ref, const dg_func *f, uint64_t seed, int repeats,
                          bool check, double timeout_s, rt_cuda_result *res, dg_status *st);
 

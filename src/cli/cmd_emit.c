@@ -1,14 +1,15 @@
 /* cmd_emit.c: `dragon emit KERNEL [--trace T.json] --target cuda|c`:
  * replays a trace (without one: the untuned baseline, TVM's
- * DefaultGPUSchedule, search_baseline_schedule), lowers the scheduled
- * kernel to device launches (lower/) and prints the generated source: CUDA
- * C for sm_90, or the C that emulates the launches on the CPU. --lowered
- * prints the lowered program instead. */
+ * DefaultGPUSchedule, search_baseline_schedule), builds the scheduled
+ * kernel up to its source (rt_program_build: lowered to device launches,
+ * checked against the GPU's limits) and prints it: CUDA C, or the C that
+ * emulates the launches on the CPU. --lowered prints the lowered program
+ * instead. */
 #include <string.h>
 
 #include "cli/cli.h"
-#include "dragon/codegen.h"
 #include "dragon/lower.h"
+#include "dragon/rt_cuda.h"
 #include "dragon/search.h"
 
 int cmd_emit(int argc, char **argv) {
@@ -28,7 +29,7 @@ int cmd_emit(int argc, char **argv) {
                          "Replays a schedule trace on a kernel (a workload spec or alias, a\n"
                          "kernel-text file, or - for stdin), lowers it to device launches and\n"
                          "prints the generated source. The kernel must be bound to\n"
-                         "blockIdx/threadIdx; a kernel beyond sm_90's limits is rejected.\n"
+                         "blockIdx/threadIdx; a kernel beyond the GPU's limits is rejected.\n"
                          "Without --trace the kernel gets the untuned baseline, TVM's\n"
                          "DefaultGPUSchedule: each block's data-parallel loops fused and\n"
                          "bound to blockIdx.x/threadIdx.x (blocks already bound are kept).",
@@ -37,8 +38,12 @@ int cmd_emit(int argc, char **argv) {
   int npos;
   int rc = cli_parse(&spec, argc, argv, &pos, &npos);
   if (rc) return rc < 0 ? CLI_OK : rc;
-  const dg_lang *lang = codegen_lang_find(target);
-  if (!lang) {
+  rt_build_opts bo = {.no_limits = no_verify};
+  if (strcmp(target, "cuda") == 0) {
+    bo.target = RT_BUILD_CUDA;
+  } else if (strcmp(target, "c") == 0) {
+    bo.target = RT_BUILD_C_EMULATION;
+  } else {
     fprintf(stderr, "dragon emit: --target: unknown target '%s' (cuda or c)\n", target);
     free(pos);
     return CLI_USAGE;
@@ -54,11 +59,13 @@ int cmd_emit(int argc, char **argv) {
     ir_func_free(f);
     return cli_report("emit", &st);
   }
-  lower_opts lo = {.skip_verify = no_verify};
-  lw_program *p = lower_program(sched_func(s), &lo, &st);
+  rt_build b;
+  bool built = rt_program_build(sched_func(s), &bo, &b, &st);
+  /* the lowered program is printed even where the target cannot express it */
   char *out = NULL;
-  if (p) out = lowered ? lower_print(p) : codegen_emit_program(p, lang, &st);
-  lower_program_free(p);
+  if (lowered && b.prog) out = lower_print(b.prog);
+  else if (built) out = b.source, b.source = NULL;
+  rt_build_free(&b);
   sched_free(s);
   ir_func_free(f);
   if (!out) return cli_report("emit", &st);

@@ -7,13 +7,14 @@
  * TVM's DefaultGPUSchedule (search_baseline_schedule): what speedups are
  * measured against.
  *
- * Targets:
+ * Targets (each built by rt_program_build, rt_cuda.h):
  *   cpu   the kernel as plain C on the CPU (loops as written; timing is CPU
  *         time of the kernel, median of --repeat runs);
  *   c     the GPU's program emulated on the CPU: lowered to device kernels,
  *         blocks and threads as loops split at barriers (a check, no timing);
- *   cuda  the lowered program compiled with NVRTC and run on the GPU by a
- *         worker process, L2 flushed before each timed run.
+ *   cuda  the lowered program compiled with NVRTC for the device's
+ *         architecture and run on the GPU by a worker process, L2 flushed
+ *         before each timed run.
  * Exit 0 if the check passes, 1 if it fails or anything goes wrong, 2 for
  * usage errors (a spec that does not parse included).
  */
@@ -21,7 +22,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "dragon/codegen.h"
 #include "dragon/rt.h"
 #include "dragon/rt_cuda.h"
 #include "dragon/search.h"
@@ -48,30 +48,29 @@ static int run_cpu(const char *canon, const dg_func *ref, const dg_func *f, int6
   else dist = RT_DIST_POSITIVE;
 
   int rc = CLI_ERROR;
-  char *src = NULL;
-  rt_cpu_kernel *k[2] = {NULL, NULL};
+  rt_build b;
   rt_tensors ts = {0};
   double *times = NULL;
 
-  src = codegen_emit_source(f, ref, &codegen_lang_c, &st);
-  static const char *const names[2] = {CODEGEN_KERNEL_FN, CODEGEN_REFERENCE_FN};
-  if (!src || !rt_cpu_compile_many(src, names, 2, k, &st) || !rt_tensors_init(&ts, f, &st)) {
+  /* the kernel as plain loops, beside the reference */
+  rt_build_opts bo = {.target = RT_BUILD_C, .compile = true, .reference = ref};
+  if (!rt_program_build(f, &bo, &b, &st) || !rt_tensors_init(&ts, f, &st)) {
     rc = cli_report("run", &st);
     goto done;
   }
   rt_data_fill(&ts, (uint64_t)seed, dist);
-  rt_cpu_call(k[1], ts.ref_args);
+  rt_cpu_call(b.ref_fn, ts.ref_args);
 
   times = dg_malloc(sizeof(double) * (size_t)repeat);
   double t0 = dg_now();
-  rt_cpu_call(k[0], ts.args);
+  rt_cpu_call(b.fn, ts.args);
   times[0] = dg_now() - t0;
   rt_check chk;
   rt_check_outputs(&ts, rt_check_reduce_len(f), &chk);
   rt_checksum sum = rt_data_checksum(&ts);
   for (int64_t i = 1; i < repeat; i++) {
     t0 = dg_now();
-    rt_cpu_call(k[0], ts.args);
+    rt_cpu_call(b.fn, ts.args);
     times[i] = dg_now() - t0;
   }
   qsort(times, (size_t)repeat, sizeof(double), cmp_double);
@@ -104,9 +103,7 @@ static int run_cpu(const char *canon, const dg_func *ref, const dg_func *f, int6
 done:
   free(times);
   rt_tensors_free(&ts);
-  rt_cpu_free(k[0]);
-  rt_cpu_free(k[1]);
-  free(src);
+  rt_build_free(&b);
   return rc;
 }
 
@@ -142,7 +139,10 @@ static int run_cuda(const char *canon, const dg_func *ref, const dg_func *f, int
     return cli_report("run", &st);
   printf("spec      %s\n", canon);
   printf("schedule  %s\n", schedule);
-  printf("target    cuda (NVRTC sm_90, one worker process, L2 flushed before each timed run)\n");
+  char arch[16];
+  rt_build_arch(arch, sizeof arch); /* what rt_program_run_cuda compiled for */
+  printf("target    cuda (NVRTC %s, one worker process, L2 flushed before each timed run)\n",
+         arch);
   printf("inputs    seed %lld\n", (long long)seed);
   if (res.fail != RT_FAIL_NONE) {
     printf("result    FAIL  %s: %s\n", rt_fail_name(res.fail), res.reason);

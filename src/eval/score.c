@@ -11,9 +11,7 @@
  */
 #include <string.h>
 
-#include "dragon/codegen.h"
 #include "dragon/eval.h"
-#include "dragon/lower.h"
 #include "dragon/rt.h"
 #include "dragon/rt_cuda.h"
 #include "dragon/search.h"
@@ -42,27 +40,20 @@ static bool fail_at(eval_score *out, eval_gate g, const char *fmt, ...) {
   return false;
 }
 
-/* BUILD: lowering, VerifyGPUCode, CUDA source, and NVRTC if asked. */
+/* BUILD: the one build path (rt_program_build) for CUDA: verify,
+ * lowering, VerifyGPUCode, the source, and NVRTC if asked. */
 static bool build(const eval_score_opts *o, const dg_func *f, eval_score *out) {
+  rt_build_opts bo;
+  memset(&bo, 0, sizeof bo);
+  bo.target = RT_BUILD_CUDA;
+  bo.arch = o->gpu && o->gpu->arch[0] ? o->gpu->arch : NULL;
+  bo.compile = o->compile;
+  bo.name = "graph";
+  rt_build b;
   dg_status st;
-  lw_program *lp = lower_program(f, NULL, &st);
-  if (!lp) return fail_at(out, EVAL_GATE_BUILD, "lowering: %s", st.msg);
-  if (!lower_verify(lp, &lower_limits_sm90, &st)) {
-    lower_program_free(lp);
-    return fail_at(out, EVAL_GATE_BUILD, "VerifyGPUCode: %s", st.msg);
-  }
-  char *src = codegen_emit_program(lp, &codegen_lang_cuda, &st);
-  lower_program_free(lp);
-  if (!src) return fail_at(out, EVAL_GATE_BUILD, "codegen: %s", st.msg);
-  bool ok = true;
-  if (o->compile) {
-    rt_cubin bin;
-    const char *arch = o->gpu && o->gpu->arch[0] ? o->gpu->arch : NULL;
-    if (!rt_nvrtc_compile(src, "graph", arch, &bin, &st))
-      ok = fail_at(out, EVAL_GATE_BUILD, "%s", st.msg);
-    rt_cubin_free(&bin);
-  }
-  free(src);
+  bool ok = rt_program_build(f, &bo, &b, &st);
+  if (!ok) fail_at(out, EVAL_GATE_BUILD, "%s: %s", rt_build_stage_name(b.stage), st.msg);
+  rt_build_free(&b);
   return ok;
 }
 

@@ -3,8 +3,8 @@
  * reference in float64, the kernel in its own dtypes, compared with the
  * per-dtype tolerances of check.c. Compiled C (one translation unit with
  * both) or, for small kernels and no compiler, the interpreter. */
-#include "dragon/codegen.h"
 #include "dragon/rt.h"
+#include "dragon/rt_cuda.h"
 
 /* Runs the unscheduled kernel in its own dtypes on the same inputs and
  * checks again, allowing each element the unscheduled kernel's own error. */
@@ -16,12 +16,11 @@ static bool recheck_with_baseline(const dg_func *ref, rt_tensors *ts, uint64_t s
   rt_data_poison(&base);
   bool ok;
   if (compiled) {
-    char *src = codegen_emit_source(ref, NULL, &codegen_lang_c, st);
-    rt_cpu_kernel *k = NULL;
-    ok = src && rt_cpu_compile(src, CODEGEN_KERNEL_FN, &k, st);
-    if (ok) rt_cpu_call(k, base.args);
-    rt_cpu_free(k);
-    free(src);
+    rt_build_opts bo = {RT_BUILD_C, NULL, NULL, false, 0, true, NULL, "baseline"};
+    rt_build b;
+    ok = rt_program_build(ref, &bo, &b, st);
+    if (ok) rt_cpu_call(b.fn, base.args);
+    rt_build_free(&b);
   } else {
     ok = rt_interp_run(ref, base.args, false, st);
   }
@@ -40,19 +39,17 @@ bool rt_compare_cpu(const dg_func *ref, const dg_func *f, uint64_t seed, bool co
   bool ok = false;
   double t = 0;
   if (compiled) {
-    char *src = codegen_emit_source(f, ref, &codegen_lang_c, st);
-    rt_cpu_kernel *k[2] = {NULL, NULL};
-    static const char *const names[2] = {CODEGEN_KERNEL_FN, CODEGEN_REFERENCE_FN};
-    if (src && rt_cpu_compile_many(src, names, 2, k, st)) {
-      rt_cpu_call(k[1], ts.ref_args);
+    /* the kernel as plain C with its float64 reference in one unit */
+    rt_build_opts bo = {RT_BUILD_C, NULL, NULL, false, 0, true, ref, "kernel"};
+    rt_build b;
+    if (rt_program_build(f, &bo, &b, st)) {
+      rt_cpu_call(b.ref_fn, ts.ref_args);
       double t0 = dg_now();
-      rt_cpu_call(k[0], ts.args);
+      rt_cpu_call(b.fn, ts.args);
       t = dg_now() - t0;
       ok = true;
     }
-    rt_cpu_free(k[0]);
-    rt_cpu_free(k[1]);
-    free(src);
+    rt_build_free(&b);
   } else {
     double t0 = dg_now();
     ok = rt_interp_run(ref, ts.ref_args, true, st);

@@ -125,7 +125,11 @@ bool rt_nvrtc_compile_within(const char *src, const char *name, const char *arch
   out->log = dg_strdup("");
   dg_status_ok(st);
   if (!name || !*name) name = "kernel";
-  if (!arch) arch = "sm_90";
+  char dev_arch[16];
+  if (!arch) {
+    rt_build_arch(dev_arch, sizeof dev_arch); /* the device's, or the one default */
+    arch = dev_arch;
+  }
   bool is_ptx = false;
   if (!arch_ok(arch, &is_ptx))
     return dg_fail(st, DG_ERR_INVALID,

@@ -1,53 +1,33 @@
-/* program.c: running a scheduled kernel the way the GPU runs it: lowered to
- * device kernels (lower/), then either emulated on the CPU through the C
- * target (blocks and threads as loops, phases split at barriers) or
- * compiled with NVRTC and run on the GPU by a crash-isolated worker. Both
- * compare the outputs with the unscheduled kernel's float64 reference on
- * the same seeded inputs. */
+/* program.c: running a scheduled kernel the way the GPU runs it: built
+ * (build.c: lowered to device kernels, checked against the GPU's limits),
+ * then either emulated on the CPU through the C target (blocks and
+ * threads as loops, phases split at barriers) or compiled with NVRTC and
+ * run on the GPU by a crash-isolated worker. Both compare the outputs with
+ * the unscheduled kernel's float64 reference on the same seeded inputs. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "dragon/codegen.h"
-#include "dragon/lower.h"
 #include "dragon/rt.h"
 #include "dragon/rt_cuda.h"
 
-static lw_program *lower_checked(const dg_func *f, dg_status *st) {
-  if (!ir_verify(f, st)) return NULL;
-  lw_program *p = lower_program(f, NULL, st);
-  if (p && !lower_verify(p, &lower_limits_sm90, st)) {
-    lower_program_free(p);
-    return NULL;
-  }
-  return p;
-}
-
 bool rt_program_check_c(const dg_func *ref, const dg_func *f, uint64_t seed, rt_check *out,
                         dg_status *st) {
-  dg_status_ok(st);
-  lw_program *p = lower_checked(f, st);
-  if (!p) return false;
-  char *src = codegen_emit_program_source(p, ref, st);
-  lower_program_free(p);
-  if (!src) return false;
-  rt_cpu_kernel *k[2] = {NULL, NULL};
-  static const char *const names[2] = {CODEGEN_PROGRAM_FN, CODEGEN_REFERENCE_FN};
-  bool ok = rt_cpu_compile_many(src, names, 2, k, st);
-  free(src);
+  rt_build b;
+  rt_build_opts o = {.target = RT_BUILD_C_EMULATION, .compile = true, .reference = ref};
+  bool ok = rt_program_build(f, &o, &b, st);
   rt_tensors ts;
   if (ok && rt_tensors_init(&ts, ref, st)) {
     rt_data_fill(&ts, seed, rt_data_dist_for(ref));
     rt_data_poison(&ts);
-    rt_cpu_call(k[1], ts.ref_args);
-    rt_cpu_call(k[0], ts.args);
+    rt_cpu_call(b.ref_fn, ts.ref_args);
+    rt_cpu_call(b.fn, ts.args);
     rt_check_outputs(&ts, rt_check_reduce_len(ref), out);
     rt_tensors_free(&ts);
   } else {
     ok = false;
   }
-  rt_cpu_free(k[0]);
-  rt_cpu_free(k[1]);
+  rt_build_free(&b);
   return ok;
 }
 
@@ -56,26 +36,26 @@ bool rt_program_run_cuda(const dg_func *ref, const dg_func *f, uint64_t seed, in
   dg_status_ok(st);
   memset(res, 0, sizeof *res);
   if (!rt_nvrtc_available(st) || !rt_cuda_available(st)) return false;
-  lw_program *p = lower_checked(f, st);
-  if (!p) return false;
+  rt_build b;
+  rt_build_opts o = {.target = RT_BUILD_CUDA, .compile = true};
+  if (!rt_program_build(f, &o, &b, st)) {
+    bool judged = b.stage == RT_BUILD_COMPILE;
+    if (judged) { /* a recorded failure of the candidate, not of the tool */
+      res->fail = RT_FAIL_COMPILE;
+      memcpy(res->reason, st->msg, sizeof res->reason - 1);
+      res->reason[sizeof res->reason - 1] = 0;
+    }
+    rt_build_free(&b);
+    return judged;
+  }
   bool ok = false;
-  char *src = codegen_emit_program(p, &codegen_lang_cuda, st);
-  rt_cubin bin = {0};
   dg_arena *a = dg_arena_new();
   rt_cuda_program prog;
   rt_tensors ts = {0};
   bool have_ts = false;
   char path[64] = "";
   struct rt_worker_pool *pool = NULL;
-  if (!src) goto done;
-  if (!rt_nvrtc_compile(src, "dragon", "sm_90", &bin, st)) {
-    res->fail = RT_FAIL_COMPILE;
-    memcpy(res->reason, st->msg, sizeof res->reason - 1);
-    res->reason[sizeof res->reason - 1] = 0;
-    ok = true; /* a recorded failure of the candidate, not of the tool */
-    goto done;
-  }
-  if (!rt_cuda_program_from_lowered(p, a, &prog, st)) goto done;
+  if (!rt_cuda_program_from_lowered(b.prog, a, &prog, st)) goto done;
   if (!check) goto submit;
   /* the reference on the CPU, float64 */
   if (!rt_tensors_init(&ts, ref, st)) goto done;
@@ -83,13 +63,12 @@ bool rt_program_run_cuda(const dg_func *ref, const dg_func *f, uint64_t seed, in
   rt_data_fill(&ts, seed, rt_data_dist_for(ref));
   rt_data_poison(&ts);
   {
-    char *rsrc = codegen_emit_source(ref, ref, &codegen_lang_c, st);
-    rt_cpu_kernel *rk = NULL;
-    bool rok = rsrc && rt_cpu_compile(rsrc, CODEGEN_REFERENCE_FN, &rk, st);
-    free(rsrc);
+    rt_build rb;
+    rt_build_opts ro = {.target = RT_BUILD_C, .compile = true, .reference = ref};
+    bool rok = rt_program_build(ref, &ro, &rb, st);
+    if (rok) rt_cpu_call(rb.ref_fn, ts.ref_args);
+    rt_build_free(&rb);
     if (!rok) goto done;
-    rt_cpu_call(rk, ts.ref_args);
-    rt_cpu_free(rk);
   }
   snprintf(path, sizeof path, "/tmp/dragon-data-%ld-XXXXXX", (long)getpid());
   int fd = mkstemp(path);
@@ -102,7 +81,7 @@ bool rt_program_run_cuda(const dg_func *ref, const dg_func *f, uint64_t seed, in
   if (!rt_cuda_data_write(&ts, rt_check_reduce_len(ref), path, st)) goto done;
 submit:
   if (!rt_cuda_pool_new(1, 1, timeout_s, &pool, st)) goto done;
-  rt_cuda_job job = {.bin = &bin,
+  rt_cuda_job job = {.bin = &b.bin,
                      .prog = &prog,
                      .data_path = check ? path : NULL,
                      .seed = seed,
@@ -122,9 +101,7 @@ done:
   if (pool) rt_worker_pool_free(pool);
   if (path[0]) unlink(path);
   if (have_ts) rt_tensors_free(&ts);
-  rt_cubin_free(&bin);
   dg_arena_free(a);
-  free(src);
-  lower_program_free(p);
+  rt_build_free(&b);
   return ok;
 }

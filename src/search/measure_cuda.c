@@ -3,15 +3,15 @@
  * Per workload, once: the inputs are drawn from the seed, the unscheduled
  * kernel's float64 reference is computed on the CPU (compiled C), and both
  * are written to a data file that the GPU workers map (and keep on the
- * device across candidates). Per round, a pipeline: threads lower each
- * candidate, emit CUDA, compile it with NVRTC and encode its job; the
- * calling thread hands each job to the worker pool as soon as it is ready
- * and collects results as they come, matched by job id, so the GPU works
- * while the rest still compiles. One long-lived worker process runs the
- * jobs one at a time (crash-isolated: a fault or a hang costs that
- * candidate, the worker is replaced): checked
- * against the reference on their first run, then timed with the L2 flushed
- * before each repeat. A candidate that does not lower, compile, run or
+ * device across candidates). Per round, a pipeline: threads build each
+ * candidate (rt_program_build: lowered, checked against the limits, CUDA
+ * emitted and compiled by NVRTC for the device's architecture) and encode
+ * its job; the calling thread hands each job to the worker pool as soon as
+ * it is ready and collects results as they come, matched by job id, so the
+ * GPU works while the rest still compiles. One long-lived worker process
+ * runs the jobs one at a time (crash-isolated: a fault or a hang costs that
+ * candidate, the worker is replaced): checked against the reference on
+ * their first run, then timed with the L2 flushed before each repeat. A candidate that does not lower, compile, run or
  * match costs a failure reason, never the run; so does one whose NVRTC
  * compilation passes compile_limit_s (stopped through NVRTC's flow
  * callback), which would otherwise hold up the whole round.
@@ -24,8 +24,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dragon/codegen.h"
-#include "dragon/lower.h"
 #include "dragon/rt_cuda.h"
 #include "dragon/search.h"
 
@@ -46,12 +44,11 @@ static bool prepare(search_cuda_measure *m, const dg_func *f, dg_status *st) {
   if (!rt_tensors_init(&ts, f, st)) return false;
   rt_data_fill(&ts, m->seed, rt_data_dist_for(f));
   rt_data_poison(&ts);
-  char *src = codegen_emit_source(f, f, &codegen_lang_c, st);
-  rt_cpu_kernel *k = NULL;
-  bool ok = src && rt_cpu_compile(src, CODEGEN_REFERENCE_FN, &k, st);
-  free(src);
+  rt_build b;
+  rt_build_opts bo = {.target = RT_BUILD_C, .compile = true, .reference = f};
+  bool ok = rt_program_build(f, &bo, &b, st);
   if (ok) {
-    rt_cpu_call(k, ts.ref_args);
+    rt_cpu_call(b.ref_fn, ts.ref_args);
     snprintf(s->path, sizeof s->path, "/tmp/dragon-tune-%ld-XXXXXX", (long)getpid());
     int fd = mkstemp(s->path);
     if (fd < 0) {
@@ -63,7 +60,7 @@ static bool prepare(search_cuda_measure *m, const dg_func *f, dg_status *st) {
       if (ok) s->hash = h;
     }
   }
-  rt_cpu_free(k);
+  rt_build_free(&b);
   rt_tensors_free(&ts);
   return ok;
 }
@@ -78,18 +75,17 @@ static bool pool_start(search_cuda_measure *m, dg_status *st) {
 bool search_cuda_measure_init(search_cuda_measure *m, dg_status *st) {
   m->state = NULL;
   memset(&m->stats, 0, sizeof m->stats);
-  snprintf(m->arch, sizeof m->arch, "sm_90");
+  m->arch[0] = 0;
   snprintf(m->device, sizeof m->device, "no GPU");
   if (!rt_nvrtc_available(st)) return false;
   if (!rt_cuda_available(st) && !m->allow_no_gpu) return false;
   /* the architecture compiled for and the name every record carries come
-   * from the device itself */
+   * from the device itself (the build's default where there is none) */
+  rt_build_arch(m->arch, sizeof m->arch);
   rt_cuda_device d;
   dg_status dst;
-  if (rt_cuda_device_info(&d, &dst)) {
-    snprintf(m->arch, sizeof m->arch, "sm_%d%d", d.cc_major, d.cc_minor);
+  if (rt_cuda_device_info(&d, &dst))
     snprintf(m->device, sizeof m->device, "%s %s driver %d", d.name, m->arch, d.driver_version);
-  }
   m->state = dg_calloc(1, sizeof *m->state);
   m->state->next_id = 1;
   if (!pool_start(m, st)) {
@@ -133,7 +129,7 @@ typedef struct {
   rt_cuda_timing timing;
   cand_job *jobs; /* (n) jobs[i] written by candidate i's thread only */
   double compile_limit_s;
-  const char *arch; /* "sm_90" */
+  const char *arch; /* search_cuda_measure.arch */
 } round_ctx;
 
 static void set_error(char *dst, size_t n, const char *why) {
@@ -144,48 +140,37 @@ static void set_error(char *dst, size_t n, const char *why) {
   dst[len] = 0;
 }
 
-/* On a thread: lower, verify, emit, compile, encode candidate i. */
+/* On a thread: build (lower, verify, emit, compile) and encode candidate i. */
 static void cand_prepare(void *p, int i) {
   round_ctx *r = p;
   cand_job *j = &r->jobs[i];
   dg_status st;
-  dg_status_ok(&st);
-  double t0 = dg_now();
-  lw_program *lp = lower_program(r->cand[i].func, NULL, &st);
-  if (lp && !lower_verify(lp, &lower_limits_sm90, &st)) {
-    lower_program_free(lp);
-    lp = NULL;
-  }
-  char *src = lp ? codegen_emit_program(lp, &codegen_lang_cuda, &st) : NULL;
-  double t1 = dg_now();
-  j->t_lower = t1 - t0;
-  if (!src) {
-    set_error(j->error, sizeof j->error, st.msg);
-    lower_program_free(lp);
-    return;
-  }
-  j->lowered = true;
-  rt_cubin bin;
-  bool ok = rt_nvrtc_compile_within(src, "cand", r->arch, r->compile_limit_s, &bin, &st);
-  j->t_compile = dg_now() - t1;
-  free(src);
+  rt_build b;
+  rt_build_opts bo = {.target = RT_BUILD_CUDA,
+                      .arch = r->arch,
+                      .compile_limit_s = r->compile_limit_s,
+                      .compile = true,
+                      .name = "cand"};
+  bool ok = rt_program_build(r->cand[i].func, &bo, &b, &st);
+  j->t_lower = b.t_lower + b.t_codegen;
+  j->t_compile = b.t_compile;
+  j->lowered = b.source != NULL;
+  j->compiled = ok;
   if (!ok) {
     set_error(j->error, sizeof j->error, st.msg);
   } else {
-    j->compiled = true;
     dg_arena *a = dg_arena_new();
     rt_cuda_program prog;
-    /* the program's names live in lp: encode before it is freed */
-    if (!rt_cuda_program_from_lowered(lp, a, &prog, &st)) {
+    /* the program's names live in b.prog: encode before it is freed */
+    if (!rt_cuda_program_from_lowered(b.prog, a, &prog, &st)) {
       set_error(j->error, sizeof j->error, st.msg);
     } else {
-      rt_cuda_job job = {&bin, &prog, r->data_path, r->seed, r->timing};
+      rt_cuda_job job = {&b.bin, &prog, r->data_path, r->seed, r->timing};
       rt_cuda_job_encode(&job, &j->msg);
     }
     dg_arena_free(a);
   }
-  rt_cubin_free(&bin);
-  lower_program_free(lp);
+  rt_build_free(&b);
 }
 
 /* The calling thread's side of one round. */
@@ -285,7 +270,7 @@ void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, i
   search_cuda_measure_state *s = m->state;
   int reps = m->repeats < 1 ? 1 : m->repeats > 8 ? 8 : m->repeats;
   round_ctx r = {cand,  s->path, m->seed, {1, reps, true, m->timeout_s}, NULL, m->compile_limit_s,
-                 m->arch[0] ? m->arch : "sm_90"};
+                 m->arch[0] ? m->arch : NULL};
   r.jobs = dg_calloc((size_t)n, sizeof *r.jobs);
   for (int i = 0; i < n; i++) dg_str_init(&r.jobs[i].msg);
   round_run rr = {m,   &r,  n,   reps, s->next_id, dg_calloc((size_t)n, sizeof(bool)),

@@ -24,7 +24,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "dragon/codegen.h"
 #include "dragon/rt.h"
 #include "dragon/rt_cuda.h"
 
@@ -280,16 +279,17 @@ static void measure_cpu_serial(const search_cpu_measure *m, const dg_func *f,
     search_measure_result *r = &out[i];
     memset(r, 0, sizeof *r);
     dg_status st;
-    char *src = codegen_emit_source(cand[i].func, f, &codegen_lang_c, &st);
-    static const char *const names[2] = {CODEGEN_KERNEL_FN, CODEGEN_REFERENCE_FN};
-    cpu_job j = {f, {NULL, NULL}, repeats, m ? m->seed : 1};
-    if (!src || !rt_cpu_compile_many(src, names, 2, j.k, &st)) {
-      snprintf(r->error, sizeof r->error, "compile error: %.230s", st.msg);
-      free(src);
+    /* the candidate as plain C with its float64 reference in one unit */
+    rt_build_opts bo = {RT_BUILD_C, NULL, NULL, false, 0, true, f, "cand"};
+    rt_build b;
+    if (!rt_program_build(cand[i].func, &bo, &b, &st)) {
+      snprintf(r->error, sizeof r->error, "%s error: %.230s", rt_build_stage_name(b.stage),
+               st.msg);
+      rt_build_free(&b);
       if (sink) sink->fn(sink->ctx, sink_base + i, r);
       continue;
     }
-    free(src);
+    cpu_job j = {f, {b.fn, b.ref_fn}, repeats, m ? m->seed : 1};
     rt_worker_result wr;
     if (!rt_worker_call(cpu_job_run, &j, "x", 1, timeout, &wr, &st)) {
       snprintf(r->error, sizeof r->error, "run: %.240s", st.msg);
@@ -310,8 +310,7 @@ static void measure_cpu_serial(const search_cpu_measure *m, const dg_func *f,
                strncmp(wr.reply, "fail ", 5) == 0 ? wr.reply + 5 : wr.reply);
     }
     rt_worker_result_free(&wr);
-    rt_cpu_free(j.k[0]);
-    rt_cpu_free(j.k[1]);
+    rt_build_free(&b);
     if (sink) sink->fn(sink->ctx, sink_base + i, r);
   }
 }
