@@ -192,3 +192,56 @@ DG_TEST(eval_score_any_text_is_judged_not_crashed) {
   }
   ir_func_free(f);
 }
+
+/* A batch of graphs of two workloads gives, item by item, what scoring
+ * each alone gives. */
+DG_TEST(eval_score_batch_matches_one_by_one) {
+  dg_status st;
+  dg_func *gmm = wl_build(GMM, &st);
+  dg_func *rsum = wl_build("reduce_sum:m=64,n=256,dtype=f32", &st);
+  CHECK(gmm && rsum);
+  char *good = graph_of("schedules/GMM.json", GMM, gmm);
+  char *big = graph_of("tests/data/traces/gmm0_space.json", GMM, gmm);
+  sched *bs = NULL;
+  CHECK(search_baseline_schedule(rsum, NULL, &bs, &st));
+  tsel_graph *g = tsel_lift(sched_get_trace(bs), "reduce_sum:m=64,n=256,dtype=f32", rsum, NULL, &st);
+  CHECK(g && good && big);
+  char *rgraph = tsel_print(g);
+  tsel_graph_free(g);
+  sched_free(bs);
+  const eval_item items[] = {
+      {good, "good", gmm, GMM, NULL},
+      {big, "big", gmm, GMM, NULL},
+      {rgraph, "rsum", rsum, "reduce_sum:m=64,n=256,dtype=f32", NULL},
+      {"nonsense", "junk", rsum, NULL, NULL},
+      {rgraph, "rsum on gmm", gmm, GMM, NULL},
+  };
+  int n = (int)DG_ARRAY_LEN(items);
+  eval_score_opts o;
+  memset(&o, 0, sizeof o);
+  o.last = EVAL_GATE_NUMERIC;
+  eval_score *batch = dg_calloc((size_t)n, sizeof *batch);
+  eval_score_batch(items, n, &o, 2, batch);
+  static const eval_gate want[] = {EVAL_PASSED, EVAL_GATE_BUILD, EVAL_PASSED, EVAL_GATE_PARSE,
+                                   EVAL_GATE_HEADER};
+  for (int i = 0; i < n; i++) {
+    eval_score_opts one = o;
+    one.kernel = items[i].kernel;
+    one.spec = items[i].spec;
+    eval_score r;
+    eval_score_tsel(items[i].text, items[i].name, &one, &r);
+    CHECK_MSG(batch[i].failed == want[i] && r.failed == want[i], "%s: batch %s, alone %s (%s)",
+              items[i].name, eval_gate_name(batch[i].failed), eval_gate_name(r.failed),
+              batch[i].reason);
+    CHECK_STREQ(batch[i].reason, r.reason);
+    CHECK(batch[i].kernel_hash == r.kernel_hash);
+    eval_score_free(&r);
+    eval_score_free(&batch[i]);
+  }
+  free(batch);
+  free(good);
+  free(big);
+  free(rgraph);
+  ir_func_free(gmm);
+  ir_func_free(rsum);
+}

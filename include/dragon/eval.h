@@ -82,4 +82,23 @@ bool eval_score_tsel(const char *text, const char *name, const eval_score_opts *
                      eval_score *out);
 void eval_score_free(eval_score *s);
 
+/* One graph of a batch: its text and the kernel it is for. */
+typedef struct {
+  const char *text;
+  const char *name;
+  const dg_func *kernel;
+  const char *spec;         /* NULL: the header is not checked */
+  const char *expect_trace; /* NULL: any */
+} eval_item;
+
+/* Scores n graphs, of any workloads, as eval_score_tsel would one by one
+ * (o's kernel, spec and expect_trace are ignored: each item has its own):
+ * the gates up to the build on `threads` threads (<= 0: every core), then,
+ * with o->gpu and o->last >= EVAL_GATE_NUMERIC, every graph that built is
+ * checked and timed in one queue on the GPU, the graphs of a workload
+ * together, compiled by the measurement on its threads as the GPU runs the
+ * ones before. out[i] for items[i] (each freed with eval_score_free). */
+void eval_score_batch(const eval_item *items, int n, const eval_score_opts *o, int threads,
+                      eval_score *out);
+
 #endif

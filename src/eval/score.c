@@ -76,29 +76,41 @@ static bool numeric_cpu(const eval_score_opts *o, const dg_func *f, eval_score *
   return true;
 }
 
-/* NUMERIC and MEASURE on the GPU: one candidate through the measurement,
- * which checks its first run and times the rest. */
-static bool on_gpu(const eval_score_opts *o, eval_score *out) {
-  search_cand c = {out->trace, out->scheduled, out->kernel_hash, 0, false};
-  search_measure_result r;
-  search_measure_cuda(o->gpu, o->kernel, &c, 1, &r, NULL);
-  if (r.n_secs == 0) {
-    /* A result the worker ran and found wrong is the numeric gate's; one
-     * that failed on the GPU otherwise (setup, load, launch, fault,
-     * timeout, crash) the measurement's; anything that failed before the
-     * GPU (lowering, NVRTC) the build's. */
-    static const char *const gpu_fails[] = {"setup error", "load error", "launch error",
-                                            "illegal address", "device error", "timeout",
-                                            "worker crashed", "GPU"};
-    eval_gate g = EVAL_GATE_BUILD;
-    if (strncmp(r.error, rt_fail_name(RT_FAIL_WRONG), strlen(rt_fail_name(RT_FAIL_WRONG))) == 0)
-      g = EVAL_GATE_NUMERIC;
-    for (size_t i = 0; i < DG_ARRAY_LEN(gpu_fails); i++)
-      if (strncmp(r.error, gpu_fails[i], strlen(gpu_fails[i])) == 0) g = EVAL_GATE_MEASURE;
-    return fail_at(out, g, "%s", r.error);
+/* The gate of a measurement's failure: a result the worker ran and found
+ * wrong is the numeric gate's; one that failed on the GPU otherwise
+ * (setup, load, launch, fault, timeout, crash) the measurement's; anything
+ * that failed before the GPU (lowering, NVRTC) the build's. */
+static eval_gate gpu_failure_gate(const char *error) {
+  static const char *const gpu_fails[] = {"setup error", "load error", "launch error",
+                                          "illegal address", "device error", "timeout",
+                                          "worker crashed", "GPU"};
+  const char *wrong = rt_fail_name(RT_FAIL_WRONG);
+  if (strncmp(error, wrong, strlen(wrong)) == 0) return EVAL_GATE_NUMERIC;
+  for (size_t i = 0; i < DG_ARRAY_LEN(gpu_fails); i++)
+    if (strncmp(error, gpu_fails[i], strlen(gpu_fails[i])) == 0) return EVAL_GATE_MEASURE;
+  return EVAL_GATE_BUILD;
+}
+
+/* NUMERIC and MEASURE on the GPU for candidates of one kernel: checked on
+ * their first run, then timed. */
+static void on_gpu_many(const eval_score_opts *o, const dg_func *kernel, eval_score *const *outs,
+                        int n) {
+  search_cand *c = dg_calloc((size_t)n, sizeof *c);
+  search_measure_result *r = dg_calloc((size_t)n, sizeof *r);
+  for (int i = 0; i < n; i++)
+    c[i] = (search_cand){outs[i]->trace, outs[i]->scheduled, outs[i]->kernel_hash, 0, false};
+  search_measure_cuda(o->gpu, kernel, c, n, r, NULL);
+  for (int i = 0; i < n; i++) {
+    if (r[i].n_secs == 0) fail_at(outs[i], gpu_failure_gate(r[i].error), "%s", r[i].error);
+    else outs[i]->secs = r[i].secs[0];
   }
-  out->secs = r.secs[0];
-  return true;
+  free(c);
+  free(r);
+}
+
+static bool on_gpu(const eval_score_opts *o, eval_score *out) {
+  on_gpu_many(o, o->kernel, &out, 1);
+  return out->failed == EVAL_PASSED;
 }
 
 bool eval_score_tsel(const char *text, const char *name, const eval_score_opts *o,
@@ -176,4 +188,63 @@ void eval_score_free(eval_score *s) {
   ir_func_free(s->scheduled);
   s->trace = NULL;
   s->scheduled = NULL;
+}
+
+/* ---- many graphs at once ---------------------------------------------------- */
+
+typedef struct {
+  const eval_item *items;
+  const eval_score_opts *o;
+  eval_score *out;
+  bool gpu_after; /* the numbers come from the GPU queue afterwards */
+} batch_ctx;
+
+static eval_score_opts item_opts(const batch_ctx *b, int i) {
+  eval_score_opts o = *b->o;
+  o.kernel = b->items[i].kernel;
+  o.spec = b->items[i].spec;
+  o.expect_trace = b->items[i].expect_trace;
+  if (b->gpu_after) {
+    /* up to the build here; the measurement compiles on its own threads */
+    o.last = EVAL_GATE_BUILD;
+    o.compile = false;
+    o.gpu = NULL;
+  }
+  return o;
+}
+
+static void batch_task(void *p, int i) {
+  batch_ctx *b = p;
+  eval_score_opts o = item_opts(b, i);
+  eval_score_tsel(b->items[i].text, b->items[i].name, &o, &b->out[i]);
+}
+
+void eval_score_batch(const eval_item *items, int n, const eval_score_opts *o, int threads,
+                      eval_score *out) {
+  batch_ctx b = {items, o, out, o->gpu && o->last >= EVAL_GATE_NUMERIC};
+  rt_tasks *t = rt_tasks_start(n, threads, batch_task, &b);
+  while (rt_tasks_next(t, true) >= 0) {
+  }
+  rt_tasks_free(t);
+  if (!b.gpu_after) return;
+  /* one queue on the GPU, a workload's candidates together (its inputs and
+   * reference are prepared once) */
+  bool *done = dg_calloc((size_t)(n ? n : 1), sizeof(bool));
+  eval_score **group = dg_calloc((size_t)(n ? n : 1), sizeof *group);
+  for (int i = 0; i < n; i++) {
+    if (done[i] || out[i].failed != EVAL_PASSED) continue;
+    int k = 0;
+    uint64_t h = ir_func_hash(items[i].kernel);
+    for (int j = i; j < n; j++)
+      if (!done[j] && out[j].failed == EVAL_PASSED &&
+          (items[j].kernel == items[i].kernel || ir_func_hash(items[j].kernel) == h)) {
+        done[j] = true;
+        group[k++] = &out[j];
+      }
+    double t0 = dg_now();
+    on_gpu_many(o, items[i].kernel, group, k);
+    for (int j = 0; j < k; j++) group[j]->t_total += (dg_now() - t0) / k;
+  }
+  free(done);
+  free(group);
 }
