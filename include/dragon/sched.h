@@ -53,44 +53,47 @@ typedef enum {
   SCHED_RV_EXPR,
 } sched_rv_kind;
 
-/* X(enum suffix, TVM name, pure, n_inputs (-1: flat variadic list),
- *   n_attrs, has_decision, output kind) */
+/* X(enum suffix, TVM name, apply function (prim_NAME, the primitive's
+ *   file), pure, n_inputs (-1: flat variadic list), n_attrs, has_decision,
+ *   output kind): the one description of every instruction; the apply
+ *   table (prim_table.c), the trace's signatures, replay's arity checks
+ *   and TSEL's output kinds are all made from it. */
 #define SCHED_INST_LIST(X)                                         \
-  X(GET_BLOCK, "GetBlock", 1, 0, 2, 0, SCHED_RV_BLOCK)             \
-  X(GET_LOOPS, "GetLoops", 1, 1, 0, 0, SCHED_RV_LOOP)              \
-  X(GET_CHILD_BLOCKS, "GetChildBlocks", 1, 1, 0, 0, SCHED_RV_BLOCK) \
-  X(GET_PRODUCERS, "GetProducers", 1, 1, 0, 0, SCHED_RV_BLOCK)     \
-  X(GET_CONSUMERS, "GetConsumers", 1, 1, 0, 0, SCHED_RV_BLOCK)     \
-  X(SPLIT, "Split", 0, -1, 2, 0, SCHED_RV_LOOP)                    \
-  X(FUSE, "Fuse", 0, -1, 1, 0, SCHED_RV_LOOP)                      \
-  X(REORDER, "Reorder", 0, -1, 0, 0, SCHED_RV_LOOP)                \
-  X(ADD_UNIT_LOOP, "AddUnitLoop", 0, 1, 0, 0, SCHED_RV_LOOP)       \
-  X(PARALLEL, "Parallel", 0, 1, 0, 0, SCHED_RV_LOOP)               \
-  X(VECTORIZE, "Vectorize", 0, 1, 0, 0, SCHED_RV_LOOP)             \
-  X(UNROLL, "Unroll", 0, 1, 0, 0, SCHED_RV_LOOP)                   \
-  X(BIND, "Bind", 0, 1, 1, 0, SCHED_RV_LOOP)                       \
-  X(CACHE_READ, "CacheRead", 0, 2, 2, 0, SCHED_RV_BLOCK)           \
-  X(CACHE_WRITE, "CacheWrite", 0, 2, 2, 0, SCHED_RV_BLOCK)         \
-  X(REINDEX, "ReIndex", 0, 1, 2, 0, SCHED_RV_BLOCK)                \
-  X(SET_SCOPE, "SetScope", 0, 1, 2, 0, SCHED_RV_BLOCK)             \
-  X(STORAGE_ALIGN, "StorageAlign", 0, 1, 4, 0, SCHED_RV_BLOCK)     \
-  X(COMPUTE_AT, "ComputeAt", 0, 2, 2, 0, SCHED_RV_BLOCK)           \
-  X(REVERSE_COMPUTE_AT, "ReverseComputeAt", 0, 2, 2, 0, SCHED_RV_BLOCK) \
-  X(COMPUTE_INLINE, "ComputeInline", 0, 1, 0, 0, SCHED_RV_BLOCK)   \
-  X(REVERSE_COMPUTE_INLINE, "ReverseComputeInline", 0, 1, 0, 0, SCHED_RV_BLOCK) \
-  X(DECOMPOSE_REDUCTION, "DecomposeReduction", 0, 2, 0, 0, SCHED_RV_BLOCK) \
-  X(RFACTOR, "RFactor", 0, 1, 1, 0, SCHED_RV_BLOCK)                \
-  X(BLOCKIZE, "Blockize", 0, 1, 1, 0, SCHED_RV_BLOCK)              \
-  X(TENSORIZE, "Tensorize", 0, 1, 2, 0, SCHED_RV_BLOCK)            \
-  X(ANNOTATE, "Annotate", 0, 2, 1, 0, SCHED_RV_BLOCK)              \
-  X(UNANNOTATE, "Unannotate", 0, 1, 1, 0, SCHED_RV_BLOCK)          \
-  X(SAMPLE_PERFECT_TILE, "SamplePerfectTile", 1, 1, 2, 1, SCHED_RV_EXPR) \
-  X(SAMPLE_CATEGORICAL, "SampleCategorical", 1, 0, 2, 1, SCHED_RV_EXPR) \
-  X(SAMPLE_COMPUTE_LOCATION, "SampleComputeLocation", 1, 1, 0, 1, SCHED_RV_LOOP) \
-  X(ENTER_POSTPROC, "EnterPostproc", 0, 0, 0, 0, SCHED_RV_BLOCK)
+  X(GET_BLOCK, "GetBlock", get_block, 1, 0, 2, 0, SCHED_RV_BLOCK)             \
+  X(GET_LOOPS, "GetLoops", get_loops, 1, 1, 0, 0, SCHED_RV_LOOP)              \
+  X(GET_CHILD_BLOCKS, "GetChildBlocks", get_child_blocks, 1, 1, 0, 0, SCHED_RV_BLOCK) \
+  X(GET_PRODUCERS, "GetProducers", get_producers, 1, 1, 0, 0, SCHED_RV_BLOCK)     \
+  X(GET_CONSUMERS, "GetConsumers", get_consumers, 1, 1, 0, 0, SCHED_RV_BLOCK)     \
+  X(SPLIT, "Split", split, 0, -1, 2, 0, SCHED_RV_LOOP)                    \
+  X(FUSE, "Fuse", fuse, 0, -1, 1, 0, SCHED_RV_LOOP)                      \
+  X(REORDER, "Reorder", reorder, 0, -1, 0, 0, SCHED_RV_LOOP)                \
+  X(ADD_UNIT_LOOP, "AddUnitLoop", add_unit_loop, 0, 1, 0, 0, SCHED_RV_LOOP)       \
+  X(PARALLEL, "Parallel", parallel, 0, 1, 0, 0, SCHED_RV_LOOP)               \
+  X(VECTORIZE, "Vectorize", vectorize, 0, 1, 0, 0, SCHED_RV_LOOP)             \
+  X(UNROLL, "Unroll", unroll, 0, 1, 0, 0, SCHED_RV_LOOP)                   \
+  X(BIND, "Bind", bind, 0, 1, 1, 0, SCHED_RV_LOOP)                       \
+  X(CACHE_READ, "CacheRead", cache_read, 0, 2, 2, 0, SCHED_RV_BLOCK)           \
+  X(CACHE_WRITE, "CacheWrite", cache_write, 0, 2, 2, 0, SCHED_RV_BLOCK)         \
+  X(REINDEX, "ReIndex", reindex, 0, 1, 2, 0, SCHED_RV_BLOCK)                \
+  X(SET_SCOPE, "SetScope", set_scope, 0, 1, 2, 0, SCHED_RV_BLOCK)             \
+  X(STORAGE_ALIGN, "StorageAlign", storage_align, 0, 1, 4, 0, SCHED_RV_BLOCK)     \
+  X(COMPUTE_AT, "ComputeAt", compute_at, 0, 2, 2, 0, SCHED_RV_BLOCK)           \
+  X(REVERSE_COMPUTE_AT, "ReverseComputeAt", reverse_compute_at, 0, 2, 2, 0, SCHED_RV_BLOCK) \
+  X(COMPUTE_INLINE, "ComputeInline", compute_inline, 0, 1, 0, 0, SCHED_RV_BLOCK)   \
+  X(REVERSE_COMPUTE_INLINE, "ReverseComputeInline", reverse_compute_inline, 0, 1, 0, 0, SCHED_RV_BLOCK) \
+  X(DECOMPOSE_REDUCTION, "DecomposeReduction", decompose_reduction, 0, 2, 0, 0, SCHED_RV_BLOCK) \
+  X(RFACTOR, "RFactor", rfactor, 0, 1, 1, 0, SCHED_RV_BLOCK)                \
+  X(BLOCKIZE, "Blockize", blockize, 0, 1, 1, 0, SCHED_RV_BLOCK)              \
+  X(TENSORIZE, "Tensorize", tensorize, 0, 1, 2, 0, SCHED_RV_BLOCK)            \
+  X(ANNOTATE, "Annotate", annotate, 0, 2, 1, 0, SCHED_RV_BLOCK)              \
+  X(UNANNOTATE, "Unannotate", unannotate, 0, 1, 1, 0, SCHED_RV_BLOCK)          \
+  X(SAMPLE_PERFECT_TILE, "SamplePerfectTile", sample_perfect_tile, 1, 1, 2, 1, SCHED_RV_EXPR) \
+  X(SAMPLE_CATEGORICAL, "SampleCategorical", sample_categorical, 1, 0, 2, 1, SCHED_RV_EXPR) \
+  X(SAMPLE_COMPUTE_LOCATION, "SampleComputeLocation", sample_compute_location, 1, 1, 0, 1, SCHED_RV_LOOP) \
+  X(ENTER_POSTPROC, "EnterPostproc", enter_postproc, 0, 0, 0, 0, SCHED_RV_BLOCK)
 
 typedef enum {
-#define X(e, name, pure, nin, nattr, dec, out) SCHED_INST_##e,
+#define X(e, name, fn, pure, nin, nattr, dec, out) SCHED_INST_##e,
   SCHED_INST_LIST(X)
 #undef X
   SCHED_INST_COUNT,

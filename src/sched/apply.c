@@ -32,12 +32,12 @@ static bool apply_inst(sched *s, const sched_inst *inst, bool repair, int *out, 
   }
   const char *name = sched_inst_name(k);
   static const int n_in[] = {
-#define X(e, nm, pure, nin, nattr, dec, outk) nin,
+#define X(e, nm, fn, pure, nin, nattr, dec, outk) nin,
       SCHED_INST_LIST(X)
 #undef X
   };
   static const int n_at[] = {
-#define X(e, nm, pure, nin, nattr, dec, outk) nattr,
+#define X(e, nm, fn, pure, nin, nattr, dec, outk) nattr,
       SCHED_INST_LIST(X)
 #undef X
   };

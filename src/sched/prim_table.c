@@ -1,37 +1,16 @@
-/* prim_table.c: the registry: instruction kind -> apply function. */
+/* prim_table.c: the registry: instruction kind -> apply function, made
+ * from the one list of instructions (SCHED_INST_LIST in sched.h), so that
+ * a kind without its function, or a function without its kind, does not
+ * compile. */
 #include "sched/sched_impl.h"
 
 const prim_apply_fn sched_prim_table[SCHED_INST_COUNT] = {
-    [SCHED_INST_GET_BLOCK] = prim_get_block,
-    [SCHED_INST_GET_LOOPS] = prim_get_loops,
-    [SCHED_INST_GET_CHILD_BLOCKS] = prim_get_child_blocks,
-    [SCHED_INST_GET_PRODUCERS] = prim_get_producers,
-    [SCHED_INST_GET_CONSUMERS] = prim_get_consumers,
-    [SCHED_INST_SPLIT] = prim_split,
-    [SCHED_INST_FUSE] = prim_fuse,
-    [SCHED_INST_REORDER] = prim_reorder,
-    [SCHED_INST_ADD_UNIT_LOOP] = prim_add_unit_loop,
-    [SCHED_INST_PARALLEL] = prim_parallel,
-    [SCHED_INST_VECTORIZE] = prim_vectorize,
-    [SCHED_INST_UNROLL] = prim_unroll,
-    [SCHED_INST_BIND] = prim_bind,
-    [SCHED_INST_ANNOTATE] = prim_annotate,
-    [SCHED_INST_UNANNOTATE] = prim_unannotate,
-    [SCHED_INST_SAMPLE_PERFECT_TILE] = prim_sample_perfect_tile,
-    [SCHED_INST_SAMPLE_CATEGORICAL] = prim_sample_categorical,
-    [SCHED_INST_ENTER_POSTPROC] = prim_enter_postproc,
-    [SCHED_INST_CACHE_READ] = prim_cache_read,
-    [SCHED_INST_CACHE_WRITE] = prim_cache_write,
-    [SCHED_INST_REINDEX] = prim_reindex,
-    [SCHED_INST_SET_SCOPE] = prim_set_scope,
-    [SCHED_INST_STORAGE_ALIGN] = prim_storage_align,
-    [SCHED_INST_COMPUTE_AT] = prim_compute_at,
-    [SCHED_INST_REVERSE_COMPUTE_AT] = prim_reverse_compute_at,
-    [SCHED_INST_SAMPLE_COMPUTE_LOCATION] = prim_sample_compute_location,
-    [SCHED_INST_COMPUTE_INLINE] = prim_compute_inline,
-    [SCHED_INST_REVERSE_COMPUTE_INLINE] = prim_reverse_compute_inline,
-    [SCHED_INST_DECOMPOSE_REDUCTION] = prim_decompose_reduction,
-    [SCHED_INST_RFACTOR] = prim_rfactor,
-    [SCHED_INST_BLOCKIZE] = prim_blockize,
-    [SCHED_INST_TENSORIZE] = prim_tensorize,
+#define X(e, name, fn, pure, nin, nattr, dec, out) [SCHED_INST_##e] = prim_##fn,
+    SCHED_INST_LIST(X)
+#undef X
 };
+
+/* every kind has its entry: the list and the enum are one */
+#define X(e, name, fn, pure, nin, nattr, dec, out) +1
+_Static_assert(0 SCHED_INST_LIST(X) == SCHED_INST_COUNT, "an apply function per instruction kind");
+#undef X

@@ -10,7 +10,7 @@ static const struct {
   const char *name;
   int pure, n_inputs, n_attrs, has_decision;
 } kinds[] = {
-#define X(e, name, pure, nin, nattr, dec, out) {name, pure, nin, nattr, dec},
+#define X(e, name, fn, pure, nin, nattr, dec, out) {name, pure, nin, nattr, dec},
     SCHED_INST_LIST(X)
 #undef X
 };

@@ -453,7 +453,7 @@ bool tsel_env_step(tsel_env *env, const tsel_graph *g, const tsel_edit *e, dg_st
       o->kind[k] = SCHED_RV_EXPR;
       if (sched_inst_from_name(e->args[0].s, &ik)) {
         static const sched_rv_kind outk[] = {
-#define X(en, nm, pure, nin, nattr, dec, out) out,
+#define X(en, nm, fn, pure, nin, nattr, dec, out) out,
             SCHED_INST_LIST(X)
 #undef X
         };

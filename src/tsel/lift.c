@@ -259,7 +259,7 @@ static bool enc_raw(lifter *L, const sched_inst *in, cand *c) {
   arg(c, tv_count(in->n_outputs));
   if (in->has_decision && !kw_val(L, c, "decision", &in->decision)) return false;
   static const sched_rv_kind outk[] = {
-#define X(en, nm, pure, nin, nattr, dec, out) out,
+#define X(en, nm, fn, pure, nin, nattr, dec, out) out,
       SCHED_INST_LIST(X)
 #undef X
   };
