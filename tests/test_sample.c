@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "dragon/nn.h"
+#include "dragon/train.h"
 #include "test.h"
 
 /* GQA (4 query heads over 2), QD != C, two layers. */
@@ -240,5 +241,42 @@ DG_TEST(sample_greedy_reproduces_overfit_sequence) {
   int32_t out2[T];
   CHECK(nn_generate(&m, pp, &plen, 1, &o, 99, out2, &outl, &st));
   CHECK(memcmp(out, out2, sizeof(int32_t) * (size_t)outl) == 0);
+  nn_model_free(&m);
+}
+
+/* The one generation entry: on the CPU it draws what the reference
+ * sampler draws; a device this machine lacks is refused up front, saying
+ * why, with no generator made. */
+DG_TEST(sample_generator_one_entry) {
+  dg_status st;
+  dg_status_ok(&st);
+  nn_model m;
+  CHECK(random_model(&m, false, &st));
+  int32_t p0[3] = {1, 2, 3}, p1[2] = {4, 5};
+  const int32_t *prompts[2] = {p0, p1};
+  int lens[2] = {3, 2}, la[2], lb[2];
+  nn_sample_opts o;
+  nn_sample_opts_default(&o);
+  o.max_tokens = 10;
+  o.temperature = 0.8f;
+  int32_t a[2 * 10], b[2 * 10];
+  train_generator *g = NULL;
+  CHECK_MSG(train_generator_new(&m, TRAIN_DEVICE_CPU, &g, &st), "%s", st.msg);
+  CHECK(train_generate(g, prompts, lens, 2, &o, 9, a, la, &st));
+  CHECK(nn_generate(&m, prompts, lens, 2, &o, 9, b, lb, &st));
+  CHECK(la[0] == lb[0] && la[1] == lb[1]);
+  CHECK(memcmp(a, b, sizeof(int32_t) * (size_t)la[0]) == 0);
+  CHECK(memcmp(a + 10, b + 10, sizeof(int32_t) * (size_t)la[1]) == 0);
+  /* another seed draws other tokens (the seed reaches the sampler) */
+  CHECK(train_generate(g, prompts, lens, 2, &o, 10, b, lb, &st));
+  CHECK(memcmp(a, b, sizeof(int32_t) * 10) != 0 || memcmp(a + 10, b + 10, sizeof(int32_t) * 10) != 0);
+  train_generator_free(g);
+  dg_status why;
+  if (!train_device_available(TRAIN_DEVICE_CUDA, &why)) {
+    train_generator *none = (train_generator *)&why;
+    CHECK(!train_generator_new(&m, TRAIN_DEVICE_CUDA, &none, &st));
+    CHECK(none == NULL);
+    CHECK(strstr(st.msg, "cuda"));
+  }
   nn_model_free(&m);
 }

@@ -179,6 +179,19 @@ bool train_device_parse(const char *name, train_device *d, dg_status *st);
  * CUDA in this build, no driver, no GPU). Initialises CUDA for "cuda". */
 bool train_device_available(train_device d, dg_status *st);
 
+/* Generation on a device (generate.c): one entry whatever the device, for
+ * every caller that samples the model. For CUDA the model is loaded onto
+ * the GPU once, here, and kept until freed; m must outlive the generator.
+ * train_generate takes nn_generate's arguments and limits (nn.h) and
+ * gives the same per-row draws. */
+typedef struct train_generator train_generator;
+bool train_generator_new(const nn_model *m, train_device d, train_generator **out,
+                         dg_status *st);
+bool train_generate(train_generator *g, const int32_t *const *prompts, const int *lens, int n,
+                    const nn_sample_opts *o, uint64_t seed, int32_t *out, int *out_lens,
+                    dg_status *st);
+void train_generator_free(train_generator *g);
+
 /* The CUDA model as a back end (src/train/backend_cuda.c). host is a
  * training model (parameters, AdamW m and v) whose contents are copied to
  * the GPU at creation and which receives the GPU's parameters and AdamW
