@@ -5,14 +5,18 @@
 # build-fuzz/, then runs each target for FUZZ_SECONDS. A target's corpus is
 # build-fuzz/corpus/fuzz_NAME, seeded (read-only) from tests/fuzz/NAME/ and
 # tests/data/kernels/; crashing inputs are saved to tests/fuzz/NAME/, where
-# the test suite replays them.
+# the test suite replays them (the loaders' targets, fuzz_checkpoint,
+# fuzz_safetensors, fuzz_token_shard, fuzz_hf_tokenizer, fuzz_db and
+# fuzz_db_shard, through their own code: tests/test_reliability.c includes
+# them). FUZZ_BUILD moves the build and the corpora elsewhere.
 #   make fuzz                          every target, FUZZ_SECONDS each
 #   make fuzz FUZZ_TARGETS=fuzz_kernel_text FUZZ_SECONDS=600 FUZZ_JOBS=4
+#   make fuzz BUILD=build-rel FUZZ_BUILD=build-rel-fuzz FUZZ_TARGETS=fuzz_db
 
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 30
 FUZZ_JOBS    ?= 1
-FUZZ_BUILD   := build-fuzz
+FUZZ_BUILD   ?= build-fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -std=c11 -g -O1 -D_GNU_SOURCE -DDG_ARENA_MALLOC -Iinclude -Isrc -MMD -MP $(FUZZ_SAN)
 # the libraries the top Makefile links with (it passes LDLIBS)

@@ -125,10 +125,25 @@ char *dg_str_take(dg_str *b);         /* hands the buffer over; b is reset */
 
 /* Reads a whole file ("-" is stdin). Returns NULL and sets st on failure. */
 char *dg_read_file(const char *path, size_t *len, dg_status *st);
-/* Writes a whole file through a temporary file, fsync and rename, so a
- * reader never sees a half-written file. */
+/* The one atomic write: a temporary file "PATH.tmp.PID" in PATH's
+ * directory, fsync, rename over PATH, then fsync of the directory. A reader
+ * sees the old file or the new one, never a part of one, and once this
+ * returns true the new file survives a crash. On failure the temporary file
+ * is removed and PATH is untouched. */
+typedef struct {
+  const void *data;
+  size_t len;
+} dg_part;
+bool dg_write_parts_atomic(const char *path, const dg_part *parts, int n_parts,
+                           dg_status *st);
 bool dg_write_file_atomic(const char *path, const void *data, size_t len,
                           dg_status *st);
+/* Removes the temporary files ("NAME.tmp.PID", regular files) that
+ * processes no longer alive left in dir; returns how many. Files of live
+ * processes (a write in progress) are kept. */
+int dg_remove_stale_tmp(const char *dir);
+/* Whether a process with this pid exists. */
+bool dg_pid_alive(long pid);
 /* mkdir -p */
 bool dg_mkdirs(const char *path, dg_status *st);
 

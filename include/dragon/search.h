@@ -30,9 +30,14 @@
  * The workload hash is ir_func_hash of the unscheduled kernel, in decimal.
  * Each line is appended by one write() with O_APPEND and fsync'd, so a kill
  * loses at most the line being written; on open a torn last line is cut off
- * with a warning and any other unreadable line is skipped with a warning
- * naming file:line. Records are unique by (workload, trace JSON), and so
- * are baselines. */
+ * (a writer) or skipped (a reader), with a warning, and any other unreadable
+ * line is skipped with a warning naming file:line. Records are unique by
+ * (workload, trace JSON), and so are baselines; where old files repeat a
+ * pair, the first line is the record and its time is the median over the
+ * copies (search_record_secs). One writer at a time: search_db_open locks
+ * the directory (flock on DIR/writer.lock) and refuses a second writer,
+ * naming the directory and the holder's pid; readers take no lock and never
+ * write. */
 
 #define SEARCH_FAILED_SECS 1e10 /* TVM's run time of a failed candidate */
 
@@ -52,6 +57,13 @@ typedef struct {
   /* What measured it ("NVIDIA H200 sm_90 driver 13000", "cpu"); NULL or
    * "": not recorded. */
   const char *device;
+  /* Set by the database, ignored by search_db_add_record: the lines of its
+   * file that hold this (workload, trace), 1 but in files written by
+   * concurrent writers before the lock; when more, copies_secs is the
+   * median over the copies that ran of each one's mean time
+   * (SEARCH_FAILED_SECS when none ran), and it is the record's time. */
+  int n_copies;
+  double copies_secs;
 } search_record;
 
 /* "dragon <commit> lower <LOWER_VERSION>": this binary's compiler. */
@@ -59,9 +71,18 @@ const char *search_build_id(void);
 
 typedef struct search_db search_db;
 
-/* Opens (creating the directory and files if needed) and loads a database.
- * Warnings about skipped lines go to stderr and are counted. */
+/* Opens a database for writing (creating the directory and files if
+ * needed) and loads it. Takes the directory's writer lock first: a second
+ * writer (another process, or another handle in this one) fails with
+ * "DIR: the database is open for writing by another process (pid N)". The
+ * lock is released by search_db_close or when the process ends; children
+ * forked while it is held do not hold it. Warnings about skipped lines go
+ * to stderr and are counted. */
 bool search_db_open(const char *dir, search_db **out, dg_status *st);
+/* Opens a database for reading: writes nothing (a torn last line is
+ * skipped, not cut off), takes no lock, and fails naming the directory
+ * when it does not exist. The functions that write fail on it. */
+bool search_db_open_readonly(const char *dir, search_db **out, dg_status *st);
 void search_db_close(search_db *db);
 int search_db_warning_count(const search_db *db);
 
@@ -83,10 +104,12 @@ int search_db_record_count(const search_db *db);
 const search_record *search_db_record_at(const search_db *db, int i);
 /* Records of one workload (all, failures included). */
 int search_db_workload_trials(const search_db *db, const char *workload);
-/* Mean run time, SEARCH_FAILED_SECS for a failure. */
+/* Mean run time, SEARCH_FAILED_SECS for a failure; for a record with
+ * copies (n_copies > 1), the median of theirs (copies_secs). */
 double search_record_secs(const search_record *r);
-/* A record counts (TVM's IsValid) if it ran and its trace has at least one
- * instruction before EnterPostproc. */
+/* A record counts (TVM's IsValid) if it ran (for one with copies: one of
+ * them did) and its trace has at least one instruction before
+ * EnterPostproc. */
 bool search_record_valid(const search_record *r);
 /* The k best valid records of a workload, best first; returns how many. */
 int search_db_top_k(const search_db *db, const char *workload, int k,

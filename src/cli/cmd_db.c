@@ -11,7 +11,9 @@
  *   recall         the cost model's ranking quality on the database: every
  *                  fifth record of each workload held out, the model trained
  *                  on the others, top-1 and top-5 recall on the held-out ones
- * Warnings about skipped lines go to stderr as the database loads.
+ * Warnings about skipped lines go to stderr as the database loads. Only
+ * merge opens --db for writing (taking its writer lock); best, export,
+ * recall and pack open it read-only and never modify it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -34,9 +36,15 @@ static int db_best(search_db *db, const char *arg) {
             search_db_workload_trials(db, hash));
     return CLI_ERROR;
   }
-  printf("%s: best %.3f us (%d runs, target %s, %s, of %d records)\n", arg,
-         search_record_secs(r) * 1e6, r->n_secs, r->target, r->date,
-         search_db_workload_trials(db, hash));
+  if (r->n_copies > 1)
+    printf("%s: best %.3f us (the median of %d copies of its record, target %s, %s, of %d "
+           "records)\n",
+           arg, search_record_secs(r) * 1e6, r->n_copies, r->target, r->date,
+           search_db_workload_trials(db, hash));
+  else
+    printf("%s: best %.3f us (%d runs, target %s, %s, of %d records)\n", arg,
+           search_record_secs(r) * 1e6, r->n_secs, r->target, r->date,
+           search_db_workload_trials(db, hash));
   printf("%s\n", r->trace);
   return CLI_OK;
 }
@@ -151,7 +159,8 @@ static int db_pack(search_db *db, const char *out, const char *except) {
   search_db_close(ex);
   if (except) {
     /* the scratch database's files, then its directory */
-    static const char *const files[] = {"workloads.jsonl", "records.jsonl", "baselines.jsonl"};
+    static const char *const files[] = {"workloads.jsonl", "records.jsonl", "baselines.jsonl",
+                                        "writer.lock"};
     for (size_t i = 0; i < DG_ARRAY_LEN(files); i++) {
       char p[64];
       snprintf(p, sizeof p, "%s/%s", tmp, files[i]);
@@ -215,9 +224,13 @@ int cmd_db(int argc, char **argv) {
     free(pos);
     return CLI_USAGE;
   }
+  /* only merge writes into --db; the other actions read it and must not
+   * change a byte of it (a tuner may be appending as they run) */
   dg_status st;
   search_db *db;
-  if (!search_db_open(db_dir, &db, &st)) {
+  bool opened = is_merge ? search_db_open(db_dir, &db, &st)
+                         : search_db_open_readonly(db_dir, &db, &st);
+  if (!opened) {
     free(pos);
     return cli_report("db", &st);
   }

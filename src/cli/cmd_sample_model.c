@@ -22,6 +22,9 @@ static bool is_dir(const char *p) {
 
 /* The model file and the tokenizer path of --ckpt (caller frees both). */
 static bool resolve(const char *ckpt, const char *tokp, char **model, char **tok, dg_status *st) {
+  struct stat sb;
+  if (stat(ckpt, &sb) != 0)
+    return dg_fail(st, DG_ERR_IO, "--ckpt %s: no such run directory or model file", ckpt);
   char *dir;
   if (is_dir(ckpt)) {
     char *sp;
@@ -40,8 +43,9 @@ static bool resolve(const char *ckpt, const char *tokp, char **model, char **tok
     *tok = dg_strdup(tokp);
   } else {
     size_t n = strlen(dir) + 32;
+    bool slash = dir[0] && dir[strlen(dir) - 1] == '/';
     *tok = dg_malloc(n);
-    snprintf(*tok, n, "%s/tokenizer.bin", dir);
+    snprintf(*tok, n, "%s%stokenizer.bin", dir, slash ? "" : "/");
   }
   free(dir);
   return true;

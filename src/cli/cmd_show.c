@@ -90,15 +90,8 @@ int cmd_show(int argc, char **argv) {
     if (!f) return CLI_ERROR;
   } else {
     dg_status st;
-    f = wl_build(arg, &st);
-    if (!f) {
-      size_t n = strlen(arg);
-      if (!strchr(arg, ':') && (strchr(arg, '/') || (n > 3 && strcmp(arg + n - 3, ".kt") == 0)))
-        fprintf(stderr, "dragon show: %s: no such file\n", arg);
-      else
-        cli_report("show", &st);
-      return CLI_ERROR;
-    }
+    f = cli_load_kernel(arg, &st); /* not a file: a spec or an alias */
+    if (!f) return cli_report("show", &st);
   }
   char *text = ir_print(f);
   fputs(text, stdout);

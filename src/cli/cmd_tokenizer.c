@@ -1,6 +1,7 @@
 /* cmd_tokenizer.c: `dragon tokenizer train|encode|decode`: byte-level BPE
  * on a corpus file, text to ids, ids to text (include/dragon/tokenizer.h).
- * Ids are written and read as whitespace-separated decimal numbers. */
+ * Ids are written and read as whitespace-separated decimal numbers; a bad
+ * one is named by its position counted from 1 ("<stdin>: id 3: ..."). */
 #include <string.h>
 
 #include "cli/cli.h"
@@ -110,6 +111,18 @@ static int sub_decode(int argc, char **argv) {
       if (ok) DG_VEC_PUSH(&ids, (int32_t)v);
     }
   }
+  /* Ids are numbered from 1 in every message, as they are counted above
+   * (tok_decode would name a bad one by its index from 0). */
+  for (size_t i = 0; i < ids.len && ok; i++)
+    if (!tok_token_bytes(t, ids.data[i], NULL)) {
+      const char *where = strcmp(in, "-") ? in : "<stdin>";
+      if (ids.data[i] >= tok_vocab_size(t))
+        ok = dg_fail(&st, DG_ERR_INVALID, "%s: id %zu: %d is out of range [0, %d)", where, i + 1,
+                     (int)ids.data[i], tok_vocab_size(t));
+      else
+        ok = dg_fail(&st, DG_ERR_INVALID, "%s: id %zu: %d is not in the vocabulary", where, i + 1,
+                     (int)ids.data[i]);
+    }
   dg_str out;
   dg_str_init(&out);
   if (ok) ok = tok_decode(t, ids.data, ids.len, &out, &st);

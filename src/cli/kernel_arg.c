@@ -1,10 +1,26 @@
 /* kernel_arg.c: what a KERNEL argument names: "-" (kernel text on stdin),
- * a kernel-text file, or a workload spec / alias; and reading a trace. */
+ * a kernel-text file, or a workload spec / alias; and reading a trace.
+ * When it names none of them, the message says what it looked like: an
+ * alias with an unknown config ("GMM/9"), a spec with a bad key, or a
+ * file that does not exist. */
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "dragon/wl.h"
+
+/* Whether arg reads as a MetaSchedule alias: the part before its '/'
+ * names one ("GMM/9" is an alias with a bad config, not a path). */
+static bool alias_like(const char *arg) {
+  const char *slash = strchr(arg, '/');
+  if (!slash) return false;
+  size_t n = (size_t)(slash - arg);
+  for (int i = 0; i < wl_alias_count(); i++) {
+    const char *a = wl_alias_name(i);
+    if (strlen(a) == n && memcmp(a, arg, n) == 0) return true;
+  }
+  return false;
+}
 
 dg_func *cli_load_kernel(const char *arg, dg_status *st) {
   struct stat sb;
@@ -15,7 +31,16 @@ dg_func *cli_load_kernel(const char *arg, dg_status *st) {
     free(text);
     return f;
   }
-  return wl_build(arg, st);
+  dg_func *f = wl_build(arg, st);
+  if (f) return f;
+  /* Neither a file nor a workload: say which it was meant to be. An
+   * alias keeps the workload's message (unknown config); something with
+   * a '/' or a .kt ending that is no alias was a file. */
+  size_t n = strlen(arg);
+  bool path_like = strchr(arg, '/') || (n > 3 && strcmp(arg + n - 3, ".kt") == 0);
+  if (!strchr(arg, ':') && path_like && !alias_like(arg))
+    dg_fail(st, DG_ERR_IO, "%s: no such file (nor a workload spec or alias)", arg);
+  return NULL;
 }
 
 sched_trace *cli_load_trace(const char *path, dg_status *st) {

@@ -1,6 +1,7 @@
 /* shards_arg.c: a RECORDS argument of the commands that merge measured
  * records into a database: a shard file (*.jsonl.zst), a directory of
- * shards (merged in name order), or a database directory. */
+ * shards (merged in name order), or a database directory (read, never
+ * written: it may have a writer of its own). */
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,7 +55,7 @@ int cli_merge_shards(search_db *db, const char *path, const char *cmd, int64_t *
   dg_str_free(&probe);
   if (is_db) {
     search_db *src;
-    if (!search_db_open(path, &src, st)) return -1;
+    if (!search_db_open_readonly(path, &src, st)) return -1;
     bool ok = search_db_merge(db, src, added, st);
     search_db_close(src);
     if (!ok) return -1;

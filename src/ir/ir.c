@@ -160,8 +160,12 @@ void ir_func_add_param(dg_func *f, dg_buffer *b) {
 }
 
 int64_t ir_buffer_numel(const dg_buffer *b) {
+  /* Shapes from kernel text and specs are bounded by WL_MAX_BYTES, so a
+   * product that overflows is a bug upstream, not a user's input. */
   int64_t n = 1;
-  for (int i = 0; i < b->ndim; i++) n *= b->shape[i];
+  for (int i = 0; i < b->ndim; i++)
+    if (__builtin_mul_overflow(n, b->shape[i], &n))
+      dg_panic(__FILE__, __LINE__, "buffer %s: the element count of its shape overflows", b->name);
   return n;
 }
 

@@ -13,13 +13,16 @@
  * allocated buffers are visible in its whole header and body, so they are
  * parsed ahead, when the block opens. Recursion and tree depth are capped
  * so that no input can overflow the stack, and every loop consumes input,
- * so no input can hang the parser.
+ * so no input can hang the parser. A buffer, and the parameters together,
+ * take at most WL_MAX_BYTES, the limit of workload specs (computed without
+ * overflow), so every shape's element count fits in an int64.
  *
  * Does not verify what the IR verifier checks (bindings over loop variables
  * only, stores only to written buffers, region bounds): it parses what is
  * written, so that printing it shows the user what they wrote.
  */
 #include "dragon/ir.h"
+#include "dragon/wl.h" /* WL_MAX_BYTES: the one size limit, specs' and kernel text's */
 
 #include <errno.h>
 #include <math.h>
@@ -576,6 +579,9 @@ static pexpr binary(parser *p, const tok *op, dg_expr_kind k, pexpr a, pexpr b) 
     FAIL(p, op, "'/' is division of floats; use '//' to divide %s values", dt(ta));
   } else if ((k == DG_EXPR_FLOORDIV || k == DG_EXPR_FLOORMOD) && !dg_dtype_is_int(ta)) {
     FAIL(p, op, "'%s' needs integer operands, found %s", o, dt(ta));
+  } else if ((k == DG_EXPR_FLOORDIV || k == DG_EXPR_FLOORMOD) && b.e->kind == DG_EXPR_INT &&
+             b.e->ival == 0) {
+    FAIL(p, op, "'%s' by the constant 0 (division by zero)", o);
   } else if (k != DG_EXPR_EQ && k != DG_EXPR_NE && ta == DG_BOOL) {
     FAIL(p, op, "'%s' does not apply to bool operands", o);
   }
@@ -881,6 +887,19 @@ static dg_buffer *buffer_decl(parser *p, const tok *name) {
                   "wmma.matrix_a, wmma.matrix_b or wmma.accumulator)", s);
   } else if (st->k != T_NL && !is_p(st, ",") && !is_p(st, ")")) {
     FAIL(p, st, "expected a storage scope or the end of the declaration, found %s", describe(st, d, sizeof d));
+  }
+  /* The size limit of workload specs, here too: a shape whose product
+   * overflows, or a buffer too large to allocate, is refused at its name
+   * (so nothing downstream computes a wrapped element count). */
+  int64_t bytes = dg_dtype_bytes(ty);
+  bool over = false;
+  for (int i = 0; i < n && !over; i++) over = __builtin_mul_overflow(bytes, shape[i], &bytes);
+  if (over || bytes > WL_MAX_BYTES) {
+    char size[48];
+    if (over) snprintf(size, sizeof size, "more than 2^63 bytes");
+    else snprintf(size, sizeof size, "%.1f MiB", (double)bytes / (1 << 20));
+    FAIL(p, name, "buffer '%.*s' takes %s, more than the limit of %lld MiB (WL_MAX_BYTES)",
+         name->len > 40 ? 40 : name->len, name->s, size, (long long)(WL_MAX_BYTES >> 20));
   }
   dg_buffer *b = ir_buffer_new(p->f, tok_str(p, name), ty, n, shape, scope);
   return b;
@@ -1332,10 +1351,17 @@ static void kernel(parser *p) {
   p->f->name = dg_arena_strndup(p->f->arena, name->s, (size_t)name->len);
   expect(p, "(", "after the kernel name");
   plist params = {0};
+  int64_t param_bytes = 0; /* each <= WL_MAX_BYTES: the sum cannot overflow */
   if (!is_p(peek(p), ")")) {
     for (;;) {
       tok *n = expect_ident(p, "a parameter name");
       dg_buffer *b = buffer_decl(p, n);
+      param_bytes += ir_buffer_numel(b) * dg_dtype_bytes(b->dtype);
+      if (param_bytes > WL_MAX_BYTES)
+        FAIL(p, n, "the parameters up to '%.*s' take %.1f MiB, more than the limit of %lld MiB "
+                   "(WL_MAX_BYTES)",
+             n->len > 40 ? 40 : n->len, n->s, (double)param_bytes / (1 << 20),
+             (long long)(WL_MAX_BYTES >> 20));
       show(p, define(p, NS_BUF, n, b));
       plist_push(p, &params, b);
       if (!accept(p, ",")) break;

@@ -10,7 +10,9 @@
  * are integers, loads and stores have the buffer's dtype and rank);
  * every store is inside a block other than the root and goes to a buffer
  * that block writes or allocates; a buffer is a parameter or is allocated
- * by an enclosing block. The first violation found is reported as a
+ * by an enclosing block; some store writes a parameter (the kernel has an
+ * output); no integer division or modulo is by the constant 0. The first
+ * violation found is reported as a
  * DG_ERR_INVALID status naming the block and loop at fault. It does not
  * check that regions cover the accesses or that bindings are affine.
  */
@@ -65,6 +67,7 @@ typedef struct {
   const char *loop; /* innermost loop variable's name, for messages */
   const dg_block *binding_block; /* set while a block's bindings are checked */
   const dg_iter *binding;
+  bool writes_param; /* some store goes to a parameter: the kernel has an output */
 } vctx;
 
 static const char *vname(const dg_var *v) { return v && v->name ? v->name : "?"; }
@@ -222,6 +225,10 @@ static bool check_expr(vctx *c, const dg_expr *e) {
     case DG_EXPR_FLOORDIV:
     case DG_EXPR_FLOORMOD:
       if (!is_int(ta)) return fail(c, "%s of %s operands (integers only)", op, dg_dtype_name(ta));
+      /* the interpreter reports a zero divisor and generated code yields
+       * 0: a constant one is refused here, before they can disagree */
+      if (e->b->kind == DG_EXPR_INT && e->b->ival == 0)
+        return fail(c, "%s by the constant 0 (division by zero)", op);
       break;
     default:
       if (ta == DG_BOOL) return fail(c, "%s of bool operands", op);
@@ -382,6 +389,8 @@ static bool check_stmt(vctx *c, const dg_stmt *s) {
       return check_block(c, s->block, false);
     case DG_STMT_STORE: {
       if (!check_buf(c, s->buf, "store")) return false;
+      for (size_t i = 0; i < c->params.len; i++)
+        if (c->params.data[i] == s->buf) c->writes_param = true;
       if (c->blocks.len <= 1)
         return fail(c, "store to %s outside any block but the root", s->buf->name);
       const dg_block *b = c->blocks.data[c->blocks.len - 1];
@@ -437,6 +446,10 @@ bool ir_verify(const dg_func *f, dg_status *st) {
     }
   }
   if (ok) ok = check_block(&c, f->body->block, true);
+  /* a kernel that stores to none of its parameters computes nothing a
+   * caller can see (and its check would compare zero elements) */
+  if (ok && !c.writes_param)
+    ok = fail(&c, "no store writes a parameter: the kernel has no output");
   if (ok) dg_status_ok(st);
   DG_VEC_FREE(&c.scope);
   DG_VEC_FREE(&c.blocks);

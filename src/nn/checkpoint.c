@@ -9,14 +9,13 @@
  * counts, the step, the caller's RNG state, a data checksum and the header
  * checksum, then AdamW m and v. Together they make training resume
  * bitwise. Loading reads and checks everything before touching the model;
- * files are written to a temporary file, fsynced and renamed. Assumes a
+ * files are written by dg_write_parts_atomic (temporary file, fsync,
+ * rename, fsync of the directory). Assumes a
  * little-endian host. Does not convert between configs or dtypes.
  */
 #include "dragon/nn.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -42,49 +41,16 @@ enum {
 
 /* ---- atomic writes ------------------------------------------------------- */
 
+/* The parts go through base's one atomic write (dg_write_parts_atomic). */
 bool nn_file_write_atomic(const char *path, const nn_file_part *parts, int n_parts, dg_status *st) {
-  size_t n = strlen(path) + 32;
-  char *tmp = dg_malloc(n);
-  snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    dg_fail(st, DG_ERR_IO, "%s: %s", tmp, strerror(errno));
-    free(tmp);
-    return false;
-  }
+  dg_part *p = dg_malloc(sizeof(dg_part) * (size_t)(n_parts > 0 ? n_parts : 1));
   for (int i = 0; i < n_parts; i++) {
-    const char *p = parts[i].data;
-    size_t left = parts[i].len;
-    while (left > 0) {
-      ssize_t w = write(fd, p, left);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        dg_fail(st, DG_ERR_IO, "%s: %s", tmp, w < 0 ? strerror(errno) : "short write");
-        close(fd);
-        unlink(tmp);
-        free(tmp);
-        return false;
-      }
-      p += w;
-      left -= (size_t)w;
-    }
+    p[i].data = parts[i].data;
+    p[i].len = parts[i].len;
   }
-  if (fsync(fd) != 0 || close(fd) != 0 || rename(tmp, path) != 0) {
-    dg_fail(st, DG_ERR_IO, "%s: %s", path, strerror(errno));
-    unlink(tmp);
-    free(tmp);
-    return false;
-  }
-  free(tmp);
-  /* the rename itself is durable once the directory is synced */
-  char *dup = dg_strdup(path);
-  int dfd = open(dirname(dup), O_RDONLY);
-  if (dfd >= 0) {
-    fsync(dfd);
-    close(dfd);
-  }
-  free(dup);
-  return true;
+  bool ok = dg_write_parts_atomic(path, p, n_parts, st);
+  free(p);
+  return ok;
 }
 
 /* ---- headers ------------------------------------------------------------- */

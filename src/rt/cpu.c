@@ -10,14 +10,27 @@
  * Several functions of one source share one loaded object, unloaded with
  * the last of them.
  *
+ * The compiler runs as a child that dies with this process (it is asked
+ * for SIGKILL at its parent's death, PR_SET_PDEATHSIG, and the shell that
+ * starts it execs it): a killed tuner leaves no compiler behind. The
+ * directory is /tmp/dragon-cc-<pid>-XXXXXX; those of processes that are
+ * gone (killed between mkdtemp and the cleanup) are removed by the next
+ * process's first compilation.
+ *
  * It does not isolate a faulting or hanging kernel: a kernel runs in this
  * process (the crash-isolated workers are another module's job).
  */
 #include "dragon/rt.h"
 
+#include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,13 +78,82 @@ static void remove_dir(const char *dir) {
   rmdir(dir);
 }
 
+/* A compiler directory's owner: the pid in "dragon-cc-<pid>-XXXXXX", or
+ * -1 for another name. */
+static long cc_dir_owner(const char *name) {
+  static const char prefix[] = "dragon-cc-";
+  if (strncmp(name, prefix, sizeof prefix - 1) != 0) return -1;
+  const char *p = name + sizeof prefix - 1;
+  long pid = 0;
+  if (*p < '1' || *p > '9') return -1;
+  for (; *p >= '0' && *p <= '9'; p++) {
+    if (pid > 100000000) return -1;
+    pid = pid * 10 + (*p - '0');
+  }
+  return *p == '-' ? pid : -1;
+}
+
+/* Removes the compiler directories under tmp of processes that are gone
+ * (with whatever the compiler had written into them). */
+static void remove_stale_dirs(const char *tmp) {
+  DIR *d = opendir(tmp);
+  if (!d) return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long pid = cc_dir_owner(e->d_name);
+    if (pid < 0 || dg_pid_alive(pid)) continue;
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/%s", tmp, e->d_name);
+    struct stat sb;
+    if (lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) || sb.st_uid != geteuid()) continue;
+    DIR *sub = opendir(dir);
+    if (sub) {
+      struct dirent *f;
+      while ((f = readdir(sub))) {
+        if (strcmp(f->d_name, ".") == 0 || strcmp(f->d_name, "..") == 0) continue;
+        char path[900];
+        snprintf(path, sizeof path, "%s/%s", dir, f->d_name);
+        unlink(path);
+      }
+      closedir(sub);
+    }
+    rmdir(dir);
+  }
+  closedir(d);
+}
+
+static const char *stale_tmp;
+static void remove_stale_once(void) { remove_stale_dirs(stale_tmp); }
+
+/* Runs a shell command line as system() does, but as a child that is
+ * killed when this process dies: the shell gets PR_SET_PDEATHSIG and
+ * execs the compiler, which keeps it. Returns the wait status, or -1. */
+static int run_child(const char *cmd) {
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127); /* the parent died before prctl */
+    execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+    _exit(127);
+  }
+  int status;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return status;
+}
+
 bool rt_cpu_compile_many(const char *src, const char *const *fn_names, int n,
                          rt_cpu_kernel **out, dg_status *st) {
   DG_ASSERT(n > 0);
   const char *tmp = getenv("TMPDIR");
   if (!tmp || !*tmp) tmp = "/tmp";
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  stale_tmp = tmp;
+  pthread_once(&once, remove_stale_once);
   char dir[400];
-  snprintf(dir, sizeof dir, "%s/dragon-cc-XXXXXX", tmp);
+  snprintf(dir, sizeof dir, "%s/dragon-cc-%ld-XXXXXX", tmp, (long)getpid());
   if (!mkdtemp(dir)) return dg_fail(st, DG_ERR_IO, "cc: cannot create a directory in %s", tmp);
   char csrc[512], so[512], logp[512];
   snprintf(csrc, sizeof csrc, "%s/k.c", dir);
@@ -89,10 +171,10 @@ bool rt_cpu_compile_many(const char *src, const char *const *fn_names, int n,
   dg_str cmd;
   dg_str_init(&cmd);
   dg_str_printf(&cmd,
-                "%s -O2 -shared -fPIC -march=native -fno-strict-aliasing -ffp-contract=off "
+                "exec %s -O2 -shared -fPIC -march=native -fno-strict-aliasing -ffp-contract=off "
                 "%s -o '%s' '%s' >'%s' 2>&1",
                 cc, extra, so, csrc, logp);
-  int rc = system(cmd.s);
+  int rc = run_child(cmd.s);
   dg_str_free(&cmd);
   if (rc != 0) {
     size_t len = 0;

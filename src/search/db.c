@@ -4,26 +4,47 @@
  * records are committed in), merging, and the export to TVM's JSONDatabase
  * files.
  *
+ * Writers and readers. search_db_open opens for writing: it creates the
+ * directory and takes an exclusive flock on its file `writer.lock` (which
+ * then names the holder's pid), so a second writer, in this process or
+ * another, is refused naming the directory and the holder. The lock goes
+ * with the process: the kernel drops it when the writer exits or is
+ * killed, and processes forked from the writer do not keep it (their copy
+ * of the descriptor is closed in the child at fork). search_db_open_readonly
+ * never writes anything: a missing directory is an error naming it, and it
+ * takes no lock, so readers run alongside a writer.
+ *
  * Durability: a line is appended by a single write() on an O_APPEND file
  * descriptor followed by fsync, so a killed writer leaves at most one torn
- * last line. On open that torn tail is cut off (with a warning) so the next
- * append starts on a line of its own; any other line that does not parse or
- * lacks a field is skipped with a warning naming file:line. Records are
- * unique by (workload, trace): the trace is kept as jansson's compact dump
- * of its JSON value, the same text whether it came from a caller or a file.
- * Merges append all their new lines of a file in one write.
+ * last line. A writer opening the files cuts that torn tail off (with a
+ * warning) so the next append starts on a line of its own; a reader skips
+ * it with a warning and leaves the file as it is (a live writer may be
+ * finishing that line). Any other line that does not parse or lacks a field
+ * is skipped with a warning naming file:line.
  *
- * Assumes one writer per directory at a time (tuning processes of one
- * database are not coordinated); readers may run alongside. Does not
- * recompute workload hashes from the kernel text (TVM does): the stored
- * hash is trusted.
+ * Records are unique by (workload, trace): appends and merges never add a
+ * second line for a pair the database holds; the trace is kept as
+ * jansson's compact dump of its JSON value, the same text whether it came
+ * from a caller or a file. Files written by concurrent writers before the
+ * lock existed may repeat a pair: on load the first line stands as the
+ * record and the others are its copies, and the record's time is then the
+ * median over the copies that ran of each one's mean (search_record_secs),
+ * so one lucky or unlucky duplicate does not decide `db best`. Merges and
+ * shards carry the first line only.
+ *
+ * Does not recompute workload hashes from the kernel text (TVM does): the
+ * stored hash is trusted. Records of a workload that no workload line
+ * names are kept, and reported once per workload on open (export, recall
+ * and the cost model cannot rebuild their kernels and leave them out).
  */
 #include "dragon/search.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,11 +56,15 @@ typedef struct {
   char *hash, *spec, *kernel;
 } db_workload;
 
-/* A loaded record: search_record's pointers point into these. */
+/* A loaded record: search_record's pointers point into these. copies:
+ * the mean times of the lines of its file that repeat its (workload,
+ * trace), itself included, that ran; n_lines counts them all. */
 typedef struct {
   search_record r;
   char *workload, *trace, *error, *target, *date, *build, *device;
   double *secs;
+  DG_VEC(double) copies;
+  int n_lines;
 } db_record;
 
 /* Records or baselines: the loaded lines, their file, and an open
@@ -55,8 +80,13 @@ struct search_db {
   char *dir;
   char *wl_path;
   DG_VEC(db_workload) wls;
+  int *wl_slots; /* open addressing over wls indices + 1, keyed by hash */
+  size_t n_wl_slots;
   rec_table recs, bases;
   int warnings;
+  bool readonly;
+  int lock_fd;            /* writers: the flock'ed writer.lock; -1 */
+  search_db *next_locked; /* the list of this process's writers */
 };
 
 /* ---- small helpers ------------------------------------------------------- */
@@ -163,6 +193,7 @@ static void free_record(db_record *r) {
   free(r->build);
   free(r->device);
   free(r->secs);
+  DG_VEC_FREE(&r->copies);
   free(r);
 }
 
@@ -182,6 +213,11 @@ static void table_free(rec_table *t) {
   DG_VEC_FREE(&t->v);
   free(t->slots);
   free(t->path);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
 }
 
 /* ---- lines --------------------------------------------------------------- */
@@ -280,10 +316,50 @@ static db_record *record_from_json(search_db *db, json_t *j, const char *where) 
 
 typedef bool (*line_fn)(search_db *db, json_t *j, const char *where, void *ctx);
 
+static uint64_t wl_key(const char *hash) { return dg_hash_bytes(hash, strlen(hash), 0x3c1); }
+
 static const db_workload *find_wl(const search_db *db, const char *hash) {
-  for (size_t i = 0; i < db->wls.len; i++)
-    if (strcmp(db->wls.data[i].hash, hash) == 0) return &db->wls.data[i];
-  return NULL;
+  if (!db->n_wl_slots) return NULL;
+  size_t mask = db->n_wl_slots - 1;
+  for (size_t i = wl_key(hash) & mask;; i = (i + 1) & mask) {
+    int s = db->wl_slots[i];
+    if (!s) return NULL;
+    if (strcmp(db->wls.data[s - 1].hash, hash) == 0) return &db->wls.data[s - 1];
+  }
+}
+
+static void insert_wl_slot(search_db *db, int idx) {
+  size_t mask = db->n_wl_slots - 1;
+  size_t i = wl_key(db->wls.data[idx].hash) & mask;
+  while (db->wl_slots[i]) i = (i + 1) & mask;
+  db->wl_slots[i] = idx + 1;
+}
+
+/* Appends w (its strings now the database's) to the workloads and their
+ * index. */
+static void push_wl(search_db *db, db_workload w) {
+  DG_VEC_PUSH(&db->wls, w);
+  if (2 * db->wls.len <= db->n_wl_slots) {
+    insert_wl_slot(db, (int)db->wls.len - 1);
+    return;
+  }
+  free(db->wl_slots);
+  db->n_wl_slots = db->n_wl_slots ? 2 * db->n_wl_slots : 64;
+  while (2 * db->wls.len > db->n_wl_slots) db->n_wl_slots *= 2;
+  db->wl_slots = dg_calloc(db->n_wl_slots, sizeof(int));
+  for (size_t i = 0; i < db->wls.len; i++) insert_wl_slot(db, (int)i);
+}
+
+static void free_wls(search_db *db) {
+  for (size_t i = 0; i < db->wls.len; i++) {
+    free(db->wls.data[i].hash);
+    free(db->wls.data[i].spec);
+    free(db->wls.data[i].kernel);
+  }
+  DG_VEC_FREE(&db->wls);
+  free(db->wl_slots);
+  db->wl_slots = NULL;
+  db->n_wl_slots = 0;
 }
 
 /* ctx: a dg_str collecting the lines of new workloads (merges), or NULL. */
@@ -297,7 +373,7 @@ static bool load_workload(search_db *db, json_t *j, const char *where, void *ctx
   }
   if (find_wl(db, hash)) return true;
   db_workload w = {dg_strdup(hash), dg_strdup(spec), dg_strdup(kernel)};
-  DG_VEC_PUSH(&db->wls, w);
+  push_wl(db, w);
   if (ctx) put_line(ctx, workload_line(&w, NULL));
   return true;
 }
@@ -307,16 +383,26 @@ typedef struct {
   rec_table *t;
   dg_str *out; /* lines of new entries (merges), or NULL */
   int64_t added;
+  int64_t repeats; /* lines that repeat an earlier (workload, trace) */
 } load_dest;
 
 static bool load_record_into(search_db *db, json_t *j, const char *where, void *ctx) {
   load_dest *d = ctx;
   db_record *r = record_from_json(db, j, where);
   if (!r) return false;
-  if (find_rec(d->t, r->workload, r->trace) >= 0) {
+  int at = find_rec(d->t, r->workload, r->trace);
+  if (at >= 0) {
+    /* a repeated (workload, trace): the first line stands as the record,
+     * this one is a copy of it */
+    db_record *first = d->t->v.data[at];
+    first->n_lines++;
+    if (r->r.n_secs > 0) DG_VEC_PUSH(&first->copies, search_record_secs(&r->r));
+    d->repeats++;
     free_record(r);
-    return true; /* a duplicate: the first one stands */
+    return true;
   }
+  r->n_lines = 1;
+  if (r->r.n_secs > 0) DG_VEC_PUSH(&r->copies, search_record_secs(&r->r));
   push_record(d->t, r);
   d->added++;
   if (d->out) put_line(d->out, record_line(r, NULL));
@@ -360,6 +446,8 @@ static bool load_file(search_db *db, const char *path, line_fn fn, void *ctx, dg
     if (errno == ENOENT) return true;
     return dg_fail(st, DG_ERR_IO, "%s: %s", path, strerror(errno));
   }
+  if (S_ISDIR(sb.st_mode))
+    return dg_fail(st, DG_ERR_IO, "%s: is a directory, not a database file", path);
   size_t len;
   char *text = dg_read_file(path, &len, st);
   if (!text) return false;
@@ -367,51 +455,236 @@ static bool load_file(search_db *db, const char *path, line_fn fn, void *ctx, dg
   if (good_end < len) {
     int line = 1;
     for (size_t i = 0; i < good_end; i++) line += text[i] == '\n';
-    warn(db, "%s:%d: torn last line (%zu bytes, no newline) cut off", path, line,
-         len - good_end);
-    if (truncate(path, (off_t)good_end) != 0) {
-      free(text);
-      return dg_fail(st, DG_ERR_IO, "%s: cannot cut the torn last line: %s", path,
-                     strerror(errno));
+    if (db->readonly) {
+      warn(db, "%s:%d: torn last line (%zu bytes, no newline) skipped", path, line,
+           len - good_end);
+    } else {
+      warn(db, "%s:%d: torn last line (%zu bytes, no newline) cut off", path, line,
+           len - good_end);
+      if (truncate(path, (off_t)good_end) != 0) {
+        free(text);
+        return dg_fail(st, DG_ERR_IO, "%s: cannot cut the torn last line: %s", path,
+                       strerror(errno));
+      }
     }
   }
   free(text);
   return true;
 }
 
-bool search_db_open(const char *dir, search_db **out, dg_status *st) {
+/* ---- the writer lock ------------------------------------------------------ */
+
+/* This process's writers, so that a forked child can close its copies of
+ * their lock descriptors: a child must not keep the lock alive once the
+ * writer is gone (the kernel drops a flock when the last descriptor of it
+ * closes). */
+static pthread_mutex_t locked_mu = PTHREAD_MUTEX_INITIALIZER;
+static search_db *locked_head;
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void before_fork(void) { pthread_mutex_lock(&locked_mu); }
+static void after_fork_parent(void) { pthread_mutex_unlock(&locked_mu); }
+static void after_fork_child(void) {
+  for (search_db *d = locked_head; d; d = d->next_locked) {
+    close(d->lock_fd);
+    d->lock_fd = -1;
+  }
+  locked_head = NULL;
+  pthread_mutex_unlock(&locked_mu);
+}
+static void install_atfork(void) {
+  pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+/* The pid a lock file names, or 0. */
+static long lock_holder(int fd) {
+  char buf[32];
+  ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return 0;
+  buf[n] = 0;
+  char *end;
+  long pid = strtol(buf, &end, 10);
+  return end != buf && pid > 0 ? pid : 0;
+}
+
+static bool take_lock(search_db *db, dg_status *st) {
+  pthread_once(&atfork_once, install_atfork);
+  char *path = join_path(db->dir, "writer.lock");
+  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    dg_fail(st, DG_ERR_IO, "%s: cannot open the writer lock: %s", path, strerror(errno));
+    free(path);
+    return false;
+  }
+  free(path);
+  int rc;
+  while ((rc = flock(fd, LOCK_EX | LOCK_NB)) != 0 && errno == EINTR) {
+  }
+  if (rc != 0) {
+    int err = errno;
+    long pid = err == EWOULDBLOCK ? lock_holder(fd) : 0;
+    close(fd);
+    if (err != EWOULDBLOCK)
+      return dg_fail(st, DG_ERR_IO, "%s: cannot lock the database: %s", db->dir, strerror(err));
+    if (pid && dg_pid_alive(pid))
+      return dg_fail(st, DG_ERR_IO,
+                     "%s: the database is open for writing by another process (pid %ld); one "
+                     "writer at a time",
+                     db->dir, pid);
+    if (pid)
+      return dg_fail(st, DG_ERR_IO,
+                     "%s: the database is open for writing by another process (pid %ld, which "
+                     "has exited; a process it started still holds the lock); one writer at a "
+                     "time",
+                     db->dir, pid);
+    return dg_fail(st, DG_ERR_IO,
+                   "%s: the database is open for writing by another process; one writer at a time",
+                   db->dir);
+  }
+  char num[32];
+  int n = snprintf(num, sizeof num, "%ld\n", (long)getpid());
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, num, (size_t)n, 0) != n) {
+    /* the pid is a courtesy for the message of a refused writer */
+  }
+  db->lock_fd = fd;
+  pthread_mutex_lock(&locked_mu);
+  db->next_locked = locked_head;
+  locked_head = db;
+  pthread_mutex_unlock(&locked_mu);
+  return true;
+}
+
+static void drop_lock(search_db *db) {
+  pthread_mutex_lock(&locked_mu);
+  for (search_db **p = &locked_head; *p; p = &(*p)->next_locked)
+    if (*p == db) {
+      *p = db->next_locked;
+      break;
+    }
+  int fd = db->lock_fd;
+  db->lock_fd = -1;
+  pthread_mutex_unlock(&locked_mu);
+  if (fd >= 0) close(fd);
+}
+
+/* ---- opening --------------------------------------------------------------- */
+
+/* After loading: each repeated record's time (the median of its copies),
+ * and a warning per file with repeats. */
+static void settle_copies(search_db *db, rec_table *t, int64_t repeats) {
+  for (size_t i = 0; i < t->v.len; i++) {
+    db_record *r = t->v.data[i];
+    r->r.n_copies = r->n_lines > 0 ? r->n_lines : 1;
+    if (r->n_lines <= 1) continue;
+    size_t n = r->copies.len;
+    double *c = r->copies.data;
+    if (n > 1) qsort(c, n, sizeof(double), cmp_double);
+    r->r.copies_secs = n == 0       ? SEARCH_FAILED_SECS
+                       : n % 2 == 1 ? c[n / 2]
+                                    : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+  }
+  if (repeats > 0)
+    warn(db,
+         "%s: %lld lines repeat the (workload, trace) of an earlier line (written by concurrent "
+         "writers); each such record's time is the median of its copies",
+         t->path, (long long)repeats);
+}
+
+/* Records and baselines of workloads that no workload line names: kept,
+ * but nothing can rebuild their kernels. Once per workload, with a count
+ * (not counted among the warnings about skipped lines); 20 workloads at
+ * most, then a line for the rest. */
+static void report_unnamed(const search_db *db) {
+  enum { SHOWN = 20 };
+  struct {
+    const char *hash;
+    int64_t n;
+  } u[SHOWN];
+  int nu = 0;
+  bool more = false;
+  const rec_table *ts[2] = {&db->recs, &db->bases};
+  for (int k = 0; k < 2; k++)
+    for (size_t i = 0; i < ts[k]->v.len; i++) {
+      const char *h = ts[k]->v.data[i]->workload;
+      if (find_wl(db, h)) continue;
+      int j = 0;
+      while (j < nu && strcmp(u[j].hash, h) != 0) j++;
+      if (j == nu) {
+        if (nu == SHOWN) {
+          more = true;
+          continue;
+        }
+        u[nu].hash = h;
+        u[nu++].n = 0;
+      }
+      u[j].n++;
+    }
+  for (int j = 0; j < nu; j++)
+    fprintf(stderr,
+            "warning: %s: %lld record%s of workload %.40s, which workloads.jsonl does not name: "
+            "export, recall and the cost model leave %s out\n",
+            db->dir, (long long)u[j].n, u[j].n == 1 ? "" : "s", u[j].hash,
+            u[j].n == 1 ? "it" : "them");
+  if (more) fprintf(stderr, "warning: %s: and records of more such workloads\n", db->dir);
+}
+
+static bool open_db(const char *dir, bool readonly, search_db **out, dg_status *st) {
   dg_status_ok(st);
   *out = NULL;
-  if (!dg_mkdirs(dir, st)) return false;
+  if (readonly) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+      return dg_fail(st, DG_ERR_IO, "%s: no such database directory", dir);
+    if (!S_ISDIR(sb.st_mode))
+      return dg_fail(st, DG_ERR_IO, "%s: not a database directory (not a directory)", dir);
+  } else if (!dg_mkdirs(dir, st)) {
+    return false;
+  }
   search_db *db = dg_calloc(1, sizeof *db);
   db->dir = dg_strdup(dir);
+  db->readonly = readonly;
+  db->lock_fd = -1;
   db->wl_path = join_path(dir, "workloads.jsonl");
   db->recs.path = join_path(dir, "records.jsonl");
   db->bases.path = join_path(dir, "baselines.jsonl");
-  load_dest dr = {&db->recs, NULL, 0}, dbase = {&db->bases, NULL, 0};
-  if (!load_file(db, db->wl_path, load_workload, NULL, st) ||
+  load_dest dr = {&db->recs, NULL, 0, 0}, dbase = {&db->bases, NULL, 0, 0};
+  if ((!readonly && !take_lock(db, st)) ||
+      !load_file(db, db->wl_path, load_workload, NULL, st) ||
       !load_file(db, db->recs.path, load_record_into, &dr, st) ||
       !load_file(db, db->bases.path, load_record_into, &dbase, st)) {
     search_db_close(db);
     return false;
   }
+  settle_copies(db, &db->recs, dr.repeats);
+  settle_copies(db, &db->bases, dbase.repeats);
+  report_unnamed(db);
   *out = db;
   return true;
 }
 
+bool search_db_open(const char *dir, search_db **out, dg_status *st) {
+  return open_db(dir, false, out, st);
+}
+
+bool search_db_open_readonly(const char *dir, search_db **out, dg_status *st) {
+  return open_db(dir, true, out, st);
+}
+
 void search_db_close(search_db *db) {
   if (!db) return;
-  for (size_t i = 0; i < db->wls.len; i++) {
-    free(db->wls.data[i].hash);
-    free(db->wls.data[i].spec);
-    free(db->wls.data[i].kernel);
-  }
-  DG_VEC_FREE(&db->wls);
+  if (db->lock_fd >= 0) drop_lock(db);
+  free_wls(db);
   table_free(&db->recs);
   table_free(&db->bases);
   free(db->dir);
   free(db->wl_path);
   free(db);
+}
+
+static bool writable(const search_db *db, dg_status *st) {
+  if (db->readonly)
+    return dg_fail(st, DG_ERR_INVALID, "%s: the database is open read-only", db->dir);
+  return true;
 }
 
 int search_db_warning_count(const search_db *db) { return db->warnings; }
@@ -423,6 +696,7 @@ bool search_db_add_workload(search_db *db, const char *spec, const dg_func *f, c
   dg_status_ok(st);
   snprintf(hash, 21, "%llu", (unsigned long long)ir_func_hash(f));
   if (find_wl(db, hash)) return true;
+  if (!writable(db, st)) return false;
   db_workload w = {dg_strdup(hash), dg_strdup(spec ? spec : ""), ir_print(f)};
   dg_str line;
   dg_str_init(&line);
@@ -435,7 +709,7 @@ bool search_db_add_workload(search_db *db, const char *spec, const dg_func *f, c
     free(w.kernel);
     return false;
   }
-  DG_VEC_PUSH(&db->wls, w);
+  push_wl(db, w);
   return true;
 }
 
@@ -460,7 +734,6 @@ const char *search_db_workload_kernel(const search_db *db, const char *hash) {
 
 static bool add_to(search_db *db, rec_table *t, const search_record *in, bool *added,
                    dg_status *st) {
-  (void)db;
   dg_status_ok(st);
   if (added) *added = false;
   json_error_t je;
@@ -474,6 +747,10 @@ static bool add_to(search_db *db, rec_table *t, const search_record *in, bool *a
   if (find_rec(t, in->workload, canon) >= 0) {
     free(canon);
     return true;
+  }
+  if (!writable(db, st)) {
+    free(canon);
+    return false;
   }
   if (in->n_secs < 0 || in->n_secs > (int)DG_ARRAY_LEN(((search_measure_result *)0)->secs)) {
     free(canon);
@@ -497,6 +774,8 @@ static bool add_to(search_db *db, rec_table *t, const search_record *in, bool *a
   for (int i = 0; i < in->n_secs; i++) r->secs[i] = in->run_secs[i];
   r->r.n_secs = in->n_secs;
   r->r.kernel_hash = in->kernel_hash;
+  r->n_lines = 1;
+  r->r.n_copies = 1;
   fill_view(r);
   dg_str line;
   dg_str_init(&line);
@@ -534,10 +813,6 @@ const search_record *search_db_baseline_at(const search_db *db, int i) {
   return &db->bases.v.data[i]->r;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
 
 double search_db_baseline_secs(const search_db *db, const char *workload, int *n) {
   DG_VEC(double) ran = {0};
@@ -567,6 +842,7 @@ int search_db_workload_trials(const search_db *db, const char *workload) {
 }
 
 double search_record_secs(const search_record *r) {
+  if (r->n_copies > 1) return r->copies_secs;
   if (r->n_secs <= 0) return SEARCH_FAILED_SECS;
   double s = 0;
   for (int i = 0; i < r->n_secs; i++) s += r->run_secs[i];
@@ -577,6 +853,7 @@ bool search_record_valid(const search_record *r) {
   bool ran = false;
   for (int i = 0; i < r->n_secs; i++)
     if (r->run_secs[i] < SEARCH_FAILED_SECS) ran = true;
+  if (r->n_copies > 1) ran = r->copies_secs < SEARCH_FAILED_SECS;
   if (!ran) return false;
   /* at least one instruction before EnterPostproc: the trace's first
    * instruction is not the marker */
@@ -769,13 +1046,15 @@ static bool shard_line(search_db *db, json_t *j, const char *where, void *ctx) {
 bool search_db_merge_shard(search_db *db, const char *path, int64_t *n_added, dg_status *st) {
   dg_status_ok(st);
   if (n_added) *n_added = 0;
+  if (!writable(db, st)) return false;
   size_t len;
   char *text = zstd_unpack(path, &len, st);
   if (!text) return false;
   /* Read into a scratch database first, so that a shard refused as a
    * whole adds nothing. */
   search_db scratch = {0};
-  shard_ctx m = {{&scratch.recs, NULL, 0}, {&scratch.bases, NULL, 0}, 0, {0}};
+  scratch.lock_fd = -1;
+  shard_ctx m = {{&scratch.recs, NULL, 0, 0}, {&scratch.bases, NULL, 0, 0}, 0, {0}};
   dg_status_ok(&m.err);
   size_t end = parse_lines(&scratch, path, text, len, shard_line, &m);
   free(text);
@@ -790,12 +1069,7 @@ bool search_db_merge_shard(search_db *db, const char *path, int64_t *n_added, dg
     ok = dg_fail(st, DG_ERR_PARSE, "%s: the last line has no newline (a torn shard)", path);
   }
   if (ok) ok = search_db_merge(db, &scratch, n_added, st);
-  for (size_t i = 0; i < scratch.wls.len; i++) {
-    free(scratch.wls.data[i].hash);
-    free(scratch.wls.data[i].spec);
-    free(scratch.wls.data[i].kernel);
-  }
-  DG_VEC_FREE(&scratch.wls);
+  free_wls(&scratch);
   table_free(&scratch.recs);
   table_free(&scratch.bases);
   return ok;
@@ -814,6 +1088,8 @@ static db_record *record_copy(const db_record *s) {
   memcpy(r->secs, s->secs, sizeof(double) * (size_t)s->r.n_secs);
   r->r.n_secs = s->r.n_secs;
   r->r.kernel_hash = s->r.kernel_hash;
+  r->n_lines = 1;
+  r->r.n_copies = 1;
   fill_view(r);
   return r;
 }
@@ -831,6 +1107,8 @@ static void merge_table(rec_table *dst, const rec_table *src, dg_str *out, int64
 
 bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_status *st) {
   dg_status_ok(st);
+  if (n_added) *n_added = 0;
+  if (!writable(dst, st)) return false;
   dg_str wl, rec, base;
   dg_str_init(&wl);
   dg_str_init(&rec);
@@ -839,19 +1117,25 @@ bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_
     const db_workload *w = &src->wls.data[i];
     if (find_wl(dst, w->hash)) continue;
     db_workload c = {dg_strdup(w->hash), dg_strdup(w->spec), dg_strdup(w->kernel)};
-    DG_VEC_PUSH(&dst->wls, c);
+    push_wl(dst, c);
     put_line(&wl, workload_line(&c, NULL));
   }
   int64_t added = 0;
   merge_table(&dst->recs, &src->recs, &rec, &added);
   merge_table(&dst->bases, &src->bases, &base, &added);
-  /* a record whose workload no line names cannot be rebuilt: say so */
-  for (size_t i = 0; i < src->recs.v.len; i++)
-    if (!find_wl(dst, src->recs.v.data[i]->workload)) {
-      warn(dst, "merge: records of workload %s, which no workload line names",
-           src->recs.v.data[i]->workload);
-      break;
-    }
+  /* a record whose workload no line names cannot be rebuilt: say so,
+   * once per workload */
+  for (size_t i = 0; i < src->recs.v.len; i++) {
+    const char *h = src->recs.v.data[i]->workload;
+    if (find_wl(dst, h)) continue;
+    bool seen = false;
+    for (size_t k = 0; k < i && !seen; k++) seen = strcmp(src->recs.v.data[k]->workload, h) == 0;
+    if (seen) continue;
+    int64_t n = 0;
+    for (size_t k = i; k < src->recs.v.len; k++) n += strcmp(src->recs.v.data[k]->workload, h) == 0;
+    warn(dst, "merge: %lld records of workload %.40s, which no workload line names", (long long)n,
+         h);
+  }
   if (n_added) *n_added = added;
   /* workloads first, so that a record's workload is on disk before it */
   bool ok = append_lines(dst->wl_path, wl.s, wl.len, st) &&

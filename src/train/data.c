@@ -234,12 +234,25 @@ bool train_shard_load(train_shard *out, const char *path, dg_status *st) {
             (long long)s.n_tokens);
     goto fail;
   }
-  for (int64_t i = 0; i < s.n_examples; i++)
-    if (s.offsets[i + 1] - s.offsets[i] < 2) {
-      dg_fail(st, DG_ERR_PARSE, "%s: example %lld has %lld tokens (offsets must rise by >= 2)",
-              path, (long long)i, (long long)(s.offsets[i + 1] - s.offsets[i]));
+  /* offsets[i] lies in [0, n_tokens] by induction, so offsets[i] + 2
+   * cannot overflow whatever offsets[i + 1] holds (a difference could) */
+  for (int64_t i = 0; i < s.n_examples; i++) {
+    int64_t n;
+    if (s.offsets[i + 1] > s.n_tokens) {
+      dg_fail(st, DG_ERR_PARSE, "%s: example %lld ends at offset %lld, beyond the %lld tokens",
+              path, (long long)i, (long long)s.offsets[i + 1], (long long)s.n_tokens);
       goto fail;
     }
+    if (s.offsets[i + 1] < s.offsets[i] + 2) {
+      if (__builtin_sub_overflow(s.offsets[i + 1], s.offsets[i], &n))
+        dg_fail(st, DG_ERR_PARSE, "%s: example %lld: offsets %lld .. %lld (offsets must rise by >= 2)",
+                path, (long long)i, (long long)s.offsets[i], (long long)s.offsets[i + 1]);
+      else
+        dg_fail(st, DG_ERR_PARSE, "%s: example %lld has %lld tokens (offsets must rise by >= 2)",
+                path, (long long)i, (long long)n);
+      goto fail;
+    }
+  }
   for (int64_t i = 0; i < s.n_tokens; i++) {
     if (s.tokens[i] < 0 || s.tokens[i] >= s.vocab_size) {
       dg_fail(st, DG_ERR_PARSE, "%s: token %lld has id %u, outside the vocabulary of %d", path,

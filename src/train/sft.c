@@ -8,9 +8,13 @@
  * needs only the model, the AdamW state and the step to continue exactly.
  * Every input is loaded and checked, and the model allocated, before the
  * out dir is written. A checkpoint is two files and a `latest` pointer
- * written after both, so a crash between them leaves the previous pair
- * current. Does not do gradient accumulation, mixed precision or several
- * processes: one batch of examples per step on one back end.
+ * written after both (each through dg_write_file_atomic), so a crash
+ * between them leaves the previous pair current; the temporary files of a
+ * write that a kill interrupted are removed when the run directory is
+ * opened again. A resumed run first cuts log.jsonl back to the steps up to
+ * its checkpoint, so every step is logged once. Does not do gradient
+ * accumulation, mixed precision or several processes: one batch of
+ * examples per step on one back end.
  *
  * B examples per step, T the longest row of a batch.
  */
@@ -258,7 +262,12 @@ bool train_run_latest(const char *dir, char **model_path, char **state_path, int
   bool ok = dg_parse_i64(trim(s), 0, INT64_MAX, &v, lp, st);
   free(text);
   free(lp);
-  if (!ok) return false;
+  if (!ok) {
+    /* a damaged file, not a usage error */
+    st->code = DG_ERR_PARSE;
+    dg_status_prefix(st, "corrupt checkpoint pointer");
+    return false;
+  }
   char *mp = step_file(dir, "model", v), *sp = step_file(dir, "state", v);
   if (!exists(mp) || !exists(sp)) {
     dg_fail(st, DG_ERR_IO, "%s: 'latest' names step %lld but %s or %s is missing", dir,
@@ -295,6 +304,61 @@ static bool save_checkpoint(const train_backend *be, const char *dir, int64_t st
   }
   *prev = step;
   return true;
+}
+
+/* The step of a log line ({"step": N, ...}), or -1 when it is not one. */
+static int64_t log_line_step(const char *line, size_t n) {
+  static const char key[] = "{\"step\": ";
+  if (n < sizeof key || memcmp(line, key, sizeof key - 1) != 0 || line[n - 1] != '}') return -1;
+  int64_t v = 0;
+  size_t i = sizeof key - 1;
+  if (line[i] < '0' || line[i] > '9') return -1;
+  for (; i < n && line[i] >= '0' && line[i] <= '9'; i++) {
+    if (v > INT64_MAX / 10 - 10) return -1;
+    v = v * 10 + (line[i] - '0');
+  }
+  return i < n && line[i] == ',' ? v : -1;
+}
+
+/* A resumed run continues after step `done`: log.jsonl keeps one line per
+ * step up to it, in order, and loses the lines of steps past it (logged
+ * before a kill, after the checkpoint the run resumes from), repeats of a
+ * step (left by resumes before this was done) and a torn last line. The
+ * file is rewritten atomically, and only when something goes. */
+static bool trim_log(const char *dir, int64_t done, dg_status *st) {
+  char *lp = join(dir, "log.jsonl");
+  struct stat sb;
+  if (stat(lp, &sb) != 0) {
+    free(lp);
+    return true;
+  }
+  size_t len;
+  char *text = dg_read_file(lp, &len, st);
+  if (!text) {
+    free(lp);
+    return false;
+  }
+  dg_str keep;
+  dg_str_init(&keep);
+  int64_t last = 0, dropped = 0;
+  for (size_t pos = 0; pos < len;) {
+    char *nl = memchr(text + pos, '\n', len - pos);
+    size_t n = nl ? (size_t)(nl - (text + pos)) : len - pos;
+    int64_t step = nl ? log_line_step(text + pos, n) : -1;
+    if (step > last && step <= done) {
+      dg_str_putn(&keep, text + pos, n + 1);
+      last = step;
+    } else if (n > 0) {
+      dropped++;
+    }
+    pos += n + (nl ? 1 : 0);
+  }
+  bool ok = true;
+  if (dropped > 0) ok = dg_write_file_atomic(lp, keep.s, keep.len, st);
+  dg_str_free(&keep);
+  free(text);
+  free(lp);
+  return ok;
 }
 
 void train_result_free(train_result *r) {
@@ -394,6 +458,12 @@ static bool load_resume(const train_sft_args *a, run_state *r, dg_status *st) {
     ok = dg_fail(st, DG_ERR_INVALID, "%s: holds step %lld, but 'latest' says %lld", sp,
                  (long long)sstep, (long long)r->step0);
   if (ok && a->steps > 0) r->cfg.steps = a->steps;
+  if (ok && r->step0 > r->cfg.steps)
+    ok = dg_fail(st, DG_ERR_INVALID,
+                 "%s: the run is already at step %lld, past %s %lld: nothing to train (resume "
+                 "with a larger --steps to continue)",
+                 a->out_dir, (long long)r->step0, a->steps > 0 ? "--steps" : "its steps =",
+                 (long long)r->cfg.steps);
   r->prev_ckpt = r->step0;
   free(cfgp);
   free(tokp);
@@ -426,6 +496,7 @@ static void split(run_state *r) {
 
 static bool write_run_files(const train_sft_args *a, run_state *r, dg_status *st) {
   if (!dg_mkdirs(a->out_dir, st)) return false;
+  dg_remove_stale_tmp(a->out_dir);
   dg_str cfg;
   dg_str_init(&cfg);
   train_config_print(&r->cfg, &cfg);
@@ -690,6 +761,8 @@ bool train_sft_run(const train_sft_args *a, train_result *res, dg_status *st) {
   if (!train_device_available(a->device, st)) return false; /* before any work */
   run_state r;
   memset(&r, 0, sizeof r);
+  /* temporary files of checkpoint writes that a killed run left */
+  if (a->resume) dg_remove_stale_tmp(a->out_dir);
   bool ok = a->resume ? load_resume(a, &r, st) : load_new(a, &r, st);
   if (ok) {
     split(&r);
@@ -703,6 +776,10 @@ bool train_sft_run(const train_sft_args *a, train_result *res, dg_status *st) {
             (long long)r.n_dropped, r.cfg.seq_len);
   if (ok) ok = reserve(&r, a->device, st);
   if (ok && !a->resume) ok = write_run_files(a, &r, st);
+  if (ok && a->resume) ok = trim_log(a->out_dir, r.step0, st);
+  if (ok && a->resume && r.step0 == r.cfg.steps && !a->quiet)
+    fprintf(stderr, "note: %s has done all its %lld steps; nothing to train (validation only)\n",
+            a->out_dir, (long long)r.cfg.steps);
   if (ok) ok = loop(a, &r, res, st);
   run_free(&r);
   return ok;
