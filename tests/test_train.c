@@ -7,6 +7,7 @@
  *
  * B batch, T time.
  */
+#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -745,4 +746,61 @@ DG_TEST(train_cli_tokenizer) {
   CHECK_EQ(dg_test_run_dragon("tokenizer frobnicate", NULL, &out), 2);
   free(out);
   free(k);
+}
+
+/* Training's tokens of an example and sampling's tokens of its prompt are
+ * the same up to and including <|graph|>: both lay the prompt out through
+ * train_prompt_encode. Checked on the committed examples, construction and
+ * refinement, and on the literal layout of the specials. */
+DG_TEST(train_prompt_same_as_sampling) {
+  tok_tokenizer *tok = small_tokenizer();
+  CHECK(tok);
+  dg_status st;
+  size_t zn, len;
+  char *z = dg_read_file("data/examples/train.jsonl.zst", &zn, &st);
+  CHECK(z);
+  char *text = dg_zstd_unpack(z, zn, "train.jsonl.zst", 0, &len, &st);
+  free(z);
+  CHECK(text);
+  int seen[2] = {0, 0};
+  int32_t kid = tok_special(tok, TOK_KERNEL), pid = tok_special(tok, TOK_PRIOR),
+          gid = tok_special(tok, TOK_GRAPH);
+  for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+    json_t *j = json_loads(line, 0, NULL);
+    CHECK(j);
+    const char *prompt = json_string_value(json_object_get(j, "prompt"));
+    const char *prior = json_string_value(json_object_get(j, "prior"));
+    const char *target = json_string_value(json_object_get(j, "target"));
+    CHECK(prompt && target);
+    train_shard s = {0};
+    CHECK(train_example_tokenize(tok, prompt, prior, target, &s, &st));
+    tok_ids p = {0};
+    CHECK(train_prompt_encode(tok, prompt, prior, &p, &st));
+    CHECK((int64_t)p.len < s.n_tokens);
+    CHECK(memcmp(s.tokens, p.data, p.len * sizeof(int32_t)) == 0);
+    CHECK_EQ(p.data[0], kid);
+    CHECK_EQ(p.data[p.len - 1], gid);
+    /* <|prior|> appears exactly where a prior is given */
+    int n_prior = 0;
+    for (size_t i = 0; i < p.len; i++) n_prior += p.data[i] == pid;
+    CHECK_EQ(n_prior, prior ? 1 : 0);
+    /* the prompt's text decodes back to the kernel and the prior */
+    dg_str d;
+    dg_str_init(&d);
+    CHECK(tok_decode(tok, p.data, p.len, &d, &st));
+    dg_str want;
+    dg_str_init(&want);
+    dg_str_printf(&want, "%s%s%s%s%s", TOK_KERNEL, prompt, prior ? TOK_PRIOR : "", prior ? prior : "",
+                  TOK_GRAPH);
+    CHECK_STREQ(d.s, want.s);
+    dg_str_free(&d);
+    dg_str_free(&want);
+    seen[prior != NULL]++;
+    tok_ids_free(&p);
+    train_shard_free(&s);
+    json_decref(j);
+  }
+  CHECK(seen[0] > 0 && seen[1] > 0);
+  free(text);
+  tok_free(tok);
 }

@@ -179,6 +179,13 @@ bool train_device_parse(const char *name, train_device *d, dg_status *st);
  * CUDA in this build, no driver, no GPU). Initialises CUDA for "cuda". */
 bool train_device_available(train_device d, dg_status *st);
 
+/* The model's input (prompt.c), the one layout every caller uses:
+ * <|kernel|> kernel [<|prior|> prior] <|graph|>, appended to out (prior
+ * may be NULL). A training example continues it with the target and
+ * <|end|> (train_example_tokenize). */
+bool train_prompt_encode(tok_tokenizer *tok, const char *kernel, const char *prior, tok_ids *out,
+                         dg_status *st);
+
 /* Generation on a device (generate.c): one entry whatever the device, for
  * every caller that samples the model. For CUDA the model is loaded onto
  * the GPU once, here, and kept until freed; m must outlive the generator.

@@ -11,9 +11,6 @@
 #include "dragon/nn.h"
 #include "dragon/tokenizer.h"
 #include "dragon/train.h"
-#ifdef DG_HAVE_CUDA
-#include "dragon/nn_cuda.h"
-#endif
 
 static bool is_dir(const char *p) {
   struct stat sb;
@@ -51,35 +48,13 @@ static bool resolve(const char *ckpt, const char *tokp, char **model, char **tok
   return true;
 }
 
-static bool add_text(tok_tokenizer *t, tok_ids *ids, const char *special, const char *path,
-                     dg_status *st) {
-  int32_t id = tok_special(t, special);
-  if (id < 0) return dg_fail(st, DG_ERR_INVALID, "the tokenizer has no %s token", special);
-  DG_VEC_PUSH(ids, id);
-  if (!path) return true;
+/* A file's text (kernel text or a prior graph), NUL-terminated; errors
+ * name the file. */
+static char *read_text(const char *path, dg_status *st) {
   size_t n;
   char *text = dg_read_file(path, &n, st);
-  if (!text) return false;
-  bool ok = tok_encode(t, text, n, ids, st);
-  free(text);
-  if (!ok) dg_status_prefix(st, "%s", path);
-  return ok;
-}
-
-/* The samples on the chosen device (its availability already checked). */
-static bool generate(train_device dev, const nn_model *m, const int32_t *const *prompts,
-                     const int *lens, int n, const nn_sample_opts *o, uint64_t seed, int32_t *out,
-                     int *out_lens, dg_status *st) {
-  if (dev == TRAIN_DEVICE_CPU) return nn_generate(m, prompts, lens, n, o, seed, out, out_lens, st);
-#ifdef DG_HAVE_CUDA
-  nn_cuda_model *g = NULL;
-  bool ok = nn_cuda_model_init(&g, &m->cfg, 1, 1, st) && nn_cuda_model_load(g, m, false, st) &&
-            nn_cuda_generate(g, prompts, lens, n, o, seed, out, out_lens, NULL, st);
-  nn_cuda_model_free(g);
-  return ok;
-#else
-  return train_device_available(dev, st);
-#endif
+  if (!text) dg_status_prefix(st, "%s", path);
+  return text;
 }
 
 int cmd_sample_model(int argc, char **argv) {
@@ -150,9 +125,16 @@ int cmd_sample_model(int argc, char **argv) {
             (long long)max_tokens);
     goto fail;
   }
-  if (!add_text(t, &ids, TOK_KERNEL, prompt, &st) ||
-      (prior && !add_text(t, &ids, TOK_PRIOR, prior, &st)) || !add_text(t, &ids, TOK_GRAPH, NULL, &st))
-    goto fail;
+  {
+    /* the prompt's layout is training's (train_prompt_encode) */
+    char *kernel_text = read_text(prompt, &st);
+    char *prior_text = kernel_text && prior ? read_text(prior, &st) : NULL;
+    bool enc = kernel_text && (!prior || prior_text) &&
+               train_prompt_encode(t, kernel_text, prior_text, &ids, &st);
+    free(kernel_text);
+    free(prior_text);
+    if (!enc) goto fail;
+  }
   nn_sample_opts o;
   nn_sample_opts_default(&o);
   o.temperature = (float)temperature;
@@ -168,7 +150,10 @@ int cmd_sample_model(int argc, char **argv) {
   }
   out = dg_malloc(sizeof(int32_t) * (size_t)n * (size_t)max_tokens);
   lens = dg_malloc(sizeof(int) * (size_t)n);
-  bool ok = generate(dev, &m, prompts, plens, (int)n, &o, (uint64_t)seed, out, lens, &st);
+  train_generator *gen = NULL;
+  bool ok = train_generator_new(&m, dev, &gen, &st) &&
+            train_generate(gen, prompts, plens, (int)n, &o, (uint64_t)seed, out, lens, &st);
+  train_generator_free(gen);
   free(prompts);
   free(plens);
   if (!ok) {

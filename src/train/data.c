@@ -317,21 +317,18 @@ static bool seq_text(seq *q, tok_tokenizer *tok, const char *text, bool by_line,
 
 bool train_example_tokenize(tok_tokenizer *tok, const char *prompt, const char *prior,
                             const char *target, train_shard *out, dg_status *st) {
-  int32_t kernel, prior_id, graph, end;
-  if (!special(tok, TOK_KERNEL, &kernel, st) || !special(tok, TOK_PRIOR, &prior_id, st) ||
-      !special(tok, TOK_GRAPH, &graph, st) || !special(tok, TOK_END, &end, st))
+  int32_t end;
+  if (!special(tok, TOK_END, &end, st)) return false;
+  /* the prompt is laid out once, as sampling lays it out */
+  tok_ids head = {0};
+  if (!train_prompt_encode(tok, prompt, prior, &head, st)) {
+    tok_ids_free(&head);
     return false;
+  }
   seq q = {0};
-  seq_push(&q, kernel, TRAIN_SEG_PROMPT);
-  bool ok = seq_text(&q, tok, prompt, false, st);
-  if (ok && prior) {
-    seq_push(&q, prior_id, TRAIN_SEG_PROMPT);
-    ok = seq_text(&q, tok, prior, false, st);
-  }
-  if (ok) {
-    seq_push(&q, graph, TRAIN_SEG_PROMPT);
-    ok = seq_text(&q, tok, target, true, st);
-  }
+  for (size_t i = 0; i < head.len; i++) seq_push(&q, head.data[i], TRAIN_SEG_PROMPT);
+  tok_ids_free(&head);
+  bool ok = seq_text(&q, tok, target, true, st);
   if (ok) {
     seq_push(&q, end, TRAIN_SEG_EDIT);
     train_shard_append(out, q.ids.data, q.segs.data, (int64_t)q.ids.len);
