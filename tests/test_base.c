@@ -101,3 +101,41 @@ DG_TEST(base_atomic_write) {
   CHECK(!dg_read_file("/nonexistent/x", &n, &st));
   CHECK_ERR(st, "/nonexistent/x");
 }
+
+typedef struct {
+  char got[512];
+} kv_seen;
+
+static bool kv_collect(void *ctx, const char *key, const char *value, int line, dg_status *st) {
+  kv_seen *k = ctx;
+  size_t n = strlen(k->got);
+  snprintf(k->got + n, sizeof k->got - n, "%d:%s=%s;", line, key, value);
+  if (strcmp(key, "bad") == 0) return dg_fail(st, DG_ERR_PARSE, "line %d: bad key", line);
+  return true;
+}
+
+/* The one `key = value` reader: comments, blank lines, trimming, line
+ * numbers, and located refusals. */
+DG_TEST(base_kv_reader) {
+  dg_status st;
+  kv_seen k = {""};
+  const char *text = "# a comment\n\n  lr = 3e-3   # trailing\nsteps=10\n\tname =  tiny model \n";
+  CHECK(dg_kv_parse(text, strlen(text), "c.cfg", kv_collect, &k, &st));
+  CHECK_STREQ(k.got, "3:lr=3e-3;4:steps=10;5:name=tiny model;");
+  kv_seen k2 = {""};
+  const char *no_eq = "lr = 1\njust words\n";
+  CHECK(!dg_kv_parse(no_eq, strlen(no_eq), "c.cfg", kv_collect, &k2, &st));
+  CHECK(strstr(st.msg, "c.cfg:2: expected 'key = value', got 'just words'"));
+  const char *no_key = " = 4\n";
+  CHECK(!dg_kv_parse(no_key, strlen(no_key), "c.cfg", kv_collect, &k2, &st));
+  CHECK(strstr(st.msg, "c.cfg:1: a value without a key"));
+  const char nul[] = "lr = 1\n\0steps = 2\n";
+  CHECK(!dg_kv_parse(nul, sizeof nul - 1, "c.cfg", kv_collect, &k2, &st));
+  CHECK(strstr(st.msg, "c.cfg: not a text file"));
+  /* the caller's refusal stops the reading there */
+  kv_seen k3 = {""};
+  const char *bad = "a = 1\nbad = 2\nc = 3\n";
+  CHECK(!dg_kv_parse(bad, strlen(bad), "c.cfg", kv_collect, &k3, &st));
+  CHECK_STREQ(k3.got, "1:a=1;2:bad=2;");
+  CHECK(strstr(st.msg, "line 2: bad key"));
+}

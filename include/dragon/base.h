@@ -155,6 +155,14 @@ bool dg_zstd_pack(const void *data, size_t n, int level, dg_str *out, dg_status 
 char *dg_zstd_unpack(const void *bytes, size_t n, const char *name, size_t max_len, size_t *len,
                      dg_status *st);
 
+/* `key = value` text (kv.c), the one reader of config files: '#'
+ * comments, blank lines skipped, key and value trimmed; fn gets each pair
+ * with its line number and may fail (st). A line that is not a pair or a
+ * NUL byte is an error naming `where:line`. */
+typedef bool (*dg_kv_fn)(void *ctx, const char *key, const char *value, int line, dg_status *st);
+bool dg_kv_parse(const char *text, size_t len, const char *where, dg_kv_fn fn, void *ctx,
+                 dg_status *st);
+
 /* ---- numbers ------------------------------------------------------------- */
 
 /* Parse a whole string as an integer in [lo, hi]; names `what` on error. */

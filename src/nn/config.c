@@ -125,41 +125,34 @@ void nn_config_print(const nn_config *cfg, dg_str *out) {
   }
 }
 
-static char *trim(char *s) {
-  while (*s == ' ' || *s == '\t' || *s == '\r') s++;
-  size_t n = strlen(s);
-  while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t' || s[n - 1] == '\r')) s[--n] = 0;
-  return s;
-}
+/* The state of one parse, handed to each pair. */
+typedef struct {
+  nn_config *c;
+  const char *where;
+  bool seen[NKEYS], have_base, any_key;
+} cfg_parse;
 
-static bool parse_line(char *line, const char *where, int lineno, nn_config *c, bool *seen,
-                       bool *have_base, bool *any_key, dg_status *st) {
-  char *hash = strchr(line, '#');
-  if (hash) *hash = 0;
-  char *s = trim(line);
-  if (!*s) return true;
-  char *eq = strchr(s, '=');
-  if (!eq)
-    return dg_fail(st, DG_ERR_PARSE, "%s:%d: expected 'key = value', got '%s'", where, lineno, s);
-  *eq = 0;
-  char *key = trim(s), *val = trim(eq + 1);
+static bool parse_pair(void *ctx, const char *key, const char *val, int lineno, dg_status *st) {
+  cfg_parse *p = ctx;
+  nn_config *c = p->c;
+  const char *where = p->where;
   char what[160];
   snprintf(what, sizeof what, "%s:%d: %s", where, lineno, key);
   if (strcmp(key, "base") == 0) {
-    if (*any_key)
+    if (p->any_key)
       return dg_fail(st, DG_ERR_PARSE, "%s:%d: 'base' must come before every other key", where,
                      lineno);
     if (!nn_config_named(val, c, st)) {
       dg_status_prefix(st, "%s:%d", where, lineno);
       return false;
     }
-    *have_base = *any_key = true;
+    p->have_base = p->any_key = true;
     return true;
   }
   for (int k = 0; k < NKEYS; k++) {
     if (strcmp(key, keys[k].name) != 0) continue;
-    if (seen[k]) return dg_fail(st, DG_ERR_PARSE, "%s: given twice", what);
-    seen[k] = *any_key = true;
+    if (p->seen[k]) return dg_fail(st, DG_ERR_PARSE, "%s: given twice", what);
+    p->seen[k] = p->any_key = true;
     if (keys[k].type == KEY_INT) {
       int64_t v;
       if (!dg_parse_i64(val, keys[k].lo, keys[k].hi, &v, what, st)) {
@@ -182,21 +175,14 @@ static bool parse_line(char *line, const char *where, int lineno, nn_config *c, 
   return dg_fail(st, DG_ERR_PARSE, "%s:%d: unknown key '%s'", where, lineno, key);
 }
 
-bool nn_config_parse(const char *text, const char *where, nn_config *cfg, dg_status *st) {
+/* len bytes of text (a NUL among them is refused by the reader) */
+static bool parse_text(const char *text, size_t len, const char *where, nn_config *cfg,
+                       dg_status *st) {
   nn_config c = {0};
-  bool seen[NKEYS] = {0}, have_base = false, any_key = false;
-  char *buf = dg_strdup(text);
-  int lineno = 1;
-  bool ok = true;
-  for (char *line = buf; line && ok; lineno++) {
-    char *nl = strchr(line, '\n');
-    if (nl) *nl = 0;
-    ok = parse_line(line, where, lineno, &c, seen, &have_base, &any_key, st);
-    line = nl ? nl + 1 : NULL;
-  }
-  free(buf);
-  if (!ok) return false;
-  if (!have_base) {
+  cfg_parse p = {&c, where, {0}, false, false};
+  if (!dg_kv_parse(text, len, where, parse_pair, &p, st)) return false;
+  bool *seen = p.seen;
+  if (!p.have_base) {
     for (int k = 0; k < NKEYS; k++) {
       if (seen[k]) continue;
       const char *name = keys[k].name;
@@ -223,17 +209,17 @@ bool nn_config_parse(const char *text, const char *where, nn_config *cfg, dg_sta
   return true;
 }
 
+bool nn_config_parse(const char *text, const char *where, nn_config *cfg, dg_status *st) {
+  return parse_text(text, strlen(text), where, cfg, st);
+}
+
 bool nn_config_load(const char *name_or_path, nn_config *cfg, dg_status *st) {
   for (size_t i = 0; i < DG_ARRAY_LEN(named); i++)
     if (strcasecmp(name_or_path, named[i].name) == 0) return nn_config_named(name_or_path, cfg, st);
   size_t len;
   char *text = dg_read_file(name_or_path, &len, st);
   if (!text) return false;
-  if (strlen(text) != len) {
-    free(text);
-    return dg_fail(st, DG_ERR_PARSE, "%s: not a text file (contains a NUL byte)", name_or_path);
-  }
-  bool ok = nn_config_parse(text, name_or_path, cfg, st);
+  bool ok = parse_text(text, len, name_or_path, cfg, st);
   free(text);
   return ok;
 }

@@ -111,47 +111,48 @@ static bool set_key(train_config *c, int k, const char *val, const char *what, d
   return true;
 }
 
-bool train_config_parse(const char *text, const char *where, train_config *out, dg_status *st) {
+/* One parse: the training keys set here; every other pair goes on, at its
+ * own line, to the model's text (so the model parser's line numbers stay
+ * those of the file). */
+typedef struct {
+  train_config *c;
+  const char *where;
+  bool seen[NTKEYS];
+  dg_str model;
+  int model_lines; /* lines written to model so far */
+  bool model_keys;
+} tcfg_parse;
+
+static bool tcfg_pair(void *ctx, const char *key, const char *val, int lineno, dg_status *st) {
+  tcfg_parse *p = ctx;
+  for (int k = 0; k < NTKEYS; k++) {
+    if (strcmp(key, tkeys[k].name) != 0) continue;
+    char what[200];
+    snprintf(what, sizeof what, "%s:%d: %s", p->where, lineno, key);
+    if (p->seen[k]) return dg_fail(st, DG_ERR_PARSE, "%s: given twice", what);
+    p->seen[k] = true;
+    if (!set_key(p->c, k, val, what, st)) {
+      st->code = DG_ERR_PARSE;
+      return false;
+    }
+    return true;
+  }
+  for (; p->model_lines < lineno - 1; p->model_lines++) dg_str_putc(&p->model, '\n');
+  dg_str_printf(&p->model, "%s = %s\n", key, val);
+  p->model_lines++;
+  p->model_keys = true;
+  return true;
+}
+
+static bool tcfg_text(const char *text, size_t len, const char *where, train_config *out,
+                      dg_status *st) {
   train_config c;
   train_config_default(&c);
-  bool seen[NTKEYS] = {0}, model_keys = false, ok = true;
-  char *buf = dg_strdup(text);
-  dg_str model;
-  dg_str_init(&model);
-  int lineno = 1;
-  for (char *line = buf; line && ok; lineno++) {
-    char *nl = strchr(line, '\n');
-    if (nl) *nl = 0;
-    char *copy = dg_strdup(line), *hash = strchr(copy, '#');
-    if (hash) *hash = 0;
-    char *s = trim(copy), *eq = strchr(s, '=');
-    int k = -1;
-    if (eq) {
-      *eq = 0;
-      char *key = trim(s);
-      for (int i = 0; i < NTKEYS; i++)
-        if (strcmp(key, tkeys[i].name) == 0) k = i;
-      if (k >= 0) {
-        char what[200];
-        snprintf(what, sizeof what, "%s:%d: %s", where, lineno, key);
-        if (seen[k]) ok = dg_fail(st, DG_ERR_PARSE, "%s: given twice", what);
-        else if (!set_key(&c, k, trim(eq + 1), what, st)) ok = false, st->code = DG_ERR_PARSE;
-        seen[k] = true;
-      }
-    }
-    /* Model lines pass through; training lines become blank so that the
-     * model parser's line numbers stay those of the file. */
-    if (k < 0) {
-      dg_str_puts(&model, line);
-      if (*s) model_keys = true;
-    }
-    dg_str_putc(&model, '\n');
-    free(copy);
-    line = nl ? nl + 1 : NULL;
-  }
-  free(buf);
-  if (ok && model_keys) ok = nn_config_parse(model.s, where, &c.model, st);
-  dg_str_free(&model);
+  tcfg_parse p = {&c, where, {0}, {0}, 0, false};
+  dg_str_init(&p.model);
+  bool ok = dg_kv_parse(text, len, where, tcfg_pair, &p, st);
+  if (ok && p.model_keys) ok = nn_config_parse(p.model.s, where, &c.model, st);
+  dg_str_free(&p.model);
   if (!ok) return false;
   if (c.seq_len > c.model.max_seq_len)
     return dg_fail(st, DG_ERR_INVALID, "%s: seq_len = %d exceeds the model's max_seq_len = %d",
@@ -163,6 +164,10 @@ bool train_config_parse(const char *text, const char *where, train_config *out, 
   return true;
 }
 
+bool train_config_parse(const char *text, const char *where, train_config *out, dg_status *st) {
+  return tcfg_text(text, strlen(text), where, out, st);
+}
+
 bool train_config_load(const char *name_or_path, train_config *c, dg_status *st) {
   if (strcmp(name_or_path, "tiny") == 0) {
     train_config_default(c);
@@ -171,9 +176,7 @@ bool train_config_load(const char *name_or_path, train_config *c, dg_status *st)
   size_t len;
   char *text = dg_read_file(name_or_path, &len, st);
   if (!text) return false;
-  bool ok = strlen(text) == len
-                ? train_config_parse(text, name_or_path, c, st)
-                : dg_fail(st, DG_ERR_PARSE, "%s: not a text file (contains a NUL byte)", name_or_path);
+  bool ok = tcfg_text(text, len, name_or_path, c, st);
   free(text);
   return ok;
 }
