@@ -63,6 +63,17 @@ if ! grep -q "^check *pass" "$LOGDIR/gate_hand.log" || ! grep -q "^check *pass" 
   tail -5 "$LOGDIR"/gate_*.log
   exit 1
 fi
+# A software-pipelined sample (multi-buffered shared memory, cp.async): if
+# the pipelined kernels do not run and check here, label without them.
+"$DRAGON" sample GMM/0 --count 40 --seed 3 2>/dev/null | grep software_pipeline_async | head -1 \
+  >"$LOGDIR/gate_pipelined.json"
+run_logged gate_pipelined 60 "$DRAGON" run GMM/0 --trace "$LOGDIR/gate_pipelined.json" \
+  --target cuda --repeat 5
+if ! grep -q "^check *pass" "$LOGDIR/gate_pipelined.log"; then
+  note "gate: the pipelined sample FAILED; labelling without pipeline sketches"
+  tail -5 "$LOGDIR/gate_pipelined.log"
+  LABEL_ARGS="${LABEL_ARGS:-} --no-pipeline"
+fi
 
 mkdir -p data/records
 NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)

@@ -17,8 +17,17 @@ JSON in dragon's spelling: GetSBlock (TVM >= 0.24) written GetBlock, bools
 as 0/1, FloatImm as plain numbers; the sketches keep the decisions TVM drew
 while generating (--seed).
 
+With --shared-bytes it writes tests/data/tvm_shared/<ALIAS>.json instead:
+for every postprocessed trace (the same ones, drawn again from the same
+seeds), the shared memory TVM's VerifyGPUCode sees, lowering with that
+postprocessor's pass list: {"workload", "tvm", "samples": [{"sketch": k,
+"trace": trace JSON, "pipelined": 0/1, "shared_bytes": bytes after
+InjectSoftwarePipeline, "shared_bytes_unpipelined": bytes with that pass
+left out, "allocs": [[name, scope, bytes], ...]}, ...]} (dragon's tests
+compare its multi-buffered allocations with these).
+
 Needs `pip install apache-tvm psutil` (checked with apache-tvm 0.27.0.post1).
-Usage: python3 scripts/tvm_spaces.py [--out tests/data/tvm_spaces] [ALIAS ...]
+Usage: python3 scripts/tvm_spaces.py [--out tests/data/tvm_spaces] [--shared-bytes] [ALIAS ...]
 """
 import argparse
 import json
@@ -104,11 +113,79 @@ def postprocess(mod, trace, target, tries=200):
     return None, who
 
 
+def verify_gpu_passes(pipeline=True):
+    """MetaSchedule's VerifyGPUCode pass list (postproc/verify_gpu_code.cc)."""
+    import tvm.s_tir.transform as st
+    import tvm.tirx.transform as tt
+
+    out = [st.LowerCrossThreadReduction(), st.LowerInitBlock(),
+           st.PlanAndUpdateBufferAllocationLocation(), st.ConvertBlocksToOpaque(),
+           st.LiftThreadBinding(), st.ManifestSharedMemoryLocalStage(),
+           st.CompactBufferAllocation(), tt.StmtSimplify(), st.LowerAutoCopy(),
+           st.UnifyThreadBinding(), st.LowerMatchBuffer()]
+    if pipeline:
+        out.append(st.InjectSoftwarePipeline())
+    out += [st.LowerOpaqueBlock(), tt.FlattenBuffer(), tt.BF16ComputeLegalize(),
+            tt.NarrowDataType(32), tt.StmtSimplify(), tt.VectorizeLoop(True),
+            st.InjectVirtualThread(), st.InjectDoubleBuffer(), tt.StorageRewrite(),
+            st.MergeSharedMemoryAllocations()]
+    return out
+
+
+DTYPE_BITS = {"float32": 32, "float16": 16, "float64": 64, "int8": 8, "uint8": 8,
+              "int32": 32, "int64": 64}
+
+
+def shared_allocs(mod, target, pipeline):
+    """[name, scope, bytes] of the shared allocations of the lowered kernel."""
+    import re
+    import tvm
+
+    f = mod["main"].with_attr("global_symbol", "main").with_attr("target", target)
+    f = f.with_attr("tir.noalias", True)
+    m = tvm.transform.Sequential(verify_gpu_passes(pipeline))(tvm.IRModule({"main": f}))
+    text = m["main"].script()
+    out = []
+    pat = r'(\w+) = T\.alloc_shared\(\((\d+),\)(?:, "(\w+)")?(?:, scope="([\w.]+)")?\)'
+    for a in re.finditer(pat, text):
+        out.append([a.group(1), a.group(4) or "shared",
+                    int(a.group(2)) * DTYPE_BITS[a.group(3) or "float32"] // 8])
+    pat = r'(\w+) = T\.allocate\(\[(\d+)\], "(\w+)", "(shared[.\w]*)"\)'
+    for a in re.finditer(pat, text):
+        out.append([a.group(1), a.group(4), int(a.group(2)) * DTYPE_BITS[a.group(3)] // 8])
+    return out
+
+
+def shared_bytes_doc(alias, mod, spaces, target):
+    from tvm.s_tir import Schedule
+
+    samples = []
+    for k, sp in enumerate(spaces):
+        trace, _ = postprocess(mod, sp.trace, target)
+        if trace is None:
+            continue
+        sch = Schedule(mod)
+        trace.apply_to_schedule(sch, remove_postproc=False)
+        piped = shared_allocs(sch.mod, target, True)
+        plain_ = shared_allocs(sch.mod, target, False)
+        tj = trace_json(trace)
+        samples.append({"sketch": k, "trace": tj,
+                        "pipelined": int(any(i[0] == "Annotate" and
+                                             i[2] == ["software_pipeline_stage"]
+                                             for i in tj[0])),
+                        "shared_bytes": sum(a[2] for a in piped),
+                        "shared_bytes_unpipelined": sum(a[2] for a in plain_),
+                        "allocs": piped})
+    return samples
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "..",
                                                   "tests", "data", "tvm_spaces"))
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--shared-bytes", action="store_true",
+                    help="write TVM's VerifyGPUCode shared bytes of each postprocessed sample")
     ap.add_argument("aliases", nargs="*", default=ALIASES)
     a = ap.parse_args()
     try:
@@ -119,6 +196,8 @@ def main():
     except ImportError as e:
         sys.exit(f"tvm_spaces.py: TVM with s_tir.meta_schedule is needed ({e}); "
                  "pip install apache-tvm psutil")
+    if a.shared_bytes and a.out.endswith("tvm_spaces"):
+        a.out = a.out[: -len("tvm_spaces")] + "tvm_shared"
     os.makedirs(a.out, exist_ok=True)
     target = tvm.target.Target(TARGET)
     for alias in a.aliases:
@@ -129,6 +208,15 @@ def main():
                 sch_rules=rules(), postprocs=[], mutator_probs={}),
             task_name=alias, rand_state=a.seed)
         spaces = ctx.generate_design_space()
+        if a.shared_bytes:
+            doc = {"workload": alias + "/0", "tvm": tvm.__version__, "target": TARGET,
+                   "samples": shared_bytes_doc(alias, mod, spaces, target)}
+            path = os.path.join(a.out, alias + ".json")
+            with open(path, "w") as f:
+                json.dump(doc, f, separators=(",", ":"))
+                f.write("\n")
+            print(f"{alias}: {len(doc['samples'])} samples -> {path}")
+            continue
         post, rejected = [], []
         for sp in spaces:
             trace, who = postprocess(mod, sp.trace, target)

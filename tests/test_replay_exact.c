@@ -410,7 +410,7 @@ DG_TEST(replay_exact_samples_and_mutants) {
     search_space sp;
     search_space_opts o = {.seed = 13};
     CHECK_MSG(search_space_generate(f, &o, &sp, &st), "%s: %s", spec, st.msg);
-    for (int k = 0, got = 0; k < 40 && got < 3; k++) {
+    for (int k = 0, got = 0; k < 120 && got < 3; k++) {
       search_postprocs pp = {0};
       sched *s = search_sample(f, &sp, &pp, &r, NULL, &st);
       if (!s) continue; /* a postprocessor refused it */

@@ -93,6 +93,17 @@ typedef struct dg_lang {
   const char *wmma_include;
   const char *wmma_ns;
   const char *wmma_align; /* qualifier aligning a shared array to 32 bytes */
+  /* ---- asynchronous copies (lowered cp_async stores, ASYNC_COMMIT/WAIT) ---- */
+  /* The helper that copies N = 4, 8 or 16 bytes from global to shared
+   * memory asynchronously, called as NAME<N>(&dst, &src); the statement
+   * that commits the copies issued so far as a group; the printf format of
+   * the statement that waits until at most %d groups are in flight. NULL:
+   * the copies are plain stores and commits and waits nothing (C: emulated
+   * threads run phase by phase, so a copy is complete before the barrier
+   * that follows it). */
+  const char *cp_async_fn;
+  const char *cp_async_commit;
+  const char *cp_async_wait_fmt;
 } dg_lang;
 
 /* The C target: runs on the CPU, every thread-bound loop a plain loop. */

@@ -12,10 +12,15 @@
  *   compact   shared/local buffers shrunk to the region used under the
  *             loop that encloses all their uses (local buffers under a
  *             vthread get one slot per virtual thread)
+ *   pipeline  loops annotated software_pipeline_stage/order -> prologue,
+ *             body and epilogue over multi-buffered stages, asynchronous
+ *             stages committed and waited for (pipeline.c)
  *   vthread   virtual-thread loops expanded into unrolled copies, pushed
  *             down to the statements that use them
  *   vectorize vectorized loops of 2/4/8 lanes over contiguous, aligned
  *             stores -> vector stores; others become serial loops
+ *   async     global->shared copies of 4, 8 or 16 bytes in asynchronous
+ *             stages -> cp.async (targets that have it)
  *   unroll    pragma_auto_unroll_max_step / pragma_unroll_explicit and
  *             unrolled loops, by TVM's UnrollLoop rule
  *   sync      __syncthreads() where shared memory written by one thread is
@@ -41,12 +46,16 @@
 /* The lowering's version, named by every measured record with the commit:
  * raised whenever a change makes the same schedule compile to a different
  * kernel (a pass added, a pass's output changed), so that records measured
- * before and after are told apart. 1: no software pipelining. */
-#define LOWER_VERSION 1
+ * before and after are told apart. 1: no software pipelining (annotated
+ * loops ran unpipelined), vthread extents above 8 refused. 2: software
+ * pipelining (multi-buffered stages, cp.async for asynchronous stages),
+ * VerifyGPUCode counting the multi-buffered shared memory, no vthread
+ * extent refused. */
+#define LOWER_VERSION 2
 /* Whether the lowering honours software_pipeline_* annotations (multi-
- * buffered stages): until it does, labels are searched without the
- * pipelined sketches, whose annotations would change nothing. */
-#define LOWER_HAS_SOFTWARE_PIPELINE 0
+ * buffered stages, pipeline.c): labels are searched with MultiLevelTiling's
+ * pipelined sketches exactly when it does. */
+#define LOWER_HAS_SOFTWARE_PIPELINE 1
 
 typedef enum {
   LW_SEQ,
@@ -56,6 +65,8 @@ typedef enum {
   LW_BARRIER,   /* __syncthreads() */
   LW_ALLREDUCE, /* dst[0] = combine of src[0] over the threads of red_tag */
   LW_WMMA,      /* one warp-wide tensor-core operation (a tensorized block) */
+  LW_ASYNC_COMMIT, /* cp.async.commit_group: the thread's copies issued so far form a group */
+  LW_ASYNC_WAIT,   /* cp.async.wait_group wait_count: all but the last wait_count groups done */
 } lw_stmt_kind;
 
 typedef enum {
@@ -75,6 +86,14 @@ struct lw_stmt {
   dg_thread_tag tag;        /* VTHREAD loops: vthread.x/y/z */
   int64_t unroll_max_step;  /* pragma_auto_unroll_max_step, -1: none */
   int unroll_explicit;      /* pragma_unroll_explicit, -1: none */
+  /* A software-pipelined loop, until the pipeline pass: pipe_n parts of
+   * the body (the statements of the annotated loop's body, in order); part
+   * i is the next pipe_len[i] statements of the body (a SEQ, or the body
+   * itself when it is one statement), in stage pipe_stage[i] and
+   * pipe_order[i]; pipe_async lists the stages whose copies are
+   * asynchronous (software_pipeline_async_stages). pipe_n == 0: none. */
+  int *pipe_stage, *pipe_order, *pipe_len, *pipe_async;
+  int pipe_n, pipe_n_async;
   lw_stmt *body;
   /* SEQ */
   lw_stmt **stmts;
@@ -95,6 +114,16 @@ struct lw_stmt {
   dg_var *lane_var;
   int *vloads;
   int n_vloads;
+  /* in_async: the store belongs to an asynchronous pipeline stage (TVM's
+   * async_scope); cp_async: it is issued as cp.async (a global->shared copy
+   * of 4, 8 or 16 bytes, decided after vectorization), its write complete
+   * only after a later ASYNC_WAIT. */
+  bool in_async, cp_async;
+  /* ASYNC_WAIT: the shared buffers whose asynchronous writes it completes
+   * (what barrier insertion counts as written at the wait). */
+  int64_t wait_count;
+  dg_buffer **wait_bufs;
+  int n_wait_bufs;
   /* ALLREDUCE: src, dst local buffers of one element; scratch a shared
    * buffer (one slot per warp of the block) where more than one warp takes
    * part. red_extent threads along red_tag form one group. */
@@ -170,6 +199,7 @@ typedef struct lw_program_s {
   int n_allocs;
   lw_kernel *kernels;  /* launched in order */
   int n_kernels;
+  bool async_copy;     /* asynchronous stages may use cp.async (lw_limits.async_copy) */
   struct lw_names *names; /* private: every name in use, for fresh ones */
 } lw_program;
 
@@ -182,9 +212,13 @@ typedef struct {
   int64_t max_shared_dyn_bytes;    /* shared.dyn per block: 227 KiB */
   int64_t max_local_bytes;         /* per thread (registers + local) */
   int64_t max_fragment_bytes;      /* tensor-core fragments per thread: 255 registers */
-  int64_t max_vthread;             /* 8 */
+  /* The widest vthread loop refused. TVM's table names 8 but checks after
+   * InjectVirtualThread has removed every vthread loop, so it refuses none:
+   * INT64_MAX here. (Expansion is bounded by LOWER_VTHREAD_MAX_STMTS.) */
+  int64_t max_vthread;
   int64_t max_vector_bytes;        /* 16 */
   int64_t warp_size;               /* 32 */
+  bool async_copy;                 /* cp.async exists (sm_80 and later) */
 } lw_limits;
 
 /* The limits of sm_90 (H100/H200). */
@@ -194,6 +228,11 @@ typedef struct {
   const lw_limits *limits; /* NULL: lower_limits_sm90 */
   bool skip_verify;        /* lower, but do not check the limits */
 } lower_opts;
+
+/* The most statements virtual-thread expansion may make in one launch: a
+ * guard against pathological expansions (vthread extents themselves are
+ * not limited, as in TVM). docs/lowering.md gives the measurements. */
+#define LOWER_VTHREAD_MAX_STMTS 65536
 
 /* Lowers a scheduled kernel (which must pass ir_verify). Fails with a
  * message naming the block, loop or buffer at fault: a launch not bound to

@@ -22,7 +22,7 @@ int cmd_data_label(int argc, char **argv) {
   int64_t first = 0, skip = 0, trials_min = 64, trials_max = 192, threads = 0, population = 256;
   int64_t seed = 1, repeats = 3;
   double budget = 0, plateau = 0.02, max_work = -1, compile_limit = 60;
-  bool pipeline = false, quiet = false;
+  bool no_pipeline = false, quiet = false;
   const cli_opt opts[] = {
       {"--db", CLI_OPT_STR, &db_dir, 0, 0, "tuning database directory (created if needed)"},
       {"--split", CLI_OPT_STR, &split_name, 0, 0, "which split to label (train, val, test, ...)"},
@@ -48,8 +48,8 @@ int cmd_data_label(int argc, char **argv) {
       {"--seed", CLI_OPT_INT, &seed, 0, INT64_MAX, "random seed"},
       {"--compile-limit", CLI_OPT_F64, &compile_limit, 0, 0,
        "NVRTC seconds before a candidate is stopped (0: none)"},
-      {"--pipeline", CLI_OPT_FLAG, &pipeline, 0, 0,
-       "keep software-pipeline sketches (default: only where the lowering pipelines)"},
+      {"--no-pipeline", CLI_OPT_FLAG, &no_pipeline, 0, 0,
+       "leave out the software-pipeline sketches (default: kept where the lowering pipelines)"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no progress lines"},
   };
   const cli_spec spec = {
@@ -153,7 +153,7 @@ int cmd_data_label(int argc, char **argv) {
     o.budget_s = budget;
     o.max_work = max_work;
     o.on_gpu = strcmp(target, "cuda") == 0;
-    if (pipeline) o.no_software_pipeline = false;
+    if (no_pipeline) o.no_software_pipeline = true;
     o.threads = (int)threads;
     o.population = (int)population;
     o.repeats = (int)repeats;

@@ -7,7 +7,8 @@
  * per-thread arrays, vector loads/stores for the vector stores the lowering
  * marked (a raw copy of 2..16 bytes, or float2/4 and int2/4 arithmetic lane
  * by lane), warp-shuffle allreduce, tensor-core operations (LW_WMMA) as
- * nvcuda::wmma calls on per-warp fragment arrays.
+ * nvcuda::wmma calls on per-warp fragment arrays, cp.async copies with
+ * their commit and wait statements (the table's helpers).
  *
  * C: one static function per launch. Blocks are serial loops over the
  * grid. The body is split at barriers into phases, each phase a loop over
@@ -18,8 +19,12 @@
  * allreduce runs between phases over every thread's value, in the order of
  * operations of the shuffle tree, so the C numbers are the GPU's numbers.
  * A tensor-core operation runs its block's own loops on lane 0 of the warp,
- * over fragment arrays kept per warp (dg_wid). A host entry allocates the
- * program's intermediate buffers and runs the launches in order.
+ * over fragment arrays kept per warp (dg_wid). An asynchronous copy is a
+ * plain store and its commit and wait are comments: the threads of a phase
+ * run to its end before the next phase, so a copy is complete at the
+ * barrier that follows it, as cp.async is after its wait. A host entry
+ * allocates the program's intermediate buffers and runs the launches in
+ * order.
  *
  * It assumes a program that lower_program produced.
  */
@@ -212,6 +217,27 @@ static void put_lane0_addr(dev *d, const dg_buffer *b, dg_expr *const *idx, int 
   dg_str_puts(&d->e.out, "(&");
   codegen_em_access(&d->e, b, i0, n);
   dg_str_putc(&d->e.out, ')');
+}
+
+/* A cp.async store: NAME<bytes>(&dst, &src), the lane-0 addresses of a
+ * vector store. */
+static void async_store(dev *d, const lw_stmt *s) {
+  cg_emitter *e = &d->e;
+  const dg_expr *v = s->value;
+  int bytes = s->lanes * dg_dtype_bytes(s->buf->dtype);
+  codegen_em_indent(e);
+  dg_str_printf(&e->out, "%s%d(", e->L->cp_async_fn, bytes);
+  if (s->lanes > 1) {
+    put_lane0_addr(d, s->buf, s->idx, s->nidx, s->lane_var);
+    dg_str_puts(&e->out, ", ");
+    put_lane0_addr(d, v->buf, v->args, v->nargs, s->lane_var);
+  } else {
+    dg_str_puts(&e->out, "&");
+    codegen_em_access(e, s->buf, s->idx, s->nidx);
+    dg_str_puts(&e->out, ", &");
+    codegen_em_access(e, v->buf, v->args, v->nargs);
+  }
+  dg_str_puts(&e->out, ");\n");
 }
 
 static void vector_store(dev *d, const lw_stmt *s) {
@@ -596,12 +622,26 @@ static void emit_stmt(dev *d, const lw_stmt *s) {
       line(d, "}");
       return;
     case LW_STORE:
-      if (s->lanes > 1) vector_store(d, s);
+      if (s->cp_async && !d->emulate && e->L->cp_async_fn) async_store(d, s);
+      else if (s->lanes > 1) vector_store(d, s);
       else scalar_store(d, s);
       return;
     case LW_BARRIER:
       if (d->emulate || !e->L->barrier) codegen_em_fail(e, "a barrier inside the threads' code");
       else line(d, "%s", e->L->barrier);
+      return;
+    case LW_ASYNC_COMMIT:
+      if (!d->emulate && e->L->cp_async_commit) line(d, "%s", e->L->cp_async_commit);
+      else line(d, "/* cp.async.commit_group: the copies above are plain stores here */");
+      return;
+    case LW_ASYNC_WAIT:
+      if (!d->emulate && e->L->cp_async_wait_fmt) {
+        codegen_em_indent(e);
+        dg_str_printf(&e->out, e->L->cp_async_wait_fmt, (long long)s->wait_count);
+        dg_str_putc(&e->out, '\n');
+      } else {
+        line(d, "/* cp.async.wait_group %lld: complete already */", (long long)s->wait_count);
+      }
       return;
     case LW_ALLREDUCE:
       if (d->emulate || !e->L->shfl_down_fmt) codegen_em_fail(e, "an allreduce inside the threads' code");
@@ -688,7 +728,9 @@ static void phased(dev *d, const lw_stmt *s) {
     case LW_BARRIER: return; /* the phase boundary itself */
     case LW_ALLREDUCE: emulated_allreduce(d, s); return;
     case LW_STORE:
-    case LW_WMMA: return; /* no barrier inside: handled above */
+    case LW_WMMA:
+    case LW_ASYNC_COMMIT:
+    case LW_ASYNC_WAIT: return; /* no barrier inside: handled above */
   }
 }
 

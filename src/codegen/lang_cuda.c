@@ -16,6 +16,11 @@
  * Tensor-core fragments are nvcuda::wmma fragments (mma.h, included only
  * by programs with tensorized blocks); shared arrays they load from or
  * store to are aligned to 32 bytes, dynamic shared memory to 128.
+ *
+ * Asynchronous copies (sm_80 and later) are PTX cp.async of 4, 8 (.ca:
+ * cached in L1) or 16 bytes (.cg: L2 only, as TVM issues them), with
+ * cp.async.commit_group and cp.async.wait_group; each asm statement
+ * clobbers memory, so that the compiler moves no shared access across it.
  */
 #include "dragon/codegen.h"
 #include "codegen/emit_impl.h"
@@ -91,7 +96,17 @@ static const char cuda_preamble[] =
     "DG_DEV float dg_rsqrtf(float x) { return 1.0f / sqrtf(x); }\n"
     "DG_DEV double dg_rsqrt(double x) { return 1.0 / sqrt(x); }\n"
     "DG_DEV float dg_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }\n"
-    "DG_DEV double dg_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }\n";
+    "DG_DEV double dg_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }\n"
+    "#define DG_CP_ASYNC(n, cache) \\\n"
+    "  DG_DEV void dg_cp_async##n(void *dst, const void *src) { \\\n"
+    "    asm volatile(\"cp.async.\" cache \".shared.global [%0], [%1], \" #n \";\\n\" \\\n"
+    "                 :: \"r\"((unsigned)__cvta_generic_to_shared(dst)), \"l\"(src) : \"memory\"); \\\n"
+    "  }\n"
+    "DG_CP_ASYNC(4, \"ca\")\n"
+    "DG_CP_ASYNC(8, \"ca\")\n"
+    "DG_CP_ASYNC(16, \"cg\")\n"
+    "#define dg_cp_async_commit() asm volatile(\"cp.async.commit_group;\\n\" ::: \"memory\")\n"
+    "#define dg_cp_async_wait(n) asm volatile(\"cp.async.wait_group %0;\\n\" :: \"n\"(n) : \"memory\")\n";
 
 const dg_lang codegen_lang_cuda = {
     .name = "cuda",
@@ -143,4 +158,7 @@ const dg_lang codegen_lang_cuda = {
     .wmma_include = "#include <mma.h>",
     .wmma_ns = "nvcuda::wmma",
     .wmma_align = "__align__(32) ",
+    .cp_async_fn = "dg_cp_async",
+    .cp_async_commit = "dg_cp_async_commit();",
+    .cp_async_wait_fmt = "dg_cp_async_wait(%lld);",
 };

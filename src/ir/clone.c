@@ -127,9 +127,10 @@ static dg_anns cl_anns(cl_ctx *c, const dg_anns *a) {
     *y = *x;
     y->key = str(c, x->key);
     y->s = str(c, x->s);
-    y->ints = x->ints ? dg_arena_memdup(c->g->arena, x->ints,
-                                        sizeof(int64_t) * (size_t)(x->nints > 0 ? x->nints : 1))
-                      : NULL;
+    /* an empty list copies nothing (its pointer may own no bytes) */
+    y->ints = x->ints && x->nints > 0
+                  ? dg_arena_memdup(c->g->arena, x->ints, sizeof(int64_t) * (size_t)x->nints)
+                  : NULL;
   }
   return out;
 }

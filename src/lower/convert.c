@@ -10,9 +10,11 @@
  * bound to one tag must have the same extent, and its variable is replaced
  * by the tag's index variable (so nested loops bound to one tag, as
  * MetaSchedule's cooperative fetch makes them, name the same thread).
- * vthread and vectorized loops stay loops for their own passes. Buffers
- * allocated by blocks inside the launch become its shared or per-thread
- * local allocations.
+ * vthread and vectorized loops stay loops for their own passes, and so does
+ * a loop annotated software_pipeline_stage/order (one of one iteration
+ * included), its annotations and the boundaries of its body's statements
+ * kept for pipeline.c. Buffers allocated by blocks inside the launch become
+ * its shared or per-thread local allocations.
  *
  * It assumes a kernel the verifier accepts. It does not compact buffers or
  * insert barriers (compact.c, sync.c); cross-thread reductions are handed to
@@ -261,8 +263,56 @@ done:
   return c->failed ? NULL : out;
 }
 
+/* A loop's software-pipeline annotations (software_pipeline_stage/order,
+ * software_pipeline_async_stages): 1 with *stage, *order (n entries) and
+ * *async (n_async) set, 0 when it has none, -1 (c->failed) when they are
+ * malformed. */
+static int pipeline_anns(lw_conv *c, const dg_stmt *s, const dg_ann **stage, const dg_ann **order,
+                         const dg_ann **async) {
+  *stage = ir_anns_get(&s->anns, "software_pipeline_stage");
+  *order = ir_anns_get(&s->anns, "software_pipeline_order");
+  *async = ir_anns_get(&s->anns, "software_pipeline_async_stages");
+  if (!*stage && !*order) return 0;
+  const char *name = s->loop_var->name;
+  if (!*stage || !*order)
+    return convfail(c, "loop %s has software_pipeline_%s but no software_pipeline_%s", name,
+                    *stage ? "stage" : "order", *stage ? "order" : "stage"), -1;
+  if ((*stage)->kind != DG_ANN_INTS || (*order)->kind != DG_ANN_INTS ||
+      (*async && (*async)->kind != DG_ANN_INTS))
+    return convfail(c, "loop %s: software pipeline annotations must be integer arrays", name), -1;
+  if ((*stage)->nints != (*order)->nints)
+    return convfail(c, "loop %s: software_pipeline_stage has %d entries, software_pipeline_order "
+                       "%d", name, (*stage)->nints, (*order)->nints), -1;
+  if (s->loop_kind != DG_LOOP_SERIAL && s->loop_kind != DG_LOOP_UNROLLED)
+    return convfail(c, "loop %s is software-pipelined but is not a serial loop", name), -1;
+  int n = (*stage)->nints;
+  int nb = s->body && s->body->kind == DG_STMT_SEQ ? s->body->n : 1;
+  if (!s->body || s->body->kind != DG_STMT_SEQ || nb != n)
+    return convfail(c, "loop %s: its software pipeline annotations name %d statements, its body "
+                       "has %d (TVM's InjectSoftwarePipeline needs a sequence of as many)",
+                    name, n, nb), -1;
+  return 1;
+}
+
+/* The pipelined loop's body, converted part by part so that the pipeline
+ * pass finds each annotated statement (dg_stmt) among the flattened ones. */
+static lw_stmt *conv_pipeline_body(lw_conv *c, const dg_stmt *s, int *len) {
+  dg_func *f = c->p->f;
+  const dg_stmt *b = s->body;
+  lw_stmt **xs = DG_ANEWN(f->arena, lw_stmt *, b->n);
+  for (int i = 0; i < b->n; i++) {
+    xs[i] = lower_conv_stmt(c, b->stmts[i]);
+    if (c->failed) return NULL;
+    len[i] = !xs[i] ? 0 : xs[i]->kind == LW_SEQ ? xs[i]->n : 1;
+  }
+  return lw_seq(f, xs, b->n);
+}
+
 static lw_stmt *conv_for(lw_conv *c, const dg_stmt *s) {
   dg_func *f = c->p->f;
+  const dg_ann *pst, *por, *pas;
+  int piped = pipeline_anns(c, s, &pst, &por, &pas);
+  if (piped < 0) return NULL;
   bool matched = false;
   lw_stmt *red = lower_cross_thread_reduction(c, s, &matched, c->st);
   if (matched) {
@@ -287,9 +337,12 @@ static lw_stmt *conv_for(lw_conv *c, const dg_stmt *s) {
     body = lw_with_unroll(f, body, max_step, expl);
     return body;
   }
-  /* A serial loop of one iteration is its body with the variable at 0. */
-  if (s->extent == 1 && (s->loop_kind == DG_LOOP_SERIAL || s->loop_kind == DG_LOOP_UNROLLED ||
-                         s->loop_kind == DG_LOOP_PARALLEL)) {
+  /* A serial loop of one iteration is its body with the variable at 0
+   * (one that is pipelined stays, as in TVM: its stages are still
+   * multi-buffered). */
+  if (s->extent == 1 && !piped &&
+      (s->loop_kind == DG_LOOP_SERIAL || s->loop_kind == DG_LOOP_UNROLLED ||
+       s->loop_kind == DG_LOOP_PARALLEL)) {
     if (!push_map(c, s->loop_var, ir_int_t(f, 0, s->loop_var->dtype))) return NULL;
     lw_stmt *body = lower_conv_stmt(c, s->body);
     c->n_map--;
@@ -302,13 +355,34 @@ static lw_stmt *conv_for(lw_conv *c, const dg_stmt *s) {
   else if (s->loop_kind == DG_LOOP_THREAD) kind = LW_LOOP_VTHREAD;
   if (kind == LW_LOOP_VTHREAD && s->extent > c->k->max_vthread) c->k->max_vthread = s->extent;
   if (!push_range(c, s->loop_var, s->extent)) return NULL;
-  lw_stmt *body = lower_conv_stmt(c, s->body);
+  int n = piped ? pst->nints : 0;
+  int *len = piped ? DG_ANEWN(f->arena, int, n) : NULL;
+  lw_stmt *body = piped ? conv_pipeline_body(c, s, len) : lower_conv_stmt(c, s->body);
   ir_ranges_pop(&c->ranges, 1);
   if (c->failed) return NULL;
   lw_stmt *l = lw_for(f, s->loop_var, s->extent, kind, body);
   l->tag = kind == LW_LOOP_VTHREAD ? s->tag : DG_TAG_NONE;
   if (max_step >= 0) l->unroll_max_step = max_step;
   if (expl >= 0) l->unroll_explicit = expl;
+  if (piped) {
+    l->pipe_n = n;
+    l->pipe_len = len;
+    l->pipe_stage = DG_ANEWN(f->arena, int, n);
+    l->pipe_order = DG_ANEWN(f->arena, int, n);
+    for (int i = 0; i < n; i++) {
+      int64_t st = pst->ints[i], od = por->ints[i];
+      if (st < 0 || st > 64 || od < 0 || od >= n)
+        return convfail(c, "loop %s: software pipeline stage %" PRId64 " / order %" PRId64
+                           " of statement %d out of range (stages 0..64, orders 0..%d)",
+                        s->loop_var->name, st, od, i, n - 1), NULL;
+      l->pipe_stage[i] = (int)st;
+      l->pipe_order[i] = (int)od;
+    }
+    l->pipe_n_async = pas ? pas->nints : 0;
+    l->pipe_async = DG_ANEWN(f->arena, int, l->pipe_n_async > 0 ? l->pipe_n_async : 1);
+    for (int i = 0; i < l->pipe_n_async; i++)
+      l->pipe_async[i] = pas->ints[i] < 0 || pas->ints[i] > 64 ? -1 : (int)pas->ints[i];
+  }
   return l;
 }
 

@@ -17,6 +17,9 @@ lw_stmt *lw_for(dg_func *f, dg_var *v, int64_t extent, lw_loop_kind k, lw_stmt *
 lw_stmt *lw_if(dg_func *f, dg_expr *cond, lw_stmt *then_s, lw_stmt *else_s);
 lw_stmt *lw_store(dg_func *f, dg_buffer *b, dg_expr **idx, int n, dg_expr *value);
 lw_stmt *lw_barrier(dg_func *f);
+lw_stmt *lw_async_commit(dg_func *f);
+/* cp.async.wait_group count; bufs: the shared buffers it completes (copied). */
+lw_stmt *lw_async_wait(dg_func *f, int64_t count, dg_buffer *const *bufs, int n);
 /* An LW_WMMA statement without operands (the caller fills wmma_*). */
 lw_stmt *lw_wmma(dg_func *f, const dg_intrin *in, const char *block, lw_stmt *body);
 lw_stmt *lw_copy(dg_func *f, const lw_stmt *s); /* shallow */
@@ -58,6 +61,12 @@ lw_stmt *lower_cross_thread_reduction(lw_conv *c, const dg_stmt *loop, bool *mat
                                       dg_status *st);
 /* compact.c */
 bool lower_compact_buffers(lw_program *p, lw_kernel *k, dg_status *st);
+/* pipeline.c: software-pipelined loops (after compaction, before the
+ * limits are checked, so that they see the multi-buffered allocations) */
+bool lower_inject_software_pipeline(lw_program *p, lw_kernel *k, dg_status *st);
+/* pipeline.c: stores of asynchronous stages that can be cp.async made so
+ * (after vectorization); commits and waits dropped where none is */
+bool lower_async_copies(lw_program *p, lw_kernel *k, dg_status *st);
 /* vthread.c */
 bool lower_expand_vthreads(lw_program *p, lw_kernel *k, dg_status *st);
 /* vectorize.c */

@@ -2,7 +2,9 @@
  * device launches (TVM's SplitHostDevice: every statement of the root block
  * is one launch), the root's global allocations turned into device
  * allocations of the program, and the passes run on every launch in TVM's
- * order, then the GPU's limits checked.
+ * order (software pipelining after compaction, before the launch's limits
+ * are checked, so that they count the multi-buffered stages), then the
+ * GPU's limits checked.
  *
  * It works on a private copy of the kernel; the input is not changed. A
  * shared or local buffer of the root used by two launches is an error
@@ -95,7 +97,9 @@ static void use_stmt(buf_use *u, const lw_stmt *s) {
       for (int i = 0; i < s->nidx; i++) use_expr(u, s->idx[i]);
       use_expr(u, s->value);
       return;
-    case LW_BARRIER: return;
+    case LW_BARRIER:
+    case LW_ASYNC_COMMIT:
+    case LW_ASYNC_WAIT: return;
     case LW_ALLREDUCE:
       use_buf(u, s->src);
       use_buf(u, s->dst);
@@ -167,6 +171,7 @@ static lw_program *lower(const dg_func *in, const lower_opts *o, bool check, dg_
   p->name = p->f->name;
   p->params = p->f->params;
   p->n_params = p->f->n_params;
+  p->async_copy = (o->limits ? o->limits : &lower_limits_sm90)->async_copy;
   dg_block *root = ir_func_root(p->f);
   for (int i = 0; i < p->f->n_params; i++) lower_names_add(p, p->f->params[i]->name);
   for (int i = 0; i < root->n_allocs; i++) lower_names_add(p, root->allocs[i]->name);
@@ -219,13 +224,16 @@ static lw_program *lower(const dg_func *in, const lower_opts *o, bool check, dg_
     }
     if (!lower_convert_kernel(p, k, tops[t], st)) goto fail;
     static const pass_fn passes[] = {lower_wmma_lanes,      lower_compact_buffers,
+                                     lower_inject_software_pipeline,
                                      lower_expand_vthreads, lower_vectorize,
-                                     lower_unroll,          lower_insert_barriers,
-                                     lower_wmma_finalize};
-    /* the buffers are sized by compaction, and the other facts the limits
-     * need were collected by conversion */
-    size_t n_passes = DG_ARRAY_LEN(passes), n_sized = 2, n_rolled = 4;
-    DG_ASSERT(passes[n_sized - 1] == lower_compact_buffers && passes[n_rolled] == lower_unroll);
+                                     lower_async_copies,    lower_unroll,
+                                     lower_insert_barriers, lower_wmma_finalize};
+    /* the buffers are sized by compaction and multi-buffered by the
+     * pipeline, and the other facts the limits need were collected by
+     * conversion */
+    size_t n_passes = DG_ARRAY_LEN(passes), n_sized = 3, n_rolled = 6;
+    DG_ASSERT(passes[n_sized - 1] == lower_inject_software_pipeline &&
+              passes[n_rolled] == lower_unroll);
     if (check) n_passes = n_rolled; /* unroll, barriers, finalize: checked below */
     for (size_t i = 0; i < n_sized; i++)
       if (!passes[i](p, k, st)) goto fail;

@@ -77,6 +77,17 @@ lw_stmt *lw_store(dg_func *f, dg_buffer *b, dg_expr **idx, int n, dg_expr *value
 
 lw_stmt *lw_barrier(dg_func *f) { return new_stmt(f, LW_BARRIER); }
 
+lw_stmt *lw_async_commit(dg_func *f) { return new_stmt(f, LW_ASYNC_COMMIT); }
+
+lw_stmt *lw_async_wait(dg_func *f, int64_t count, dg_buffer *const *bufs, int n) {
+  lw_stmt *s = new_stmt(f, LW_ASYNC_WAIT);
+  s->wait_count = count;
+  s->wait_bufs = DG_ANEWN(f->arena, dg_buffer *, n > 0 ? n : 1);
+  if (n) memcpy(s->wait_bufs, bufs, sizeof(*bufs) * (size_t)n);
+  s->n_wait_bufs = n;
+  return s;
+}
+
 lw_stmt *lw_wmma(dg_func *f, const dg_intrin *in, const char *block, lw_stmt *body) {
   lw_stmt *s = new_stmt(f, LW_WMMA);
   s->intrin = in;
@@ -137,7 +148,9 @@ lw_stmt *lw_subst(dg_func *f, const lw_stmt *s, const dg_subst *map, int n) {
       c->value = lw_subst_expr(f, s->value, map, n);
       break;
     case LW_BARRIER:
-    case LW_ALLREDUCE: break;
+    case LW_ALLREDUCE:
+    case LW_ASYNC_COMMIT:
+    case LW_ASYNC_WAIT: break;
     case LW_WMMA:
       for (int i = 0; i < s->wmma_n; i++) {
         int nd = s->wmma_buf[i]->ndim;
@@ -168,7 +181,9 @@ bool lw_uses_var(const lw_stmt *s, const dg_var *v) {
         if (ir_expr_uses_var(s->idx[i], v)) return true;
       return ir_expr_uses_var(s->value, v);
     case LW_BARRIER:
-    case LW_ALLREDUCE: return false;
+    case LW_ALLREDUCE:
+    case LW_ASYNC_COMMIT:
+    case LW_ASYNC_WAIT: return false;
     case LW_WMMA:
       for (int i = 0; i < s->wmma_n; i++) {
         for (int d = 0; d < s->wmma_buf[i]->ndim; d++)
@@ -201,7 +216,9 @@ bool lower_stmt_has_barrier(const lw_stmt *s) {
     case LW_FOR: return lower_stmt_has_barrier(s->body);
     case LW_IF: return lower_stmt_has_barrier(s->then_s) || lower_stmt_has_barrier(s->else_s);
     case LW_STORE:
-    case LW_WMMA: return false;
+    case LW_WMMA:
+    case LW_ASYNC_COMMIT:
+    case LW_ASYNC_WAIT: return false;
     case LW_BARRIER:
     case LW_ALLREDUCE: return true;
   }
@@ -313,6 +330,13 @@ static void print_stmt(dg_str *o, const lw_stmt *s, int ind) {
       dg_str_printf(o, "for %s in %" PRId64 "%s", s->var->name, s->extent, kinds[s->loop_kind]);
       if (s->unroll_max_step >= 0)
         dg_str_printf(o, " auto_unroll(%" PRId64 ", %d)", s->unroll_max_step, s->unroll_explicit);
+      if (s->pipe_n > 0) {
+        dg_str_puts(o, " pipeline(stage");
+        for (int i = 0; i < s->pipe_n; i++) dg_str_printf(o, " %d", s->pipe_stage[i]);
+        dg_str_puts(o, ", order");
+        for (int i = 0; i < s->pipe_n; i++) dg_str_printf(o, " %d", s->pipe_order[i]);
+        dg_str_puts(o, ")");
+      }
       dg_str_puts(o, ":\n");
       print_stmt(o, s->body, ind + 2);
       return;
@@ -331,6 +355,8 @@ static void print_stmt(dg_str *o, const lw_stmt *s, int ind) {
       return;
     case LW_STORE:
       dg_str_indent(o, ind);
+      if (s->cp_async) dg_str_puts(o, "cp.async ");
+      else if (s->in_async) dg_str_puts(o, "async ");
       if (s->lanes > 1) dg_str_printf(o, "vector(%s in %d) ", s->lane_var->name, s->lanes);
       dg_str_printf(o, "%s[", s->buf->name);
       for (int i = 0; i < s->nidx; i++) {
@@ -344,6 +370,14 @@ static void print_stmt(dg_str *o, const lw_stmt *s, int ind) {
     case LW_BARRIER:
       dg_str_indent(o, ind);
       dg_str_puts(o, "sync\n");
+      return;
+    case LW_ASYNC_COMMIT:
+      dg_str_indent(o, ind);
+      dg_str_puts(o, "async_commit\n");
+      return;
+    case LW_ASYNC_WAIT:
+      dg_str_indent(o, ind);
+      dg_str_printf(o, "async_wait %" PRId64 "\n", s->wait_count);
       return;
     case LW_ALLREDUCE:
       dg_str_indent(o, ind);

@@ -12,6 +12,14 @@
  * Conditions that depend on the thread index are never entered (a barrier
  * there could deadlock); their accesses count as one statement.
  *
+ * Asynchronous copies (cp.async) write shared memory at some point before
+ * the ASYNC_WAIT that completes them: the store counts as a write where it
+ * is issued (a barrier must separate it from earlier reads), and the wait
+ * counts as writing the buffers it completes again, so that a read after
+ * it gets a barrier between the two (the wait itself never needs one
+ * before it). Software pipelining places a wait before every reader of
+ * asynchronously written data (pipeline.c).
+ *
  * It is conservative: it does not prove that a thread reads only what it
  * wrote itself, so it may add a barrier TVM would leave out. Global memory
  * is not synchronised (threads of different blocks cannot be).
@@ -89,8 +97,13 @@ static void stmt_acc(const lw_stmt *s, pend *a) {
       if (is_shared(s->buf)) add(a, s->buf, true);
       return;
     case LW_WMMA: stmt_acc(s->body, a); return; /* what the tile op reads and writes */
+    case LW_ASYNC_WAIT: /* asynchronous writes land here */
+      for (int i = 0; i < s->n_wait_bufs; i++)
+        if (is_shared(s->wait_bufs[i])) add(a, s->wait_bufs[i], true);
+      return;
     case LW_BARRIER:
-    case LW_ALLREDUCE: return;
+    case LW_ALLREDUCE:
+    case LW_ASYNC_COMMIT: return;
   }
 }
 
@@ -164,7 +177,12 @@ static void scan_seq_child(sctx *c, const lw_stmt *s, pend *p, lw_stmt **out, in
     out[(*n)++] = (lw_stmt *)s;
     return;
   }
-  if (s->kind == LW_ALLREDUCE) {
+  if (s->kind == LW_ALLREDUCE || s->kind == LW_ASYNC_COMMIT) {
+    out[(*n)++] = (lw_stmt *)s;
+    return;
+  }
+  if (s->kind == LW_ASYNC_WAIT) { /* no barrier before it: it writes nothing new */
+    unit_add(s, p);
     out[(*n)++] = (lw_stmt *)s;
     return;
   }
@@ -227,6 +245,8 @@ static lw_stmt *scan(sctx *c, const lw_stmt *s, pend *p) {
     case LW_STORE:
     case LW_WMMA: unit_add(s, p); return (lw_stmt *)s;
     case LW_BARRIER: clear(p); return (lw_stmt *)s;
+    case LW_ASYNC_COMMIT: return (lw_stmt *)s;
+    case LW_ASYNC_WAIT: unit_add(s, p); return (lw_stmt *)s;
     case LW_ALLREDUCE:
       if (s->scratch) clear(p);
       return (lw_stmt *)s;

@@ -81,6 +81,8 @@ static void count(unroller *u, const lw_stmt *s) {
     case LW_BARRIER:
     case LW_ALLREDUCE:
     case LW_WMMA: u->step_count++; return;
+    case LW_ASYNC_COMMIT:
+    case LW_ASYNC_WAIT: return; /* attributes in TVM's IR when it unrolls: no step */
   }
 }
 
@@ -158,6 +160,8 @@ static lw_stmt *visit(unroller *u, const lw_stmt *s) {
     case LW_BARRIER:
     case LW_ALLREDUCE:
     case LW_WMMA: u->step_count++; return (lw_stmt *)s; /* a warp's tile op is one step */
+    case LW_ASYNC_COMMIT:
+    case LW_ASYNC_WAIT: return (lw_stmt *)s;
   }
   return (lw_stmt *)s;
 }

@@ -3,9 +3,16 @@
  * the GPU would refuse is rejected before it is built, with the reason.
  *
  * Checked per launch: threads per block and per dimension, grid dimensions,
- * static and dynamic shared memory, local memory per thread, the largest
- * vthread, the widest vector access, and the thread-extent bounds that
- * MetaSchedule annotates on blocks. Registers are not counted (the
+ * static and dynamic shared memory (after software pipelining: a
+ * multi-buffered stage counts every version, as TVM counts the pipelined
+ * allocation), local memory per thread, the widest vector access, and the
+ * thread-extent bounds that MetaSchedule annotates on blocks. vthread
+ * extents are not limited in sm_90's table: TVM checks them after
+ * InjectVirtualThread has expanded every one, so it refuses none (a table
+ * may still set max_vthread). The quantities checked do not change with
+ * vthread expansion (compaction already gave each virtual thread its local
+ * copies), so checking them before it, as the lowering does, is checking
+ * them after it. Registers are not counted (the
  * compiler decides them), except for tensor-core fragments: a warp's
  * fragment arrays are register arrays of its lanes, and arrays past the
  * register file (255 registers a thread) spill to local memory, which
@@ -13,6 +20,7 @@
  * body holds hundreds of fragment operations).
  */
 #include <inttypes.h>
+#include <stdint.h>
 
 #include "lower/lower_impl.h"
 
@@ -24,9 +32,10 @@ const lw_limits lower_limits_sm90 = {
     .max_shared_dyn_bytes = 227 * 1024,
     .max_local_bytes = 512 * 1024,
     .max_fragment_bytes = 255 * 4,
-    .max_vthread = 8,
+    .max_vthread = INT64_MAX,
     .max_vector_bytes = 16,
     .warp_size = 32,
+    .async_copy = true,
 };
 
 int64_t lower_kernel_shared_bytes(const lw_kernel *k, bool dynamic) {

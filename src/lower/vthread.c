@@ -12,37 +12,80 @@
  * virtual threads are independent (compaction gave each its own copy of
  * its local buffers).
  *
+ * No extent is refused (TVM refuses none: it expands virtual threads before
+ * VerifyGPUCode looks at them). What bounds the work is the number of
+ * statements the copies make: past LOWER_VTHREAD_MAX_STMTS in one launch
+ * the expansion stops with a reason, before the copies are built.
+ *
  * It does not handle a vthread variable in a loop extent (extents are
  * constants here) and keeps a vectorized loop whole (its copies go around it).
  */
+#include <inttypes.h>
+
 #include "lower/lower_impl.h"
 
-static lw_stmt *inject(dg_func *f, const lw_stmt *s, dg_var *v, int64_t n) {
-  if (!s) return NULL;
+typedef struct {
+  dg_func *f;
+  const lw_kernel *k;
+  int64_t made;  /* statements the copies hold so far */
+  bool failed;
+  dg_status *st;
+} vctx;
+
+static int64_t stmt_count(const lw_stmt *s) {
+  if (!s) return 0;
+  switch (s->kind) {
+    case LW_SEQ: {
+      int64_t n = 0;
+      for (int i = 0; i < s->n; i++) n += stmt_count(s->stmts[i]);
+      return n;
+    }
+    case LW_FOR: return 1 + stmt_count(s->body);
+    case LW_IF: return 1 + stmt_count(s->then_s) + stmt_count(s->else_s);
+    case LW_WMMA: return 1 + stmt_count(s->body);
+    default: return 1;
+  }
+}
+
+static lw_stmt *inject(vctx *c, const lw_stmt *s, const lw_stmt *loop) {
+  if (!s || c->failed) return (lw_stmt *)s;
+  dg_func *f = c->f;
+  dg_var *v = loop->var;
+  int64_t n = loop->extent;
   if (!lw_uses_var(s, v)) return (lw_stmt *)s;
   switch (s->kind) {
     case LW_SEQ: {
       lw_stmt **xs = DG_ANEWN(f->arena, lw_stmt *, s->n > 0 ? s->n : 1);
-      for (int i = 0; i < s->n; i++) xs[i] = inject(f, s->stmts[i], v, n);
+      for (int i = 0; i < s->n; i++) xs[i] = inject(c, s->stmts[i], loop);
       return lw_seq(f, xs, s->n);
     }
     case LW_FOR:
       if (s->loop_kind != LW_LOOP_VECTORIZED) {
-        lw_stmt *c = lw_copy(f, s);
-        c->body = inject(f, s->body, v, n);
-        return c;
+        lw_stmt *x = lw_copy(f, s);
+        x->body = inject(c, s->body, loop);
+        return x;
       }
       break;
     case LW_IF:
       if (!ir_expr_uses_var(s->cond, v)) {
-        lw_stmt *c = lw_copy(f, s);
-        c->then_s = inject(f, s->then_s, v, n);
-        c->else_s = inject(f, s->else_s, v, n);
-        return c;
+        lw_stmt *x = lw_copy(f, s);
+        x->then_s = inject(c, s->then_s, loop);
+        x->else_s = inject(c, s->else_s, loop);
+        return x;
       }
       break;
     default: break;
   }
+  int64_t size = stmt_count(s);
+  if (n > LOWER_VTHREAD_MAX_STMTS || size * n > LOWER_VTHREAD_MAX_STMTS - c->made) {
+    c->failed = true;
+    dg_fail(c->st, DG_ERR_INVALID,
+            "lower: kernel %s: expanding vthread loop %s (extent %" PRId64 ") makes more than %d "
+            "statements",
+            c->k->name, v->name, n, LOWER_VTHREAD_MAX_STMTS);
+    return (lw_stmt *)s;
+  }
+  c->made += size * n;
   lw_stmt **copies = DG_ANEWN(f->arena, lw_stmt *, n);
   for (int64_t i = 0; i < n; i++) {
     dg_subst m = {v, ir_int_t(f, i, v->dtype)};
@@ -51,35 +94,37 @@ static lw_stmt *inject(dg_func *f, const lw_stmt *s, dg_var *v, int64_t n) {
   return lw_seq(f, copies, (int)n);
 }
 
-static lw_stmt *expand(dg_func *f, const lw_stmt *s) {
-  if (!s) return NULL;
+static lw_stmt *expand(vctx *c, const lw_stmt *s) {
+  if (!s || c->failed) return (lw_stmt *)s;
+  dg_func *f = c->f;
   switch (s->kind) {
     case LW_SEQ: {
       lw_stmt **xs = DG_ANEWN(f->arena, lw_stmt *, s->n > 0 ? s->n : 1);
-      for (int i = 0; i < s->n; i++) xs[i] = expand(f, s->stmts[i]);
+      for (int i = 0; i < s->n; i++) xs[i] = expand(c, s->stmts[i]);
       return lw_seq(f, xs, s->n);
     }
     case LW_FOR: {
-      lw_stmt *body = expand(f, s->body);
+      lw_stmt *body = expand(c, s->body);
       if (s->loop_kind == LW_LOOP_VTHREAD)
-        return lw_with_unroll(f, inject(f, body, s->var, s->extent), s->unroll_max_step,
-                              s->unroll_explicit);
-      lw_stmt *c = lw_copy(f, s);
-      c->body = body;
-      return c;
+        return lw_with_unroll(f, inject(c, body, s), s->unroll_max_step, s->unroll_explicit);
+      lw_stmt *x = lw_copy(f, s);
+      x->body = body;
+      return x;
     }
     case LW_IF: {
-      lw_stmt *c = lw_copy(f, s);
-      c->then_s = expand(f, s->then_s);
-      c->else_s = expand(f, s->else_s);
-      return c;
+      lw_stmt *x = lw_copy(f, s);
+      x->then_s = expand(c, s->then_s);
+      x->else_s = expand(c, s->else_s);
+      return x;
     }
     default: return (lw_stmt *)s;
   }
 }
 
 bool lower_expand_vthreads(lw_program *p, lw_kernel *k, dg_status *st) {
-  (void)st;
-  k->body = expand(p->f, k->body);
+  vctx c = {.f = p->f, .k = k, .st = st};
+  lw_stmt *body = expand(&c, k->body);
+  if (c.failed) return false;
+  k->body = body;
   return true;
 }

@@ -12,8 +12,10 @@
  * fails, the build tells the two stages apart by lowering once more
  * without the limits (the rolled check, lower_check): if that succeeds,
  * the limits were the reason. Only a failed build pays for it, and not
- * one with a vthread past the limit, which is a limits failure on sight
- * and whose expansion could be what the limit exists to prevent.
+ * one with a vthread past a table's vthread limit, which is a limits
+ * failure on sight (sm_90's table sets none, as TVM expands virtual
+ * threads before it checks; the lowering caps the expansion's size
+ * instead, and a kernel past that cap fails at the lowering stage).
  *
  * It does not run anything, and keeps no state but the default
  * architecture's resolution, which rt_cuda_device_info caches.

@@ -9,8 +9,12 @@
  * without the unrolled program; TVM lowers a copy with
  * its own pass list at this point) and rejected if that fails or a launch
  * breaks sm_90's limits: threads per block (1024) and per dimension,
- * shared memory (48 KiB static, 227 KiB dynamic), vthread extents (8),
- * vector accesses (16 bytes). Records nothing and changes nothing.
+ * shared memory (48 KiB static, 227 KiB dynamic) as allocated after
+ * software pipelining (a stage multi-buffered into n versions counts n
+ * times, as in TVM, whose pass list runs InjectSoftwarePipeline before
+ * the check), vector accesses (16 bytes). Like TVM it refuses no vthread
+ * extent (TVM expands virtual threads before it checks). Records nothing
+ * and changes nothing.
  */
 #include <inttypes.h>
 
