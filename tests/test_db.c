@@ -1,6 +1,7 @@
 /* test_db.c: the tuning database: append and reload, dedup, torn and
  * garbage lines, best records, TVM export, and a tuning run killed with
  * SIGKILL and resumed (nothing lost, nothing measured twice). */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -343,4 +344,60 @@ DG_TEST(db_kill_and_resume) {
   CHECK_EQ(res.new_trials, 0);
   sched_trace_free(sc.space);
   ir_func_free(f);
+}
+
+/* The command itself: `dragon tune` killed with SIGKILL in the middle of
+ * its first round of 32 leaves every candidate it measured on disk, each
+ * line whole, and a rerun measures none of them again. */
+DG_TEST(db_tune_command_killed_mid_round) {
+  const char *bin = getenv("DRAGON_BIN");
+  if (!bin) bin = "./dragon";
+  const char *dir = tdir("tune_cli_kill");
+  char recs[600];
+  snprintf(recs, sizeof recs, "%s/records.jsonl", dir);
+  fflush(NULL);
+  pid_t pid = fork();
+  CHECK(pid >= 0);
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) {
+      dup2(devnull, 1);
+      dup2(devnull, 2);
+    }
+    execl(bin, bin, "tune", "batch_matmul:b=1,n=16,m=16,k=16,dtype=f32", "--target", "cpu",
+          "--trials", "64", "--per-round", "32", "--population", "64", "--db", dir,
+          (char *)NULL);
+    _exit(127);
+  }
+  double t0 = dg_now();
+  while (count_lines(recs) < 3 && dg_now() - t0 < 120) usleep(5000);
+  kill(pid, SIGKILL);
+  int status;
+  waitpid(pid, &status, 0);
+  CHECK(WIFSIGNALED(status));
+  int kept = count_lines(recs);
+  CHECK_MSG(kept >= 3 && kept < 32, "%d records after a kill in the first round of 32", kept);
+  dg_status st;
+  search_db *db;
+  CHECK(search_db_open(dir, &db, &st));
+  CHECK(search_db_warning_count(db) <= 1); /* at most the line being written is torn */
+  int n = search_db_record_count(db);
+  CHECK(n >= kept - 1);
+  search_db_close(db);
+  /* the rerun resumes: nothing measured twice */
+  char args[1024];
+  snprintf(args, sizeof args,
+           "tune batch_matmul:b=1,n=16,m=16,k=16,dtype=f32 --target cpu --trials %d --db %s "
+           "--quiet",
+           n + 4, dir);
+  char *out = NULL;
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  free(out);
+  CHECK(search_db_open(dir, &db, &st));
+  CHECK_EQ(search_db_record_count(db), n + 4);
+  for (int i = 0; i < n + 4; i++)
+    for (int j = i + 1; j < n + 4; j++)
+      CHECK(search_db_record_at(db, i)->kernel_hash != search_db_record_at(db, j)->kernel_hash);
+  search_db_close(db);
 }
