@@ -3,9 +3,10 @@
 # this machine, on real candidates: the first N records (default 30) of the
 # committed workload whose spec starts with SPEC_PREFIX (default the f16
 # conv1d of the first labelling window, the slowest to compile) are emitted
-# as CUDA (`dragon emit`), then compiled one at a time on one thread, on 1,
-# 4, 8 and 15 threads of one process (as the tuner does), and by 15
-# processes. Prints the machine (cores, model, memory) and a line per mode;
+# as CUDA (`dragon emit`), then compiled on 15 threads in one process, on 15
+# threads each with an NVRTC worker process (as the tuner does), by 15
+# processes of their own, one at a time, and on 4 and 8 threads.
+# Prints the machine (cores, model, memory) and a line per mode;
 # OUTDIR/nvrtc_scaling.txt keeps them.
 set -uo pipefail
 OUTDIR=${1:?usage: bench/nvrtc_scaling.sh OUTDIR [SPEC_PREFIX] [N]}
@@ -47,7 +48,12 @@ files=$(ls "$work"/src/*.cu)
 {
   echo "machine: $(nproc) CPUs; $(lscpu | sed -n 's/^Model name: *//p'); $(free -g | awk '/Mem:/ {print $2 " GiB"}')"
   echo "sources: $(echo "$files" | wc -l) of $PREFIX, $(cat $files | wc -c) bytes"
-  "$BENCH" $files | awk '/ s wall / {c += $2; w += $5; n++} END {printf "%d files one at a time: %.2f s wall (%.2f s cpu), %.2f files/s\n", n, w, c, n / w}'
-  for t in 1 4 8 15; do "$BENCH" --threads "$t" $files; done
+  # the comparison that matters first, in case the time runs out: 15
+  # threads compiling in this process, and in 15 NVRTC worker processes
+  # (as the tuner compiles), against 15 processes of their own
+  DRAGON_NVRTC_PROCS=0 "$BENCH" --threads 15 $files
+  DRAGON_NVRTC_PROCS=15 "$BENCH" --threads 15 $files | sed 's/$/ (NVRTC worker processes)/'
   "$BENCH" --procs 15 $files
+  "$BENCH" $files | awk '/ s wall / {c += $2; w += $5; n++} END {printf "%d files one at a time: %.2f s wall (%.2f s cpu), %.2f files/s\n", n, w, c, n / w}'
+  for t in 4 8; do DRAGON_NVRTC_PROCS=0 "$BENCH" --threads "$t" $files; done
 } 2>&1 | tee "$OUTDIR/nvrtc_scaling.txt"

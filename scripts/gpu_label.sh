@@ -22,13 +22,17 @@
 #             every record by a binary built here)
 #   SCALING=1 first measure how NVRTC scales here (bench/nvrtc_scaling.sh on
 #             committed candidates; needs $BUILD/bench_nvrtc, carried or
-#             built), into OUTDIR/nvrtc_scaling.txt
+#             built), into OUTDIR/nvrtc_scaling.txt: SCALING_N candidates
+#             (default 8) within SCALING_S seconds (default 150)
 set -uo pipefail
 OUTDIR=${1:?usage: scripts/gpu_label.sh OUTDIR}
 mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 cd "$(dirname "$0")/.." || exit 1
-LOGDIR=$OUTDIR
+# OUTDIR receives few files (what comes back from a GPU machine is counted):
+# the record shards, summary.txt, nvrtc_scaling.txt and one archive of the
+# logs, which are written elsewhere meanwhile.
+LOGDIR=$(mktemp -d /tmp/dragon-label-logs.XXXXXX)
 BUILD=${BUILD:-build-gpu}
 BUDGET=${BUDGET:-420}
 SPLIT=${SPLIT:-train}
@@ -50,7 +54,9 @@ export DRAGON_CFLAGS="-fopenmp"
 
 if [ -n "${SCALING:-}" ]; then
   [ -x "$BUILD/bench_nvrtc" ] || build_logged "$BUILD/bench_nvrtc" ${DG_COMMIT:+DG_COMMIT=$DG_COMMIT}
-  BUILD=$BUILD timeout 240 bench/nvrtc_scaling.sh "$OUTDIR" >"$LOGDIR/scaling.log" 2>&1
+  BUILD=$BUILD timeout "${SCALING_S:-150}" bench/nvrtc_scaling.sh "$LOGDIR" "" "${SCALING_N:-8}" \
+    >"$LOGDIR/scaling.log" 2>&1
+  cp "$LOGDIR/nvrtc_scaling.txt" "$OUTDIR/" 2>/dev/null
   note "nvrtc scaling: exit $?; $(tail -6 "$LOGDIR/scaling.log" | tr '\n' ';')"
 fi
 
@@ -97,6 +103,6 @@ for ((g = 0; g < SHARDS; g++)); do
   note "pack $g: exit $? $(tail -1 "$LOGDIR/pack.log")"
 done
 tail -3 "$LOGDIR"/label*.log
-# the per-workload lines in one archive (the logs can be long)
-tar czf "$OUTDIR/logs.tgz" -C "$LOGDIR" $(cd "$LOGDIR" && ls ./*.log ./*.out ./*.txt 2>/dev/null) &&
-  rm -f "$LOGDIR"/label*.log
+cp "$LOGDIR/summary.txt" "$OUTDIR/"
+# the per-workload lines and every other log in one archive
+tar czf "$OUTDIR/logs.tgz" -C "$LOGDIR" .

@@ -119,6 +119,65 @@ DG_TEST(cuda_nvrtc_error_log) {
   rt_cubin_free(&b);
 }
 
+/* Compilations in NVRTC worker processes give what this process gives:
+ * the same CUBIN and PTX bytes, the same errors and logs, the same limit;
+ * and many threads share fewer processes. */
+DG_TEST(cuda_nvrtc_processes) {
+  if (!have_nvrtc()) return;
+  static const char *const bad =
+      "extern \"C\" __global__ void bad(float *p) {\n  p[0] = undeclared_thing;\n}\n";
+  const char *archs[] = {"sm_90", "compute_90"};
+  rt_cubin here[2], there[2], bh, bt;
+  dg_status st, sh, stt;
+  rt_nvrtc_set_processes(0);
+  for (int a = 0; a < 2; a++) {
+    CHECK(rt_nvrtc_compile(vadd_src, "vadd", archs[a], &here[a], &st));
+    CHECK_OK(st);
+  }
+  CHECK(!rt_nvrtc_compile(bad, "broken", "sm_90", &bh, &sh));
+  rt_nvrtc_set_processes(2);
+  CHECK_EQ(rt_nvrtc_processes(), 2);
+  for (int a = 0; a < 2; a++) {
+    CHECK(rt_nvrtc_compile(vadd_src, "vadd", archs[a], &there[a], &st));
+    CHECK_OK(st);
+    CHECK_EQ(there[a].size, here[a].size);
+    CHECK(there[a].image && memcmp(there[a].image, here[a].image, here[a].size) == 0);
+    CHECK_EQ(there[a].is_ptx, here[a].is_ptx);
+    CHECK_STREQ(there[a].arch, here[a].arch);
+    CHECK(there[a].seconds > 0);
+    rt_cubin_free(&here[a]);
+    rt_cubin_free(&there[a]);
+  }
+  CHECK_EQ(rt_nvrtc_processes(), 2); /* the workers started (a failure sets 0) */
+  CHECK(!rt_nvrtc_compile(bad, "broken", "sm_90", &bt, &stt));
+  CHECK_EQ(stt.code, sh.code);
+  CHECK_STREQ(stt.msg, sh.msg);
+  CHECK_STREQ(bt.log, bh.log);
+  CHECK(bt.image == NULL);
+  rt_cubin_free(&bh);
+  rt_cubin_free(&bt);
+  CHECK(!rt_nvrtc_compile(vadd_src, "vadd", "sm_nine", &bt, &stt));
+  CHECK_ERR(stt, "unknown target 'sm_nine'");
+  rt_cubin_free(&bt);
+  if (rt_nvrtc_can_cancel()) {
+    CHECK(!rt_nvrtc_compile_within(vadd_src, "vadd", "sm_90", 1e-6, &bt, &stt));
+    CHECK_ERR(stt, "nvrtc: vadd.cu: stopped after");
+    rt_cubin_free(&bt);
+  }
+  /* six compilations on three threads, two processes */
+  enum { N = 6 };
+  rt_nvrtc_job jobs[N];
+  rt_cubin out[N];
+  dg_status sts[N];
+  for (int i = 0; i < N; i++) jobs[i] = (rt_nvrtc_job){i == 4 ? bad : vadd_src, "many", "sm_90"};
+  CHECK_EQ(rt_nvrtc_compile_batch(jobs, N, 3, out, sts), N - 1);
+  for (int i = 0; i < N; i++) {
+    CHECK_EQ(sts[i].code == DG_OK, i != 4);
+    rt_cubin_free(&out[i]);
+  }
+  rt_nvrtc_set_processes(0);
+}
+
 /* Kernel i: a uniquely named kernel; `broken` plants an error in one. */
 static char *numbered_kernel(int i, bool broken) {
   dg_str s;

@@ -76,6 +76,14 @@ bool rt_nvrtc_compile_within(const char *src, const char *name, const char *arch
 /* Whether the NVRTC library can stop a compilation (false if absent). */
 bool rt_nvrtc_can_cancel(void);
 
+/* NVRTC serialises the compilations of one process, so compilations may
+ * run in worker processes instead (nvrtc_pool.c): at most n of them, one
+ * per compiling thread, kept for the life of the process; 0 (the default)
+ * compiles in this process. DRAGON_NVRTC_PROCS=N, where set, wins. The
+ * results are the same either way. */
+void rt_nvrtc_set_processes(int n);
+int rt_nvrtc_processes(void);
+
 typedef struct {
   const char *src, *name, *arch;
 } rt_nvrtc_job;

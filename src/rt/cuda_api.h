@@ -118,6 +118,41 @@ void rt_cu_describe(const rt_cu_api *cu, int dev, rt_cuda_device *d);
 /* "CUDA_ERROR_ILLEGAL_ADDRESS (an illegal memory access was encountered)" */
 void rt_cu_error_text(const rt_cu_api *cu, cu_result r, char *out, size_t n);
 
+/* ---- NVRTC in this process or in worker processes --------------------------- */
+
+/* The compilation itself, always in this process (nvrtc.c); arch non-NULL. */
+bool rt_nvrtc_compile_here(const char *src, const char *name, const char *arch, double limit_s,
+                           rt_cubin *out, dg_status *st);
+/* The same in an NVRTC worker process (nvrtc_pool.c), where processes are
+ * allowed and one can run: then *done and the result is the compilation's;
+ * otherwise *done is false and nothing was touched. */
+bool rt_nvrtc_compile_pooled(const char *src, const char *name, const char *arch, double limit_s,
+                             rt_cubin *out, dg_status *st, bool *done);
+/* The "nvrtc" handler of exec'd workers and its start-up. */
+bool rt_nvrtc_job_handle(void *ctx, const void *job, size_t len, dg_str *reply);
+void rt_nvrtc_worker_init(void);
+
+/* ---- messages to and from worker processes (wire.c) ---------------------- */
+
+void rt_wire_put_i32(dg_str *s, int32_t v);
+void rt_wire_put_i64(dg_str *s, int64_t v);
+void rt_wire_put_f64(dg_str *s, double v);
+void rt_wire_put_bytes(dg_str *s, const void *p, size_t n); /* i64 length, bytes */
+void rt_wire_put_text(dg_str *s, const char *t);            /* NULL: "" */
+
+typedef struct {
+  const char *p;
+  size_t n, at;
+  bool bad; /* a read went past the end or met a negative length */
+} rt_wire_reader;
+
+const void *rt_wire_take(rt_wire_reader *r, size_t n); /* NULL once bad */
+int32_t rt_wire_get_i32(rt_wire_reader *r);
+int64_t rt_wire_get_i64(rt_wire_reader *r);
+double rt_wire_get_f64(rt_wire_reader *r);
+const void *rt_wire_get_bytes(rt_wire_reader *r, size_t *n);
+char *rt_wire_get_text(rt_wire_reader *r, dg_arena *a); /* a NUL-terminated copy */
+
 /* Worker handlers registered by name for exec'd workers (worker.c):
  * "cuda" runs rt_cuda_job messages (cuda_run.c), "cuda-probe" initialises
  * the driver and describes device 0 (cuda_api.c). */

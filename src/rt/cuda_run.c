@@ -750,100 +750,41 @@ bool rt_cuda_program_from_lowered(const lw_program *lp, dg_arena *a, rt_cuda_pro
 
 /* ---- messages ---------------------------------------------------------------- */
 
-static void put(dg_str *s, const void *p, size_t n) { dg_str_putn(s, (const char *)p, n); }
-static void put_i32(dg_str *s, int32_t v) { put(s, &v, 4); }
-static void put_i64(dg_str *s, int64_t v) { put(s, &v, 8); }
-static void put_f64(dg_str *s, double v) { put(s, &v, 8); }
-static void put_bytes(dg_str *s, const void *p, size_t n) {
-  put_i64(s, (int64_t)n);
-  if (n) put(s, p, n);
-}
-static void put_text(dg_str *s, const char *t) { put_bytes(s, t ? t : "", t ? strlen(t) : 0); }
-
-typedef struct {
-  const char *p;
-  size_t n, at;
-  bool bad;
-} reader;
-
-static const void *take(reader *r, size_t n) {
-  if (r->bad || n > r->n - r->at) {
-    r->bad = true;
-    return NULL;
-  }
-  const void *p = r->p + r->at;
-  r->at += n;
-  return p;
-}
-static int32_t get_i32(reader *r) {
-  int32_t v = 0;
-  const void *p = take(r, 4);
-  if (p) memcpy(&v, p, 4);
-  return v;
-}
-static int64_t get_i64(reader *r) {
-  int64_t v = 0;
-  const void *p = take(r, 8);
-  if (p) memcpy(&v, p, 8);
-  return v;
-}
-static double get_f64(reader *r) {
-  double v = 0;
-  const void *p = take(r, 8);
-  if (p) memcpy(&v, p, 8);
-  return v;
-}
-static const void *get_bytes(reader *r, size_t *n) {
-  int64_t len = get_i64(r);
-  if (len < 0) {
-    r->bad = true;
-    return NULL;
-  }
-  *n = (size_t)len;
-  return take(r, (size_t)len);
-}
-/* A NUL-terminated copy in the arena. */
-static char *get_text(reader *r, dg_arena *a) {
-  size_t n = 0;
-  const char *p = get_bytes(r, &n);
-  return p ? dg_arena_strndup(a, p, n) : dg_arena_strdup(a, "");
-}
-
 enum { JOB_MAGIC = 0x31424a43 /* "CJB1" */, REPLY_MAGIC = 0x32525243 /* "CRR2" */ };
 
 void rt_cuda_job_encode(const rt_cuda_job *job, dg_str *out) {
   const rt_cuda_program *prog = job->prog;
-  put_i32(out, JOB_MAGIC);
-  put_i32(out, job->timing.warmup);
-  put_i32(out, job->timing.repeats);
-  put_i32(out, job->timing.flush_l2);
-  put_f64(out, job->timing.timeout_s);
-  put_i64(out, (int64_t)job->seed);
-  put_text(out, job->data_path);
-  put_text(out, job->bin ? job->bin->arch : "");
-  put_bytes(out, job->bin ? job->bin->image : NULL, job->bin && job->bin->image ? job->bin->size : 0);
-  put_i32(out, prog->n_bufs);
+  rt_wire_put_i32(out, JOB_MAGIC);
+  rt_wire_put_i32(out, job->timing.warmup);
+  rt_wire_put_i32(out, job->timing.repeats);
+  rt_wire_put_i32(out, job->timing.flush_l2);
+  rt_wire_put_f64(out, job->timing.timeout_s);
+  rt_wire_put_i64(out, (int64_t)job->seed);
+  rt_wire_put_text(out, job->data_path);
+  rt_wire_put_text(out, job->bin ? job->bin->arch : "");
+  rt_wire_put_bytes(out, job->bin ? job->bin->image : NULL, job->bin && job->bin->image ? job->bin->size : 0);
+  rt_wire_put_i32(out, prog->n_bufs);
   for (int b = 0; b < prog->n_bufs; b++) {
     const rt_cuda_buf *bf = &prog->bufs[b];
-    put_text(out, bf->name);
-    put_i32(out, (int32_t)bf->dtype);
-    put_i64(out, bf->numel);
-    put_i32(out, bf->param);
-    put_i32(out, bf->is_output);
+    rt_wire_put_text(out, bf->name);
+    rt_wire_put_i32(out, (int32_t)bf->dtype);
+    rt_wire_put_i64(out, bf->numel);
+    rt_wire_put_i32(out, bf->param);
+    rt_wire_put_i32(out, bf->is_output);
   }
-  put_i32(out, prog->n_launches);
+  rt_wire_put_i32(out, prog->n_launches);
   for (int i = 0; i < prog->n_launches; i++) {
     const rt_cuda_launch *l = &prog->launches[i];
-    put_text(out, l->kernel);
-    for (int d = 0; d < 3; d++) put_i32(out, l->grid[d]);
-    for (int d = 0; d < 3; d++) put_i32(out, l->block[d]);
-    put_i32(out, l->shared_bytes);
-    put_i32(out, l->n_args);
+    rt_wire_put_text(out, l->kernel);
+    for (int d = 0; d < 3; d++) rt_wire_put_i32(out, l->grid[d]);
+    for (int d = 0; d < 3; d++) rt_wire_put_i32(out, l->block[d]);
+    rt_wire_put_i32(out, l->shared_bytes);
+    rt_wire_put_i32(out, l->n_args);
     for (int a = 0; a < l->n_args; a++) {
-      put_i32(out, (int32_t)l->args[a].kind);
-      put_i32(out, l->args[a].buf);
-      put_i64(out, l->args[a].i);
-      put_f64(out, l->args[a].f);
+      rt_wire_put_i32(out, (int32_t)l->args[a].kind);
+      rt_wire_put_i32(out, l->args[a].buf);
+      rt_wire_put_i64(out, l->args[a].i);
+      rt_wire_put_f64(out, l->args[a].f);
     }
   }
 }
@@ -855,54 +796,54 @@ typedef struct {
 } decoded_job;
 
 static bool job_decode(const void *p, size_t n, dg_arena *a, decoded_job *d) {
-  reader r = {p, n, 0, false};
+  rt_wire_reader r = {p, n, 0, false};
   memset(d, 0, sizeof *d);
-  if (get_i32(&r) != JOB_MAGIC) return false;
-  d->job.timing.warmup = get_i32(&r);
-  d->job.timing.repeats = get_i32(&r);
-  d->job.timing.flush_l2 = get_i32(&r) != 0;
-  d->job.timing.timeout_s = get_f64(&r);
-  d->job.seed = (uint64_t)get_i64(&r);
-  char *path = get_text(&r, a);
+  if (rt_wire_get_i32(&r) != JOB_MAGIC) return false;
+  d->job.timing.warmup = rt_wire_get_i32(&r);
+  d->job.timing.repeats = rt_wire_get_i32(&r);
+  d->job.timing.flush_l2 = rt_wire_get_i32(&r) != 0;
+  d->job.timing.timeout_s = rt_wire_get_f64(&r);
+  d->job.seed = (uint64_t)rt_wire_get_i64(&r);
+  char *path = rt_wire_get_text(&r, a);
   d->job.data_path = *path ? path : NULL;
-  snprintf(d->bin.arch, sizeof d->bin.arch, "%s", get_text(&r, a));
+  snprintf(d->bin.arch, sizeof d->bin.arch, "%s", rt_wire_get_text(&r, a));
   size_t img_n = 0;
-  const void *img = get_bytes(&r, &img_n);
+  const void *img = rt_wire_get_bytes(&r, &img_n);
   if (img && img_n) {
     d->bin.image = dg_arena_memdup(a, img, img_n + 1);
     d->bin.image[img_n] = 0;
     d->bin.size = img_n;
     d->bin.is_ptx = strncmp(d->bin.arch, "compute_", 8) == 0;
   }
-  int nb = get_i32(&r);
+  int nb = rt_wire_get_i32(&r);
   if (r.bad || nb < 0 || nb > 1 << 16) return false;
   rt_cuda_buf *bufs = DG_ANEWN(a, rt_cuda_buf, nb ? nb : 1);
   for (int b = 0; b < nb; b++) {
-    bufs[b].name = get_text(&r, a);
-    bufs[b].dtype = (dg_dtype)get_i32(&r);
-    bufs[b].numel = get_i64(&r);
-    bufs[b].param = get_i32(&r);
-    bufs[b].is_output = get_i32(&r) != 0;
+    bufs[b].name = rt_wire_get_text(&r, a);
+    bufs[b].dtype = (dg_dtype)rt_wire_get_i32(&r);
+    bufs[b].numel = rt_wire_get_i64(&r);
+    bufs[b].param = rt_wire_get_i32(&r);
+    bufs[b].is_output = rt_wire_get_i32(&r) != 0;
   }
-  int nl = get_i32(&r);
+  int nl = rt_wire_get_i32(&r);
   if (r.bad || nl < 0 || nl > 1 << 16) return false;
   rt_cuda_launch *ls = DG_ANEWN(a, rt_cuda_launch, nl ? nl : 1);
   for (int i = 0; i < nl && !r.bad; i++) {
     rt_cuda_launch *l = &ls[i];
-    l->kernel = get_text(&r, a);
-    for (int k = 0; k < 3; k++) l->grid[k] = get_i32(&r);
-    for (int k = 0; k < 3; k++) l->block[k] = get_i32(&r);
-    l->shared_bytes = get_i32(&r);
-    l->n_args = get_i32(&r);
+    l->kernel = rt_wire_get_text(&r, a);
+    for (int k = 0; k < 3; k++) l->grid[k] = rt_wire_get_i32(&r);
+    for (int k = 0; k < 3; k++) l->block[k] = rt_wire_get_i32(&r);
+    l->shared_bytes = rt_wire_get_i32(&r);
+    l->n_args = rt_wire_get_i32(&r);
     if (r.bad || l->n_args < 0 || l->n_args > 1024) return false;
     rt_cuda_arg *args = DG_ANEWN(a, rt_cuda_arg, l->n_args ? l->n_args : 1);
     for (int k = 0; k < l->n_args; k++) {
-      int kind = get_i32(&r);
+      int kind = rt_wire_get_i32(&r);
       if (kind < RT_CUDA_ARG_BUF || kind > RT_CUDA_ARG_F32) r.bad = true;
       args[k].kind = (rt_cuda_arg_kind)kind;
-      args[k].buf = get_i32(&r);
-      args[k].i = get_i64(&r);
-      args[k].f = get_f64(&r);
+      args[k].buf = rt_wire_get_i32(&r);
+      args[k].i = rt_wire_get_i64(&r);
+      args[k].f = rt_wire_get_f64(&r);
     }
     l->args = args;
   }
@@ -913,55 +854,55 @@ static bool job_decode(const void *p, size_t n, dg_arena *a, decoded_job *d) {
 }
 
 static void result_encode(const rt_cuda_result *res, dg_str *out) {
-  put_i32(out, REPLY_MAGIC);
-  put_i32(out, (int32_t)res->fail);
-  put_text(out, res->reason);
-  put_i32(out, res->t.n);
-  put_f64(out, res->t.median);
-  put_f64(out, res->t.min);
-  put_f64(out, res->t.max);
-  put_f64(out, res->t.q1);
-  put_f64(out, res->t.q3);
-  put_i32(out, res->checked);
-  put_i64(out, res->check.K);
-  put_f64(out, res->check.max_abs);
-  put_f64(out, res->check.max_rel);
-  put_i64(out, res->check.n_checked);
-  put_i64(out, res->check.n_bad);
-  put_text(out, res->check.first_bad);
-  put_i32(out, res->check.pass);
-  put_i32(out, res->ctx_broken);
-  put_i32(out, res->data_cached);
-  put_f64(out, res->setup_s);
-  put_f64(out, res->worker_s);
+  rt_wire_put_i32(out, REPLY_MAGIC);
+  rt_wire_put_i32(out, (int32_t)res->fail);
+  rt_wire_put_text(out, res->reason);
+  rt_wire_put_i32(out, res->t.n);
+  rt_wire_put_f64(out, res->t.median);
+  rt_wire_put_f64(out, res->t.min);
+  rt_wire_put_f64(out, res->t.max);
+  rt_wire_put_f64(out, res->t.q1);
+  rt_wire_put_f64(out, res->t.q3);
+  rt_wire_put_i32(out, res->checked);
+  rt_wire_put_i64(out, res->check.K);
+  rt_wire_put_f64(out, res->check.max_abs);
+  rt_wire_put_f64(out, res->check.max_rel);
+  rt_wire_put_i64(out, res->check.n_checked);
+  rt_wire_put_i64(out, res->check.n_bad);
+  rt_wire_put_text(out, res->check.first_bad);
+  rt_wire_put_i32(out, res->check.pass);
+  rt_wire_put_i32(out, res->ctx_broken);
+  rt_wire_put_i32(out, res->data_cached);
+  rt_wire_put_f64(out, res->setup_s);
+  rt_wire_put_f64(out, res->worker_s);
 }
 
 static bool result_decode(const void *p, size_t n, rt_cuda_result *res) {
-  reader r = {p, n, 0, false};
+  rt_wire_reader r = {p, n, 0, false};
   dg_arena *a = dg_arena_new();
   memset(res, 0, sizeof *res);
-  bool ok = get_i32(&r) == REPLY_MAGIC;
-  int f = get_i32(&r);
+  bool ok = rt_wire_get_i32(&r) == REPLY_MAGIC;
+  int f = rt_wire_get_i32(&r);
   res->fail = f >= 0 && f < RT_FAIL_COUNT ? (rt_fail)f : RT_FAIL_CRASH;
-  snprintf(res->reason, sizeof res->reason, "%s", get_text(&r, a));
-  res->t.n = get_i32(&r);
-  res->t.median = get_f64(&r);
-  res->t.min = get_f64(&r);
-  res->t.max = get_f64(&r);
-  res->t.q1 = get_f64(&r);
-  res->t.q3 = get_f64(&r);
-  res->checked = get_i32(&r) != 0;
-  res->check.K = get_i64(&r);
-  res->check.max_abs = get_f64(&r);
-  res->check.max_rel = get_f64(&r);
-  res->check.n_checked = get_i64(&r);
-  res->check.n_bad = get_i64(&r);
-  snprintf(res->check.first_bad, sizeof res->check.first_bad, "%s", get_text(&r, a));
-  res->check.pass = get_i32(&r) != 0;
-  res->ctx_broken = get_i32(&r) != 0;
-  res->data_cached = get_i32(&r) != 0;
-  res->setup_s = get_f64(&r);
-  res->worker_s = get_f64(&r);
+  snprintf(res->reason, sizeof res->reason, "%s", rt_wire_get_text(&r, a));
+  res->t.n = rt_wire_get_i32(&r);
+  res->t.median = rt_wire_get_f64(&r);
+  res->t.min = rt_wire_get_f64(&r);
+  res->t.max = rt_wire_get_f64(&r);
+  res->t.q1 = rt_wire_get_f64(&r);
+  res->t.q3 = rt_wire_get_f64(&r);
+  res->checked = rt_wire_get_i32(&r) != 0;
+  res->check.K = rt_wire_get_i64(&r);
+  res->check.max_abs = rt_wire_get_f64(&r);
+  res->check.max_rel = rt_wire_get_f64(&r);
+  res->check.n_checked = rt_wire_get_i64(&r);
+  res->check.n_bad = rt_wire_get_i64(&r);
+  snprintf(res->check.first_bad, sizeof res->check.first_bad, "%s", rt_wire_get_text(&r, a));
+  res->check.pass = rt_wire_get_i32(&r) != 0;
+  res->ctx_broken = rt_wire_get_i32(&r) != 0;
+  res->data_cached = rt_wire_get_i32(&r) != 0;
+  res->setup_s = rt_wire_get_f64(&r);
+  res->worker_s = rt_wire_get_f64(&r);
   dg_arena_free(a);
   return ok && !r.bad && r.at == r.n;
 }
@@ -981,25 +922,25 @@ static size_t ref_elem_bytes(dg_dtype t) { return dg_dtype_is_float(t) ? 8 : (si
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 static void data_header(const rt_tensors *ts, int64_t K, size_t hdr, dg_str *h) {
-  put(h, data_magic, 8);
-  put_i32(h, DATA_VERSION);
-  put_i32(h, ts->n);
-  put_i64(h, K);
-  put_i64(h, (int64_t)hdr);
+  dg_str_putn(h, data_magic, 8);
+  rt_wire_put_i32(h, DATA_VERSION);
+  rt_wire_put_i32(h, ts->n);
+  rt_wire_put_i64(h, K);
+  rt_wire_put_i64(h, (int64_t)hdr);
   size_t off = align64(hdr);
   for (int i = 0; i < ts->n; i++) {
     const rt_tensor *t = &ts->t[i];
     const dg_buffer *b = t->buf;
-    put_text(h, b->name);
-    put_i32(h, (int32_t)b->dtype);
-    put_i32(h, b->ndim);
-    for (int d = 0; d < b->ndim; d++) put_i64(h, b->shape[d]);
-    put_i32(h, t->is_output);
-    put_i64(h, t->numel);
+    rt_wire_put_text(h, b->name);
+    rt_wire_put_i32(h, (int32_t)b->dtype);
+    rt_wire_put_i32(h, b->ndim);
+    for (int d = 0; d < b->ndim; d++) rt_wire_put_i64(h, b->shape[d]);
+    rt_wire_put_i32(h, t->is_output);
+    rt_wire_put_i64(h, t->numel);
     size_t bytes = (size_t)t->numel *
                    (t->is_output ? ref_elem_bytes(b->dtype) : (size_t)dg_dtype_bytes(b->dtype));
-    put_i64(h, (int64_t)off);
-    put_i64(h, (int64_t)bytes);
+    rt_wire_put_i64(h, (int64_t)off);
+    rt_wire_put_i64(h, (int64_t)bytes);
     off = align64(off + bytes);
   }
 }
@@ -1092,15 +1033,15 @@ static bool data_map(mapped_data *m, const char *path, dg_status *st) {
   m->map = map;
   m->map_len = len;
   m->arena = dg_arena_new();
-  reader r = {map, len, 0, false};
-  const char *magic = take(&r, 8);
-  if (!magic || memcmp(magic, data_magic, 8) != 0 || get_i32(&r) != DATA_VERSION) {
+  rt_wire_reader r = {map, len, 0, false};
+  const char *magic = rt_wire_take(&r, 8);
+  if (!magic || memcmp(magic, data_magic, 8) != 0 || rt_wire_get_i32(&r) != DATA_VERSION) {
     data_unmap(m);
     return dg_fail(st, DG_ERR_PARSE, "%s: not a dragon data set (bad magic or version)", path);
   }
-  int n = get_i32(&r);
-  m->K = get_i64(&r);
-  get_i64(&r);
+  int n = rt_wire_get_i32(&r);
+  m->K = rt_wire_get_i64(&r);
+  rt_wire_get_i64(&r);
   if (r.bad || n < 0 || n > 1 << 16) {
     data_unmap(m);
     return dg_fail(st, DG_ERR_PARSE, "%s: corrupt header", path);
@@ -1112,20 +1053,20 @@ static bool data_map(mapped_data *m, const char *path, dg_status *st) {
   ts->ref_args = DG_ANEWN(m->arena, void *, n ? n : 1);
   for (int i = 0; i < n && !r.bad; i++) {
     dg_buffer *b = DG_ANEW(m->arena, dg_buffer);
-    b->name = get_text(&r, m->arena);
-    int dt = get_i32(&r);
-    b->ndim = get_i32(&r);
+    b->name = rt_wire_get_text(&r, m->arena);
+    int dt = rt_wire_get_i32(&r);
+    b->ndim = rt_wire_get_i32(&r);
     if (dt < 0 || dt >= DG_DTYPE_COUNT || b->ndim < 0 || b->ndim > DG_MAX_DIMS) {
       r.bad = true;
       break;
     }
     b->dtype = (dg_dtype)dt;
-    for (int d = 0; d < b->ndim; d++) b->shape[d] = get_i64(&r);
+    for (int d = 0; d < b->ndim; d++) b->shape[d] = rt_wire_get_i64(&r);
     rt_tensor *t = &ts->t[i];
     t->buf = b;
-    t->is_output = get_i32(&r) != 0;
-    t->numel = get_i64(&r);
-    int64_t off = get_i64(&r), bytes = get_i64(&r);
+    t->is_output = rt_wire_get_i32(&r) != 0;
+    t->numel = rt_wire_get_i64(&r);
+    int64_t off = rt_wire_get_i64(&r), bytes = rt_wire_get_i64(&r);
     size_t want = (size_t)(t->numel < 0 ? 0 : t->numel) *
                   (t->is_output ? ref_elem_bytes(b->dtype) : (size_t)dg_dtype_bytes(b->dtype));
     if (r.bad || t->numel < 0 || off < 0 || bytes < 0 || (size_t)bytes != want ||

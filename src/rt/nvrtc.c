@@ -28,7 +28,10 @@
  *
  * NVRTC programs are independent, so compilations run on plain threads;
  * rt_tasks hands finished ones back as they come, for a caller that
- * starts using the first module while the others still compile.
+ * starts using the first module while the others still compile. NVRTC
+ * itself serialises the compilations of one process, so where processes
+ * are allowed (nvrtc_pool.c) each thread's compilation runs in a worker
+ * process of its own.
  */
 #include "rt/cuda_api.h"
 
@@ -121,15 +124,22 @@ bool rt_nvrtc_compile(const char *src, const char *name, const char *arch, rt_cu
 
 bool rt_nvrtc_compile_within(const char *src, const char *name, const char *arch, double limit_s,
                              rt_cubin *out, dg_status *st) {
-  memset(out, 0, sizeof *out);
-  out->log = dg_strdup("");
-  dg_status_ok(st);
-  if (!name || !*name) name = "kernel";
   char dev_arch[16];
   if (!arch) {
     rt_build_arch(dev_arch, sizeof dev_arch); /* the device's, or the one default */
     arch = dev_arch;
   }
+  bool done = false;
+  bool ok = rt_nvrtc_compile_pooled(src, name, arch, limit_s, out, st, &done);
+  return done ? ok : rt_nvrtc_compile_here(src, name, arch, limit_s, out, st);
+}
+
+bool rt_nvrtc_compile_here(const char *src, const char *name, const char *arch, double limit_s,
+                           rt_cubin *out, dg_status *st) {
+  memset(out, 0, sizeof *out);
+  out->log = dg_strdup("");
+  dg_status_ok(st);
+  if (!name || !*name) name = "kernel";
   bool is_ptx = false;
   if (!arch_ok(arch, &is_ptx))
     return dg_fail(st, DG_ERR_INVALID,

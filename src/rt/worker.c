@@ -147,6 +147,7 @@ static const struct {
 } named_handlers[] = {
     {"cuda", rt_cuda_job_handle, rt_cuda_worker_init},
     {"cuda-probe", rt_cuda_probe_handle, NULL},
+    {"nvrtc", rt_nvrtc_job_handle, rt_nvrtc_worker_init},
 };
 
 /* Runs before main in every program linked with this file: a process

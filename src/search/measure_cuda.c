@@ -282,6 +282,9 @@ void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, i
   /* one core is left to the worker and this thread */
   int threads = m->threads > 0 ? m->threads : rt_cpu_count() - 1;
   if (threads < 1) threads = 1;
+  /* NVRTC serialises the compilations of one process: each compiling
+   * thread gets a compiler process of its own */
+  rt_nvrtc_set_processes(threads);
   rt_tasks *tasks = rt_tasks_start(n, threads, cand_prepare, &r);
   int resolved = 0;
   while (resolved < n) {
