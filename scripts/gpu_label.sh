@@ -15,8 +15,11 @@
 #
 #   BUDGET    seconds of labelling (default 420)
 #   SPLIT     the split to label (default train)
-#   SHARDS    labelling processes, one per GPU (default: every GPU), each
-#             on its own GPU and shard R/SHARDS of the split
+#   PER_GPU   labelling processes per GPU (default 1): they share the GPU
+#             (its workers take turns, one measurement at a time) and the
+#             cores, so that one compiles while another measures
+#   SHARDS    labelling processes (default: PER_GPU on every GPU), process
+#             g on GPU g % GPUs and shard g/SHARDS of the split
 #   LABEL_ARGS  more flags for `dragon data label` (e.g. --trials-min 32)
 #   DG_COMMIT the commit being run, where the tree has no git (recorded in
 #             every record by a binary built here)
@@ -83,13 +86,14 @@ fi
 
 mkdir -p data/records
 NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
-SHARDS=${SHARDS:-$NGPU}
-[ "$SHARDS" -ge 1 ] || { note "no GPU"; exit 1; }
+[ "$NGPU" -ge 1 ] || { note "no GPU"; exit 1; }
+SHARDS=${SHARDS:-$((NGPU * ${PER_GPU:-1}))}
 THREADS=$(($(nproc) / SHARDS))
+[ "$THREADS" -ge 1 ] || THREADS=1
 t0=$(date +%s)
 for ((g = 0; g < SHARDS; g++)); do
   # shellcheck disable=SC2086
-  CUDA_VISIBLE_DEVICES=$g timeout -s INT -k 20 $((BUDGET + 90)) "$DRAGON" data label \
+  CUDA_VISIBLE_DEVICES=$((g % NGPU)) timeout -s INT -k 20 $((BUDGET + 90)) "$DRAGON" data label \
     --db "/tmp/label-db$g" --records data/records --split "$SPLIT" --shard "$g/$SHARDS" \
     --budget-s "$BUDGET" --target cuda --threads "$THREADS" ${LABEL_ARGS:-} \
     >"$LOGDIR/label$g.out" 2>"$LOGDIR/label$g.log" &

@@ -132,6 +132,13 @@ bool rt_nvrtc_compile_pooled(const char *src, const char *name, const char *arch
 bool rt_nvrtc_job_handle(void *ctx, const void *job, size_t len, dg_str *reply);
 void rt_nvrtc_worker_init(void);
 
+/* ---- one measurement at a time on a GPU (gpu_lock.c) ------------------------ */
+
+/* The lock file of device dev (its PCI address), or -1 if none opens. */
+int rt_gpu_lock_open(const rt_cu_api *cu, int dev);
+void rt_gpu_lock(int fd);   /* waits for the GPU; fd < 0: nothing */
+void rt_gpu_unlock(int fd);
+
 /* ---- messages to and from worker processes (wire.c) ---------------------- */
 
 void rt_wire_put_i32(dg_str *s, int32_t v);

@@ -1333,6 +1333,8 @@ static bool matches(const rt_cuda_program *prog, const rt_tensors *ts, dg_status
 /* Brings CUDA up in this worker unless it is up; false with the reason in
  * worker_ctx_err. Tried again on each job while it fails: what kept it
  * from starting (a GPU held by a process that has since gone) may pass. */
+static int worker_gpu_lock = -2; /* the GPU's lock file; -2: not opened yet */
+
 static bool worker_ctx_up(void) {
   if (worker_ctx) return true;
   dg_status st;
@@ -1419,13 +1421,20 @@ bool rt_cuda_job_handle(void *ctx, const void *job, size_t len, dg_str *reply) {
     res.ctx_broken = true;
   } else if (!program_ok(worker_ctx, &d.prog, &res)) {
     /* res says why */
-  } else if (d.job.data_path) {
-    worker_ctx->cu->CtxSetCurrent(worker_ctx->ctx);
-    job_cached(worker_ctx, &d, &res);
   } else {
-    void **host = DG_ANEWN(a, void *, d.prog.n_bufs ? d.prog.n_bufs : 1);
-    rt_cuda_host_from_tensors(&d.prog, ts, host);
-    rt_cuda_run(worker_ctx, &d.bin, &d.prog, host, &d.job.timing, &res);
+    /* the GPU is this job's alone while it runs, whatever other processes
+     * measure on it (gpu_lock.c) */
+    if (worker_gpu_lock == -2) worker_gpu_lock = rt_gpu_lock_open(worker_ctx->cu, worker_ctx->dev);
+    rt_gpu_lock(worker_gpu_lock);
+    if (d.job.data_path) {
+      worker_ctx->cu->CtxSetCurrent(worker_ctx->ctx);
+      job_cached(worker_ctx, &d, &res);
+    } else {
+      void **host = DG_ANEWN(a, void *, d.prog.n_bufs ? d.prog.n_bufs : 1);
+      rt_cuda_host_from_tensors(&d.prog, ts, host);
+      rt_cuda_run(worker_ctx, &d.bin, &d.prog, host, &d.job.timing, &res);
+    }
+    rt_gpu_unlock(worker_gpu_lock);
   }
   if (ts == &seeded) seeded_free(&seeded);
 reply:
