@@ -106,7 +106,7 @@ for ((g = 0; g < SHARDS; g++)); do
     --out "$OUTDIR/records-$stamp-$SPLIT-$g.jsonl.zst" >>"$LOGDIR/pack.log" 2>&1
   note "pack $g: exit $? $(tail -1 "$LOGDIR/pack.log")"
 done
-tail -3 "$LOGDIR"/label*.log
+tail -n 3 "$LOGDIR"/label*.log
 cp "$LOGDIR/summary.txt" "$OUTDIR/"
 # the per-workload lines and every other log in one archive
 tar czf "$OUTDIR/logs.tgz" -C "$LOGDIR" .
