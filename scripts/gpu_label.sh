@@ -15,9 +15,11 @@
 #
 #   BUDGET    seconds of labelling (default 420)
 #   SPLIT     the split to label (default train)
-#   PER_GPU   labelling processes per GPU (default 1): they share the GPU
+#   PER_GPU   labelling processes per GPU (default 4): they share the GPU
 #             (its workers take turns, one measurement at a time) and the
-#             cores, so that one compiles while another measures
+#             cores, so that one compiles while another measures (a
+#             round waits for its slowest compile: one process kept 6 of
+#             16 cores busy, three kept 6 busy each, bench/RESULTS.md)
 #   SHARDS    labelling processes (default: PER_GPU on every GPU), process
 #             g on GPU g % GPUs and shard g/SHARDS of the split
 #   LABEL_ARGS  more flags for `dragon data label` (e.g. --trials-min 32)
@@ -87,7 +89,7 @@ fi
 mkdir -p data/records
 NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 [ "$NGPU" -ge 1 ] || { note "no GPU"; exit 1; }
-SHARDS=${SHARDS:-$((NGPU * ${PER_GPU:-1}))}
+SHARDS=${SHARDS:-$((NGPU * ${PER_GPU:-4}))}
 THREADS=$(($(nproc) / SHARDS))
 [ "$THREADS" -ge 1 ] || THREADS=1
 t0=$(date +%s)
