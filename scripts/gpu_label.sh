@@ -18,8 +18,8 @@
 #   PER_GPU   labelling processes per GPU (default 4): they share the GPU
 #             (its workers take turns, one measurement at a time) and the
 #             cores, so that one compiles while another measures (a
-#             round waits for its slowest compile: one process kept 6 of
-#             16 cores busy, three kept 6 busy each, bench/RESULTS.md)
+#             round waits for its slowest compile: one process kept 5 of
+#             16 cores compiling, three kept 6, bench/RESULTS.md)
 #   SHARDS    labelling processes (default: PER_GPU on every GPU), process
 #             g on GPU g % GPUs and shard g/SHARDS of the split
 #   LABEL_ARGS  more flags for `dragon data label` (e.g. --trials-min 32)
