@@ -48,7 +48,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <zstd.h>
 
 #include "dragon/lower.h"
 
@@ -894,67 +893,7 @@ int search_db_top_k(const search_db *db, const char *workload, int k, const sear
 /* ---- shards and merges ---------------------------------------------------- */
 
 #define SHARD_VERSION 1
-
-/* Compresses text into a zstd frame with its content checksum. */
-static bool zstd_pack(const char *text, size_t n, dg_str *out, dg_status *st) {
-  size_t cap = ZSTD_compressBound(n);
-  char *buf = dg_malloc(cap ? cap : 1);
-  ZSTD_CCtx *cx = ZSTD_createCCtx();
-  ZSTD_CCtx_setParameter(cx, ZSTD_c_compressionLevel, 19);
-  ZSTD_CCtx_setParameter(cx, ZSTD_c_checksumFlag, 1);
-  size_t z = ZSTD_compress2(cx, buf, cap, text, n);
-  ZSTD_freeCCtx(cx);
-  if (ZSTD_isError(z)) {
-    free(buf);
-    return dg_fail(st, DG_ERR_RUNTIME, "zstd: %s", ZSTD_getErrorName(z));
-  }
-  dg_str_putn(out, buf, z);
-  free(buf);
-  return true;
-}
-
-/* Decompresses a whole file of zstd frames; NUL-terminated. */
-static char *zstd_unpack(const char *path, size_t *len, dg_status *st) {
-  size_t zlen;
-  char *z = dg_read_file(path, &zlen, st);
-  if (!z) return NULL;
-  ZSTD_DCtx *dx = ZSTD_createDCtx();
-  dg_str out;
-  dg_str_init(&out);
-  char buf[1 << 16];
-  ZSTD_inBuffer in = {z, zlen, 0};
-  size_t ret = 0;
-  while (in.pos < in.size) {
-    ZSTD_outBuffer o = {buf, sizeof buf, 0};
-    ret = ZSTD_decompressStream(dx, &o, &in);
-    if (ZSTD_isError(ret)) break;
-    dg_str_putn(&out, buf, o.pos);
-  }
-  /* the frame may still hold output once the input is used up; no
-   * progress then means it was cut short */
-  while (!ZSTD_isError(ret) && ret != 0) {
-    ZSTD_outBuffer o = {buf, sizeof buf, 0};
-    ret = ZSTD_decompressStream(dx, &o, &in);
-    if (ZSTD_isError(ret)) break;
-    dg_str_putn(&out, buf, o.pos);
-    if (o.pos == 0) break;
-  }
-  ZSTD_freeDCtx(dx);
-  free(z);
-  if (ZSTD_isError(ret)) {
-    dg_str_free(&out);
-    dg_fail(st, DG_ERR_PARSE, "%s: not a valid zstd stream: %s", path, ZSTD_getErrorName(ret));
-    return NULL;
-  }
-  if (ret != 0 || zlen == 0) {
-    dg_str_free(&out);
-    dg_fail(st, DG_ERR_PARSE, "%s: the zstd stream is truncated", path);
-    return NULL;
-  }
-  *len = out.len;
-  if (!out.s) dg_str_puts(&out, "");
-  return dg_str_take(&out);
-}
+#define SHARD_ZSTD_LEVEL 19
 
 static void shard_entries(const search_db *db, const rec_table *t, const rec_table *except,
                           const char *tag, bool *need_wl, dg_str *body, int64_t *n) {
@@ -998,7 +937,8 @@ bool search_db_write_shard(const search_db *db, const search_db *except, const c
     dg_str_putn(&text, body.s ? body.s : "", body.len);
     dg_str z;
     dg_str_init(&z);
-    ok = zstd_pack(text.s, text.len, &z, st) && dg_write_file_atomic(path, z.s, z.len, st);
+    ok = dg_zstd_pack(text.s, text.len, SHARD_ZSTD_LEVEL, &z, st) &&
+         dg_write_file_atomic(path, z.s, z.len, st);
     dg_str_free(&z);
     dg_str_free(&text);
   }
@@ -1047,8 +987,11 @@ bool search_db_merge_shard(search_db *db, const char *path, int64_t *n_added, dg
   dg_status_ok(st);
   if (n_added) *n_added = 0;
   if (!writable(db, st)) return false;
-  size_t len;
-  char *text = zstd_unpack(path, &len, st);
+  size_t zlen, len;
+  char *z = dg_read_file(path, &zlen, st);
+  if (!z) return false;
+  char *text = dg_zstd_unpack(z, zlen, path, 0, &len, st);
+  free(z);
   if (!text) return false;
   /* Read into a scratch database first, so that a shard refused as a
    * whole adds nothing. */
