@@ -6,9 +6,12 @@
  * source or many on a thread pool, several kernels per compilation.
  * Runs (cuda_run.c): a program (launches over device buffers) loaded,
  * launched, checked against the CPU's float64 reference and timed with
- * events, L2 flushed before each timed run. Workers (worker.c): processes
- * that run jobs sent over a socket, so that a fault, a sticky CUDA error or
- * a hang costs one job, never the run; generic, the CPU runner uses them too.
+ * events, L2 flushed before each timed run. Data sets (cuda_data.c): the
+ * inputs and the reference written once by the parent, mapped by workers.
+ * GPU jobs (cuda_job.c): the message and the handler GPU workers run.
+ * Workers (worker.c): processes that run jobs sent over a socket, so that
+ * a fault, a sticky CUDA error or a hang costs one job, never the run;
+ * generic, the CPU runner uses them too.
  *
  * Fork safety: a process forked from one that has initialised CUDA, or has
  * only compiled with NVRTC 13 (seen on the H200 machine: cuInit then fails
@@ -258,12 +261,14 @@ bool rt_cuda_program_from_lowered(const struct lw_program_s *lp, dg_arena *a,
 void rt_cuda_host_from_tensors(const rt_cuda_program *prog, const rt_tensors *ts,
                                void **host);
 
+/* ---- data set files (cuda_data.c) ------------------------------------------- */
+
 /* A data set file: the kernel's inputs and the reference's outputs, written
  * once by the parent (after computing the reference) and mapped by workers.
  * K is the reduction length for the tolerance (rt_check_reduce_len). */
 bool rt_cuda_data_write(const rt_tensors *ts, int64_t K, const char *path, dg_status *st);
 
-/* ---- GPU jobs through workers (cuda_run.c) ---------------------------------- */
+/* ---- GPU jobs through workers (cuda_job.c) ---------------------------------- */
 
 /* A job: the module, the program, the timing, and either a data set file
  * (then the outputs are checked against its reference) or, with data_path

@@ -1,6 +1,9 @@
-/* cuda_api.h: private to rt/. The tables of driver and NVRTC functions that
- * cuda_api.c resolves with dlsym, and the one check macro every call goes
- * through.
+/* cuda_api.h: private to rt/, what its CUDA files share. The tables of
+ * driver and NVRTC functions that cuda_api.c resolves with dlsym, and the
+ * one check macro every call goes through; compilation in this process or
+ * in NVRTC workers; the GPU lock; the CUDA context and the pieces of a run
+ * (cuda_run.c) that the GPU job (cuda_job.c) runs over its own buffers; the
+ * data a job runs on (cuda_data.c); the message layout; worker handlers.
  *
  * CUDA's headers are not needed to build: the handful of types and
  * constants used are declared here with their ABI values (cuda.h, nvrtc.h
@@ -10,6 +13,9 @@
 #define DRAGON_RT_CUDA_API_H
 
 #include "dragon/rt_cuda.h"
+
+#include <sys/types.h>
+#include <time.h>
 
 typedef int cu_result;                  /* CUresult */
 typedef unsigned long long cu_devptr;   /* CUdeviceptr */
@@ -139,6 +145,100 @@ int rt_gpu_lock_open(const rt_cu_api *cu, int dev);
 void rt_gpu_lock(int fd);   /* waits for the GPU; fd < 0: nothing */
 void rt_gpu_unlock(int fd);
 
+/* ---- runs (cuda_run.c), shared with the GPU job (cuda_job.c) --------------- */
+
+/* Timed runs in flight at once: each holds a pair of events until its time
+ * is read, so at most this many are queued ahead of the host. */
+enum { RT_CUDA_RING = 64 };
+
+struct rt_cuda_ctx {
+  const rt_cu_api *cu;
+  int dev;
+  cu_handle ctx, stream;
+  cu_handle ev_out;                 /* the checked run's outputs are back */
+  cu_handle ev_warm;                /* the warm-up runs are done */
+  cu_handle ev_done;                /* everything queued so far is done */
+  cu_handle ev_t[2 * RT_CUDA_RING]; /* run k: start ev_t[2 (k % RT_CUDA_RING)], end the next */
+  rt_cuda_device info;
+  cu_devptr flush; /* written before each timed run to evict the L2 */
+  size_t flush_bytes;
+  cu_devptr scratch; /* a program's intermediate buffers, carved out of one block */
+  size_t scratch_bytes;
+  void *pinned; /* page-locked staging for outputs on their way back */
+  size_t pinned_bytes;
+  bool broken;
+};
+
+/* Sets res's failure and its reason unless it has one already: the first
+ * failure is the reason. */
+void rt_cuda_fail(rt_cuda_result *res, rt_fail f, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* An error seen while or after kernels ran; a sticky one breaks c. */
+void rt_cuda_run_error(rt_cuda_ctx *c, rt_cuda_result *res, cu_result r, const char *where);
+/* Checks the program's shape before anything reaches the driver. */
+bool rt_cuda_program_ok(const rt_cuda_ctx *c, const rt_cuda_program *prog, rt_cuda_result *res);
+size_t rt_cuda_buf_bytes(const rt_cuda_buf *b); /* on the device, at least 1 */
+static inline size_t rt_cuda_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+/* Grows a device block to `want` bytes, only between runs. */
+bool rt_cuda_device_grow(rt_cuda_ctx *c, cu_devptr *p, size_t *have, size_t want,
+                         const char *what, rt_cuda_result *res);
+/* The module of bin and the function of each launch of prog (fns: n_launches). */
+bool rt_cuda_module_load(rt_cuda_ctx *c, const rt_cubin *bin, const rt_cuda_program *prog,
+                         cu_handle *mod, cu_handle *fns, rt_cuda_result *res);
+void rt_cuda_module_unload(rt_cuda_ctx *c, cu_handle mod);
+
+/* One buffer of a run: where it lives and how it is set before the run. */
+typedef struct {
+  cu_devptr ptr;
+  size_t bytes;
+  cu_devptr pristine; /* != 0: copied from here, device to device */
+  bool poison;        /* else, true: poisoned; false: left as it is (uploaded) */
+  void *back;         /* != NULL: the checked run's values are copied here */
+} rt_cuda_run_buf;
+
+/* Called while the timed runs are on the GPU, once the checked run's
+ * outputs are back on the host: compares them (sets res->check and, on a
+ * mismatch, RT_FAIL_WRONG). */
+typedef void (*rt_cuda_check_fn)(void *ctx, rt_cuda_result *res);
+
+/* A run over buffers that exist (rb: one per buffer of prog): set up, the
+ * checked run, check beside the warm-up and timed runs; drained before it
+ * returns unless the context broke. */
+void rt_cuda_run_bufs(rt_cuda_ctx *c, const rt_cuda_program *prog, const cu_handle *fns,
+                      const rt_cuda_run_buf *rb, const rt_cuda_timing *tm,
+                      rt_cuda_check_fn check, void *check_ctx, rt_cuda_result *res);
+/* *tm = *in (NULL: zeros) with the defaults: a 10 s timeout, no negative counts. */
+void rt_cuda_timing_defaults(const rt_cuda_timing *in, rt_cuda_timing *tm);
+
+/* ---- the data a GPU job runs on (cuda_data.c) ------------------------------- */
+
+/* A mapped data set: tensors whose inputs and references point into the
+ * mapping; outputs get their own host arrays (the GPU's results). */
+typedef struct {
+  char path[512];
+  dev_t dev;
+  ino_t ino;
+  struct timespec mtime;
+  off_t size;
+  void *map;
+  size_t map_len;
+  dg_arena *arena;
+  rt_tensors ts;
+  int64_t K;
+  uint64_t gen; /* a number of its own for each mapping this process made */
+} rt_cuda_data;
+
+/* Maps the data set at path into m, unless m maps that very file already
+ * (same path, inode, size and modification time). */
+bool rt_cuda_data_map(rt_cuda_data *m, const char *path, dg_status *st);
+/* Inputs drawn from the seed, for a job without a data set: one tensor per
+ * parameter buffer of prog (arrays malloc'ed: rt_cuda_data_seeded_free). */
+bool rt_cuda_data_seeded(const rt_cuda_program *prog, uint64_t seed, dg_arena *a,
+                         rt_tensors *ts, dg_status *st);
+void rt_cuda_data_seeded_free(rt_tensors *ts);
+/* Whether prog's parameter buffers match the tensors (dtype, size, output). */
+bool rt_cuda_data_matches(const rt_cuda_program *prog, const rt_tensors *ts, dg_status *st);
+
 /* ---- messages to and from worker processes (wire.c) ---------------------- */
 
 void rt_wire_put_i32(dg_str *s, int32_t v);
@@ -161,7 +261,7 @@ const void *rt_wire_get_bytes(rt_wire_reader *r, size_t *n);
 char *rt_wire_get_text(rt_wire_reader *r, dg_arena *a); /* a NUL-terminated copy */
 
 /* Worker handlers registered by name for exec'd workers (worker.c):
- * "cuda" runs rt_cuda_job messages (cuda_run.c), "cuda-probe" initialises
+ * "cuda" runs rt_cuda_job messages (cuda_job.c), "cuda-probe" initialises
  * the driver and describes device 0 (cuda_api.c). */
 bool rt_cuda_job_handle(void *ctx, const void *job, size_t len, dg_str *reply);
 /* Run once by an exec'd "cuda" worker before its first job: brings CUDA up
