@@ -4,19 +4,24 @@
  * PTX (skipped where libnvrtc is absent), its error log, batch
  * and grouped compilation, the worker pool with a fake job handler that
  * crashes, hangs, exits or succeeds, a crashing CPU kernel run through a
- * worker, the GPU job path up to the point where a GPU is needed.
+ * worker, the GPU job path up to the point where a GPU is needed, data
+ * set files whole or absent when their writer is killed in the middle.
  * gpu_*: on a GPU (skipped elsewhere; `make test-gpu` runs
  * them): vector add, tiled matmul and a two-launch program with an
  * intermediate buffer, each checked against the CPU's float64 reference; a
  * faulting and a hanging kernel that cost one job each while the pool goes
  * on; the empty kernel's launch latency.
  */
+#include <dirent.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "dragon/lower.h"
 #include "dragon/rt_cuda.h"
 #include "dragon/wl.h"
+#include "rt/cuda_api.h"
 #include "test.h"
 
 static bool have_nvrtc(void) {
@@ -538,6 +543,99 @@ DG_TEST(cuda_job_path_without_gpu) {
   CHECK_EQ(rt_worker_pool_restarts(p), 0);
   rt_worker_pool_free(p);
   ref_case_free(&c);
+}
+
+/* Whether the data set file at path maps and holds K, ts's inputs and its
+ * float64 reference outputs (every dtype of ts a float one). */
+static bool data_file_holds(const char *path, const rt_tensors *ts, int64_t K) {
+  rt_cuda_data m;
+  memset(&m, 0, sizeof m);
+  dg_status st;
+  bool ok = rt_cuda_data_map(&m, path, &st) && m.K == K && m.ts.n == ts->n;
+  for (int i = 0; ok && i < ts->n; i++) {
+    const rt_tensor *got = &m.ts.t[i], *want = &ts->t[i];
+    bool out = want->is_output;
+    size_t n = (size_t)want->numel *
+               (out ? sizeof(double) : (size_t)dg_dtype_bytes(want->buf->dtype));
+    ok = got->numel == want->numel && got->is_output == out &&
+         memcmp(out ? got->ref : got->data, out ? want->ref : want->data, n) == 0;
+  }
+  rt_cuda_data_unmap(&m);
+  return ok;
+}
+
+/* Files of dir named NAME.tmp.* (a writer's temporary files for NAME). */
+static int tmp_files(const char *dir, const char *name) {
+  char prefix[300];
+  snprintf(prefix, sizeof prefix, "%s.tmp.", name);
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+  closedir(d);
+  return n;
+}
+
+/* Writes ts to path in a child that the kernel kills with SIGXFSZ once
+ * the file it writes passes 4 KiB: a writer killed in the middle of the
+ * file. True once the child is gone that way. */
+static bool data_write_killed(const rt_tensors *ts, int64_t K, const char *path) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    struct rlimit no_core = {0, 0}, small = {4096, 4096};
+    setrlimit(RLIMIT_CORE, &no_core);
+    signal(SIGXFSZ, SIG_DFL);
+    setrlimit(RLIMIT_FSIZE, &small);
+    dg_status st;
+    rt_cuda_data_write(ts, K, path, &st);
+    _exit(0);
+  }
+  int ws = 0;
+  if (pid < 0 || waitpid(pid, &ws, 0) != pid) return false;
+  return WIFSIGNALED(ws) && WTERMSIG(ws) == SIGXFSZ;
+}
+
+/* A data set file is whole or absent: a writer killed in the middle of
+ * replacing one leaves the old file as it was, one killed writing a new
+ * one leaves none, each leaves only its temporary file, which
+ * dg_remove_stale_tmp removes; a rewrite replaces the file whole. */
+DG_TEST(cuda_data_file_complete_or_absent) {
+  dg_status st;
+  char dir[300];
+  snprintf(dir, sizeof dir, "%s/data_atomic", dg_test_tmpdir());
+  CHECK(dg_mkdirs(dir, &st));
+  ref_case a, b; /* vadd: 16 KB with its header, inputs from seeds 1 and 2 */
+  bool made = ref_case_init(&a, ir_parse(vadd_text, "vadd", &st), "data_atomic/v.dat", 1, &st);
+  CHECK_OK(st);
+  made = made && ref_case_init(&b, ir_parse(vadd_text, "vadd", &st), "data_atomic/w.dat", 2, &st);
+  CHECK_OK(st);
+  CHECK(made);
+  int64_t K = rt_check_reduce_len(a.f);
+  CHECK(data_file_holds(a.path, &a.ts, K));
+  CHECK(!data_file_holds(a.path, &b.ts, K));
+  CHECK_EQ(tmp_files(dir, "v.dat"), 0);
+
+  /* killed while replacing v.dat with b's tensors: the old file stands */
+  CHECK(data_write_killed(&b.ts, K, a.path));
+  CHECK_EQ(tmp_files(dir, "v.dat"), 1);
+  CHECK(data_file_holds(a.path, &a.ts, K));
+  /* killed while writing a new file: there is none */
+  char fresh[400];
+  snprintf(fresh, sizeof fresh, "%s/fresh.dat", dir);
+  CHECK(data_write_killed(&b.ts, K, fresh));
+  CHECK(access(fresh, F_OK) != 0);
+  CHECK_EQ(tmp_files(dir, "fresh.dat"), 1);
+  /* the dead writers' temporary files go */
+  CHECK_EQ(dg_remove_stale_tmp(dir), 2);
+  CHECK_EQ(tmp_files(dir, "v.dat") + tmp_files(dir, "fresh.dat"), 0);
+
+  /* rewritten: the new file whole, no temporary file left */
+  CHECK(rt_cuda_data_write(&b.ts, K, a.path, &st));
+  CHECK(data_file_holds(a.path, &b.ts, K));
+  CHECK_EQ(tmp_files(dir, "v.dat"), 0);
+  ref_case_free(&a);
+  ref_case_free(&b);
 }
 
 /* ---- on the GPU ---------------------------------------------------------------- */

@@ -231,6 +231,7 @@ typedef struct {
 /* Maps the data set at path into m, unless m maps that very file already
  * (same path, inode, size and modification time). */
 bool rt_cuda_data_map(rt_cuda_data *m, const char *path, dg_status *st);
+void rt_cuda_data_unmap(rt_cuda_data *m); /* and zeroes m */
 /* Inputs drawn from the seed, for a job without a data set: one tensor per
  * parameter buffer of prog (arrays malloc'ed: rt_cuda_data_seeded_free). */
 bool rt_cuda_data_seeded(const rt_cuda_program *prog, uint64_t seed, dg_arena *a,

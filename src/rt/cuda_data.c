@@ -3,10 +3,13 @@
  * A data set file carries the inputs and the reference outputs from the
  * parent to the workers: the reference is computed once per workload, in
  * float64 on the CPU, by the same rt_data_* helpers as the CPU path, and
- * written once (rt_cuda_data_write); each worker maps the file and keeps
- * the mapping while the file (path, inode, size, modification time) stays
- * the same, each new mapping with a generation of its own, which the
- * worker's device buffers are keyed by (cuda_job.c). A job without a data
+ * written once (rt_cuda_data_write, through dg_write_parts_atomic: the
+ * file is whole or absent, and a writer killed in the middle leaves only
+ * its temporary NAME.tmp.PID, which dg_remove_stale_tmp removes); each
+ * worker maps the file and keeps the mapping while the file (path, inode,
+ * size, modification time) stays the same, each new mapping with a
+ * generation of its own, which the worker's device buffers are keyed by
+ * (cuda_job.c). A job without a data
  * set gets inputs drawn from its seed in the worker instead, and no check.
  * Either way the program's parameter buffers must match the tensors.
  */
@@ -65,44 +68,30 @@ bool rt_cuda_data_write(const rt_tensors *ts, int64_t K, const char *path, dg_st
   data_header(ts, K, hdr, &h);
   DG_ASSERT(h.len == hdr);
 
-  dg_str tmp;
-  dg_str_init(&tmp);
-  dg_str_printf(&tmp, "%s.tmp%d", path, (int)getpid());
-  FILE *f = fopen(tmp.s, "wb");
-  bool ok = f != NULL;
-  if (!ok) dg_fail(st, DG_ERR_IO, "%s: cannot write the data set", path);
+  /* the header, then each array after its padding to 64 bytes, written
+   * from where they are through the one atomic write: a worker maps a
+   * whole data set or none, never a part of one */
   static const char zeros[64];
-  size_t at = 0;
-  if (ok) {
-    ok = fwrite(h.s, 1, h.len, f) == h.len;
-    at = h.len;
-  }
-  for (int i = 0; i < ts->n && ok; i++) {
+  int n_parts = 1 + 2 * ts->n;
+  dg_part *parts = dg_malloc(sizeof *parts * (size_t)n_parts);
+  parts[0] = (dg_part){h.s, h.len};
+  size_t at = h.len;
+  for (int i = 0; i < ts->n; i++) {
     const rt_tensor *t = &ts->t[i];
     size_t pad = align64(at) - at;
-    ok = fwrite(zeros, 1, pad, f) == pad;
-    at += pad;
     size_t bytes = (size_t)t->numel * (t->is_output ? ref_elem_bytes(t->buf->dtype)
                                                     : (size_t)dg_dtype_bytes(t->buf->dtype));
-    const void *src = t->is_output ? t->ref : t->data;
-    ok = ok && fwrite(src, 1, bytes, f) == bytes;
-    at += bytes;
+    parts[1 + 2 * i] = (dg_part){zeros, pad};
+    parts[2 + 2 * i] = (dg_part){t->is_output ? t->ref : t->data, bytes};
+    at += pad + bytes;
   }
-  if (f) {
-    ok = fflush(f) == 0 && ok;
-    ok = fclose(f) == 0 && ok;
-  }
-  if (ok && rename(tmp.s, path) != 0) ok = false;
-  if (!ok) {
-    if (f) dg_fail(st, DG_ERR_IO, "%s: cannot write the data set (disk full?)", path);
-    unlink(tmp.s);
-  }
-  dg_str_free(&tmp);
+  bool ok = dg_write_parts_atomic(path, parts, n_parts, st);
+  free(parts);
   dg_str_free(&h);
   return ok;
 }
 
-static void data_unmap(rt_cuda_data *m) {
+void rt_cuda_data_unmap(rt_cuda_data *m) {
   if (m->ts.t)
     for (int i = 0; i < m->ts.n; i++)
       if (m->ts.t[i].is_output) free(m->ts.t[i].data);
@@ -118,7 +107,7 @@ bool rt_cuda_data_map(rt_cuda_data *m, const char *path, dg_status *st) {
       m->size == sb.st_size && m->mtime.tv_sec == sb.st_mtim.tv_sec &&
       m->mtime.tv_nsec == sb.st_mtim.tv_nsec)
     return true;
-  data_unmap(m);
+  rt_cuda_data_unmap(m);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return dg_fail(st, DG_ERR_IO, "%s: cannot open the data set", path);
   size_t len = (size_t)sb.st_size;
@@ -131,14 +120,14 @@ bool rt_cuda_data_map(rt_cuda_data *m, const char *path, dg_status *st) {
   rt_wire_reader r = {map, len, 0, false};
   const char *magic = rt_wire_take(&r, 8);
   if (!magic || memcmp(magic, data_magic, 8) != 0 || rt_wire_get_i32(&r) != DATA_VERSION) {
-    data_unmap(m);
+    rt_cuda_data_unmap(m);
     return dg_fail(st, DG_ERR_PARSE, "%s: not a dragon data set (bad magic or version)", path);
   }
   int n = rt_wire_get_i32(&r);
   m->K = rt_wire_get_i64(&r);
   rt_wire_get_i64(&r);
   if (r.bad || n < 0 || n > 1 << 16) {
-    data_unmap(m);
+    rt_cuda_data_unmap(m);
     return dg_fail(st, DG_ERR_PARSE, "%s: corrupt header", path);
   }
   rt_tensors *ts = &m->ts;
@@ -184,7 +173,7 @@ bool rt_cuda_data_map(rt_cuda_data *m, const char *path, dg_status *st) {
     ts->args[i] = t->data;
   }
   if (r.bad) {
-    data_unmap(m);
+    rt_cuda_data_unmap(m);
     return dg_fail(st, DG_ERR_PARSE, "%s: corrupt tensor table", path);
   }
   snprintf(m->path, sizeof m->path, "%s", path);
