@@ -153,7 +153,10 @@ DG_TEST(cuda_nvrtc_processes) {
     rt_cubin_free(&here[a]);
     rt_cubin_free(&there[a]);
   }
-  CHECK_EQ(rt_nvrtc_processes(), 2); /* the workers started (a failure sets 0) */
+  char why[512];
+  rt_nvrtc_processes_error(why, sizeof why);
+  /* the workers started (a failure sets 0 and says why) */
+  CHECK_MSG(rt_nvrtc_processes() == 2, "no NVRTC worker: %s", why);
   CHECK(!rt_nvrtc_compile(bad, "broken", "sm_90", &bt, &stt));
   CHECK_EQ(stt.code, sh.code);
   CHECK_STREQ(stt.msg, sh.msg);
@@ -165,8 +168,13 @@ DG_TEST(cuda_nvrtc_processes) {
   CHECK_ERR(stt, "unknown target 'sm_nine'");
   rt_cubin_free(&bt);
   if (rt_nvrtc_can_cancel()) {
-    CHECK(!rt_nvrtc_compile_within(vadd_src, "vadd", "sm_90", 1e-6, &bt, &stt));
-    CHECK_ERR(stt, "nvrtc: vadd.cu: stopped after");
+    /* a body NVVM takes a while over, as in cuda_nvrtc_time_limit */
+    static const char *const slow =
+        "extern \"C\" __global__ void slow(float *x) {\n  float v = x[threadIdx.x];\n"
+        "#pragma unroll\n  for (int i = 0; i < 512; i++) v = v * 1.0001f + __sinf(v + i);\n"
+        "  x[threadIdx.x] = v;\n}\n";
+    CHECK(!rt_nvrtc_compile_within(slow, "slow", "sm_90", 1e-6, &bt, &stt));
+    CHECK_ERR(stt, "nvrtc: slow.cu: stopped after");
     rt_cubin_free(&bt);
   }
   /* six compilations on three threads, two processes */

@@ -86,6 +86,9 @@ bool rt_nvrtc_can_cancel(void);
  * results are the same either way. */
 void rt_nvrtc_set_processes(int n);
 int rt_nvrtc_processes(void);
+/* Why the last NVRTC worker process could not start ("" if none failed);
+ * after such a failure compilations run in this process. */
+void rt_nvrtc_processes_error(char *out, size_t n);
 
 typedef struct {
   const char *src, *name, *arch;

@@ -79,7 +79,8 @@ static struct {
   int live;        /* started (idle or busy) */
   rt_worker_pool **idle;
   int n_idle, cap_idle;
-} g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false, 0, 0, NULL, 0, 0};
+  char spawn_err[512]; /* why the last worker could not start ("" if none failed) */
+} g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false, 0, 0, NULL, 0, 0, ""};
 
 static void configure_locked(void) {
   if (g.configured) return;
@@ -111,6 +112,12 @@ int rt_nvrtc_processes(void) {
   return n;
 }
 
+void rt_nvrtc_processes_error(char *out, size_t n) {
+  pthread_mutex_lock(&g.mu);
+  snprintf(out, n, "%s", g.spawn_err);
+  pthread_mutex_unlock(&g.mu);
+}
+
 /* An idle worker, a new one, or NULL: none allowed or none could start (then
  * the caller compiles in this process). */
 static rt_worker_pool *acquire(void) {
@@ -133,6 +140,7 @@ static rt_worker_pool *acquire(void) {
       dg_status st;
       if (rt_worker_pool_new(&o, &p, &st)) return p;
       pthread_mutex_lock(&g.mu);
+      snprintf(g.spawn_err, sizeof g.spawn_err, "%s", st.msg);
       g.live--;
       g.allowed = g.live; /* no more tries: compile here from now on */
       pthread_cond_broadcast(&g.cv);
