@@ -13,12 +13,16 @@
  *
  * Guarantees (tests/test_tsel.c): lower(lift(T)) == T for every trace;
  * lift(lower(G)) == G for every canonical G; every instruction kind has a
- * form (`raw`), so nothing is lost on import.
+ * form (`raw`), so nothing is lost on import. Constrained decoding
+ * (tests/test_tsel_prefix.c): a prefix checker and a token mask under
+ * which every text the model completes parses and checks.
  */
 #ifndef DRAGON_TSEL_H
 #define DRAGON_TSEL_H
 
+#include "dragon/nn.h"
 #include "dragon/sched.h"
+#include "dragon/tokenizer.h"
 
 typedef struct tsel_graph tsel_graph;
 
@@ -94,5 +98,89 @@ bool tsel_explain(tsel_graph *g, const dg_func *kernel, const tsel_record *rec, 
 /* The trace as TVM's Trace.as_python prints it (`l2, l3 = sch.split(...)`),
  * one statement a line; for size comparisons. Caller frees. */
 char *tsel_trace_to_python(const sched_trace *t);
+
+/* ---- constrained decoding (prefix.c, mask.c, decode.c) --------------------- */
+
+/* The model writes a graph for one kernel under a mask: every output
+ * parses and checks against the kernel (tsel_parse + tsel_check). What is
+ * forced, masked and left to the gates: docs/tsel.md "Constrained
+ * decoding". */
+
+/* An incremental prefix checker over the text of one graph: it refuses the
+ * first byte after which no complete graph that parses and checks exists.
+ * It reads the language the model writes: the header, edits `tN OP ...` in
+ * canonical spelling up to one postproc edit (`postproc default` last, or
+ * a bare `postproc` and more edits), then why and expect lines (no
+ * comments, no raw edits). Not thread-safe. */
+typedef struct tsel_prefix tsel_prefix;
+
+/* A checker at the start of a graph whose header names spec. The kernel
+ * must outlive the checker. */
+tsel_prefix *tsel_prefix_new(const dg_func *kernel, const char *spec, tsel_target target, dg_status *st);
+void tsel_prefix_free(tsel_prefix *p);
+/* Whether why and expect lines may follow the edits (default true; with
+ * false the graph is complete right after the postproc edit). Set before
+ * feeding; shared with saved copies. */
+void tsel_prefix_set_explain(tsel_prefix *p, bool allow);
+/* Reads bytes. False when they cannot continue any such graph; the state
+ * is then unchanged. */
+bool tsel_prefix_feed(tsel_prefix *p, const char *bytes, size_t n);
+/* A graph may end here (at a line start after the postproc edit). */
+bool tsel_prefix_complete(const tsel_prefix *p);
+/* What must come next and is not the model's to write: the rest of the
+ * header `tsel 1 kernel SPEC\n` at the start, the rest of `tN ` at the
+ * start of an edit line, else "". Valid until the next feed. */
+const char *tsel_prefix_forced(const tsel_prefix *p);
+/* The text read so far (NUL-terminated; valid until the next call). */
+const char *tsel_prefix_text(const tsel_prefix *p, size_t *len);
+/* Edits read so far. */
+int tsel_prefix_edit_count(const tsel_prefix *p);
+/* A copy of the checker in its state (free it with tsel_prefix_free), and
+ * the way back to it: cheap, they share what was computed. */
+tsel_prefix *tsel_prefix_save(const tsel_prefix *p);
+void tsel_prefix_restore(tsel_prefix *p, const tsel_prefix *saved);
+/* Appends to out a text that completes the graph from here (short, not
+ * the shortest); the state is unchanged. False only on an internal
+ * failure. */
+bool tsel_prefix_completion(tsel_prefix *p, dg_str *out);
+
+/* The token mask: the vocabulary of a tokenizer as a byte trie. */
+typedef struct tsel_mask tsel_mask;
+tsel_mask *tsel_mask_new(const tok_tokenizer *tok, dg_status *st);
+void tsel_mask_free(tsel_mask *m);
+int tsel_mask_vocab_size(const tsel_mask *m);
+/* allowed[0..V) = 1 for every token whose bytes the checker accepts next
+ * (specials: only <|end|>, where the graph is complete); returns how many.
+ * The checker's state is unchanged. */
+int tsel_mask_compute(tsel_mask *m, tsel_prefix *p, uint8_t *allowed);
+
+typedef struct {
+  nn_sample_opts sample; /* temperature, top_k, top_p; max_tokens: tokens after the prompt */
+  bool unconstrained;    /* no mask: the forced header, then plain sampling (for comparison) */
+  bool explain;          /* why and expect lines may follow the edits */
+} tsel_decode_opts;
+
+/* nn_sample_opts_default with max_tokens 2048; constrained; explain. */
+void tsel_decode_opts_default(tsel_decode_opts *o);
+
+typedef struct {
+  int n_sampled, n_forced; /* tokens drawn, tokens of forced text fed */
+  bool budget_completed;   /* the tokens ran out: the checker's completion was appended */
+  bool complete;           /* the text is a complete graph (always, when constrained) */
+  int n_masks;
+  double mask_secs;        /* time spent in tsel_mask_compute */
+} tsel_decode_stats;
+
+/* Generates a graph for the kernel with the model (the C reference, KV
+ * cache) after prompt (train_prompt_encode's layout, ending in <|graph|>):
+ * forced text fed as is, every other token drawn from the allowed ones,
+ * until <|end|>. At most o->sample.max_tokens tokens are fed after the
+ * prompt; if they run out first, the checker's completion is appended as
+ * text. Returns the text (caller frees), a complete graph unless
+ * o->unconstrained. Deterministic for a seed. mask may be NULL when
+ * unconstrained; stats may be NULL. */
+char *tsel_decode(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const int32_t *prompt, int n_prompt,
+                  const dg_func *kernel, const char *spec, tsel_target target, const tsel_decode_opts *o,
+                  uint64_t seed, tsel_decode_stats *stats, dg_status *st);
 
 #endif

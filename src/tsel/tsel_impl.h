@@ -241,4 +241,36 @@ sched_trace *tsel_postproc_expand(const sched_trace *head, const dg_func *kernel
 int tsel_postproc_default_at(const sched_trace *t, const char *kernel_spec,
                              const dg_func *kernel);
 
+/* ---- constrained decoding (prefix.c) ----------------------------------------- */
+
+/* A state of a prefix checker: a small struct that trial readers copy. A
+ * state of checker p reads p's text buffer up to its own length and writes
+ * the bytes it is fed past it. */
+typedef struct tsel_pstate tsel_pstate;
+size_t tsel_pstate_size(void);
+/* d = s, copying only the parts in use. */
+void tsel_pstate_copy(tsel_pstate *d, const tsel_pstate *s);
+tsel_pstate *tsel_prefix_state(tsel_prefix *p);
+/* Feeds one byte to s (a copy of a state of p); s is garbage on false. */
+bool tsel_pstate_feed(tsel_prefix *p, tsel_pstate *s, unsigned char c);
+bool tsel_pstate_complete(const tsel_pstate *s);
+/* Free text (a why or expect line) needs only a few bytes of state: the
+ * mask walks it without copying whole states. */
+typedef struct {
+  uint8_t need, lo, hi, last;
+  bool nonempty;
+} tsel_ptext;
+/* s is in free text: its small state in t. */
+bool tsel_pstate_text(const tsel_pstate *s, tsel_ptext *t);
+/* One byte of free text other than the newline (which needs the state). */
+bool tsel_ptext_step(tsel_ptext *t, unsigned char c);
+/* s (in free text) after the n bytes that left it in state t (written to
+ * p's text past s, so that s reads as if they had been fed). */
+void tsel_pstate_set_text(tsel_prefix *p, tsel_pstate *s, const tsel_ptext *t, const unsigned char *bytes,
+                          size_t n);
+/* Room in p's text for extra bytes past its state. */
+void tsel_prefix_reserve(tsel_prefix *p, size_t extra);
+/* Frees the contexts that trial states left behind (none may be in use). */
+void tsel_prefix_collect(tsel_prefix *p);
+
 #endif

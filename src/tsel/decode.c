@@ -1,0 +1,202 @@
+/* decode.c: writing a TSEL graph for a kernel with the model, constrained.
+ * The C reference's KV cache (nn_kv_*) is fed the prompt; then, step by
+ * step: the text the checker forces (the header, the edit ids `tN`) is
+ * encoded and fed to the model without sampling; otherwise the mask gives
+ * the tokens that keep the graph well-formed and well-typed, the next
+ * token is drawn from the model's distribution over those alone (the
+ * logits of the allowed ids, in id order, through nn_sample_token: the
+ * same temperature, top-k and top-p), and its bytes are fed to the
+ * checker. <|end|> ends the graph, and is allowed only where it is
+ * complete. When the token budget is spent first, the checker's completion
+ * is appended as text (the model is not run on it), so every constrained
+ * output is a complete graph. Deterministic for a seed: the draws come from one RNG
+ * (the one nn_generate gives row 0).
+ *
+ * A trailing space of forced text is left to the model (the mask allows
+ * only tokens that start with it): the tokenizer joins a space to the word
+ * after it (` tile`), and the model reads what it was trained on. */
+#include <string.h>
+
+#include "tsel/tsel_impl.h"
+
+void tsel_decode_opts_default(tsel_decode_opts *o) {
+  memset(o, 0, sizeof *o);
+  nn_sample_opts_default(&o->sample);
+  o->sample.max_tokens = 2048;
+  o->unconstrained = false;
+  o->explain = true;
+}
+
+typedef struct {
+  const nn_model *m;
+  nn_kv_cache kv;
+  int used, budget;
+} decoder;
+
+static void feed_model(decoder *d, const int32_t *ids, int n) {
+  nn_kv_feed(&d->kv, 0, ids, n);
+  d->used += n;
+}
+
+static char *unconstrained(decoder *d, tok_tokenizer *tok, const char *header, const tsel_decode_opts *o,
+                           dg_rng *rng, tsel_decode_stats *stats, dg_status *st) {
+  int V = d->m->cfg.vocab_size;
+  int32_t end = tok_special(tok, TOK_END);
+  dg_str text;
+  dg_str_init(&text);
+  dg_str_puts(&text, header);
+  tok_ids e = {0};
+  if (!tok_encode(tok, header, strlen(header), &e, st)) {
+    dg_str_free(&text);
+    return NULL;
+  }
+  if ((int)e.len < d->budget) {
+    feed_model(d, e.data, (int)e.len);
+    stats->n_forced += (int)e.len;
+    while (d->used < d->budget) {
+      int32_t t = nn_sample_token(nn_kv_logits(&d->kv, 0), V, &o->sample, rng);
+      if (t == end) break;
+      size_t len;
+      const uint8_t *b = tok_token_bytes(tok, t, &len);
+      if (b) dg_str_putn(&text, (const char *)b, len);
+      stats->n_sampled++;
+      if (d->used + 1 >= d->budget) break;
+      feed_model(d, &t, 1);
+    }
+  }
+  tok_ids_free(&e);
+  return dg_str_take(&text);
+}
+
+char *tsel_decode(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const int32_t *prompt, int n_prompt,
+                  const dg_func *kernel, const char *spec, tsel_target target, const tsel_decode_opts *o,
+                  uint64_t seed, tsel_decode_stats *stats, dg_status *st) {
+  dg_status_ok(st);
+  tsel_decode_stats local;
+  if (!stats) stats = &local;
+  memset(stats, 0, sizeof *stats);
+  int V = m->cfg.vocab_size, maxT = m->cfg.max_seq_len;
+  if (tok_vocab_size(tok) != V) {
+    dg_fail(st, DG_ERR_INVALID, "tsel decode: the tokenizer has %d ids, the model %d", tok_vocab_size(tok), V);
+    return NULL;
+  }
+  if (!o->unconstrained && (!mask || tsel_mask_vocab_size(mask) != V)) {
+    dg_fail(st, DG_ERR_INVALID, "tsel decode: the mask is not of the model's vocabulary");
+    return NULL;
+  }
+  if (n_prompt < 1 || n_prompt >= maxT) {
+    dg_fail(st, DG_ERR_INVALID, "tsel decode: the prompt has %d tokens; the model takes 1 to %d", n_prompt, maxT - 1);
+    return NULL;
+  }
+  for (int i = 0; i < n_prompt; i++)
+    if (prompt[i] < 0 || prompt[i] >= V) {
+      dg_fail(st, DG_ERR_INVALID, "tsel decode: prompt token %d = %d is outside the vocabulary", i, (int)prompt[i]);
+      return NULL;
+    }
+  if (o->sample.max_tokens < 1) {
+    dg_fail(st, DG_ERR_INVALID, "tsel decode: max_tokens must be >= 1");
+    return NULL;
+  }
+  tsel_prefix *p = tsel_prefix_new(kernel, spec, target, st);
+  if (!p) return NULL;
+  tsel_prefix_set_explain(p, o->explain);
+  decoder d = {.m = m};
+  int T = n_prompt + o->sample.max_tokens;
+  if (T > maxT) T = maxT;
+  d.budget = T - n_prompt;
+  if (!nn_kv_init(&d.kv, m, 1, T, st)) {
+    tsel_prefix_free(p);
+    return NULL;
+  }
+  nn_kv_feed(&d.kv, 0, prompt, n_prompt);
+  dg_rng base, rng;
+  dg_rng_seed(&base, seed);
+  rng = dg_rng_fork(&base);
+  char *result = NULL;
+  if (o->unconstrained) {
+    result = unconstrained(&d, tok, tsel_prefix_forced(p), o, &rng, stats, st);
+    goto done;
+  }
+  int32_t end = tok_special(tok, TOK_END);
+  float *z = dg_malloc(sizeof(float) * (size_t)V);
+  int32_t *ids = dg_malloc(sizeof(int32_t) * (size_t)V);
+  uint8_t *allowed = dg_malloc((size_t)V);
+  dg_str fin, forced;
+  dg_str_init(&fin);
+  dg_str_init(&forced);
+  tok_ids e = {0};
+  bool ok = true, finish = false;
+  while (ok && !finish) {
+    /* forced text, less a trailing space */
+    dg_str_clear(&forced);
+    dg_str_puts(&forced, tsel_prefix_forced(p));
+    while (forced.len > 0 && forced.s[forced.len - 1] == ' ') forced.s[--forced.len] = 0;
+    if (forced.len > 0) {
+      e.len = 0;
+      if (!(ok = tok_encode(tok, forced.s, forced.len, &e, st))) break;
+      if (d.used + (int)e.len + 1 > d.budget) {
+        finish = true;
+      } else if (!tsel_prefix_feed(p, forced.s, forced.len)) {
+        ok = dg_fail(st, DG_ERR_RUNTIME, "tsel decode: the checker refused its own forced text");
+      } else {
+        feed_model(&d, e.data, (int)e.len);
+        stats->n_forced += (int)e.len;
+      }
+      continue;
+    }
+    if (d.used + 1 > d.budget) { /* no room for another token */
+      finish = true;
+      continue;
+    }
+    double t0 = dg_now();
+    int n = tsel_mask_compute(mask, p, allowed);
+    stats->mask_secs += dg_now() - t0;
+    stats->n_masks++;
+    if (n == 0) {
+      ok = dg_fail(st, DG_ERR_RUNTIME, "tsel decode: no token may follow (the checker is stuck)");
+      break;
+    }
+    const float *logits = nn_kv_logits(&d.kv, 0);
+    int nz = 0;
+    for (int j = 0; j < V; j++)
+      if (allowed[j]) {
+        z[nz] = logits[j];
+        ids[nz++] = j;
+      }
+    int32_t t = ids[nn_sample_token(z, nz, &o->sample, &rng)];
+    stats->n_sampled++;
+    if (t == end) break;
+    size_t len;
+    const uint8_t *b = tok_token_bytes(tok, t, &len);
+    if (!b || !tsel_prefix_feed(p, (const char *)b, len)) {
+      ok = dg_fail(st, DG_ERR_RUNTIME, "tsel decode: the checker refused allowed token %d", (int)t);
+      break;
+    }
+    feed_model(&d, &t, 1);
+  }
+  if (ok && finish) { /* the budget is spent: the checker's completion */
+    dg_str_clear(&fin);
+    if (!tsel_prefix_completion(p, &fin) || !tsel_prefix_feed(p, fin.s, fin.len))
+      ok = dg_fail(st, DG_ERR_RUNTIME, "tsel decode: no completion of the graph found");
+    stats->budget_completed = true;
+  }
+  if (ok && !tsel_prefix_complete(p)) ok = dg_fail(st, DG_ERR_RUNTIME, "tsel decode: the graph is not complete");
+  if (ok) {
+    size_t len;
+    const char *text = tsel_prefix_text(p, &len);
+    result = dg_malloc(len + 1);
+    memcpy(result, text, len);
+    result[len] = 0;
+    stats->complete = true;
+  }
+  tok_ids_free(&e);
+  dg_str_free(&fin);
+  dg_str_free(&forced);
+  free(z);
+  free(ids);
+  free(allowed);
+done:
+  nn_kv_free(&d.kv);
+  tsel_prefix_free(p);
+  return result;
+}

@@ -1,0 +1,1249 @@
+/* test_tsel_prefix.c: constrained decoding of TSEL (src/tsel/prefix.c,
+ * mask.c, decode.c). No false refusals: every prefix of every committed
+ * target (data/examples/SPLIT.jsonl.zst), of the valid graphs in
+ * tests/data/tsel (up to a comment or a raw edit, which the checker does
+ * not read), of the hand-written GPU schedules, of design-space samples
+ * and of random schedules, all lifted, is accepted, and each ends
+ * complete. No false acceptance: the broken graphs of tests/data/tsel are
+ * refused on the line the checker names; hand-made faults (a wrong edit
+ * name, a wrong handle type, an output index, a decision, a factor, a
+ * count, a scope, a name) are refused at their first wrong byte; every
+ * single-byte change of a target that reads to a complete graph parses and
+ * checks; completions from every prefix check; random walks over the
+ * accepted bytes never get stuck and end in graphs that check. The graphs
+ * that check but are refused are the documented ones. The forced text is
+ * the header and the edit ids; the mask over a vocabulary trained on the
+ * examples allows each graph's next token at every step and equals a
+ * brute-force feed of every token; a random model decoded with the mask
+ * always writes graphs that parse and check, and without it garbage.
+ *
+ * V vocabulary.
+ */
+#include <dirent.h>
+#include <jansson.h>
+#include <string.h>
+
+#include "dragon/sched.h"
+#include "dragon/search.h"
+#include "dragon/train.h"
+#include "dragon/tsel.h"
+#include "dragon/wl.h"
+#include "test.h"
+#include "tsel/tsel_impl.h"
+
+typedef struct {
+  char *workload, *target, *prompt;
+  bool construct;
+} record;
+
+static record *recs;
+static int n_recs;
+
+/* Every example of every split (data/examples/SPLIT.jsonl.zst). */
+static bool load_records(void) {
+  if (recs) return true;
+  static const char *const splits[] = {"train", "val", "test"};
+  DG_VEC(record) v = {0};
+  for (size_t s = 0; s < DG_ARRAY_LEN(splits); s++) {
+    dg_status st;
+    size_t n, len;
+    char path[64];
+    snprintf(path, sizeof path, "data/examples/%s.jsonl.zst", splits[s]);
+    char *z = dg_read_file(path, &n, &st);
+    if (!z) continue;
+    char *text = dg_zstd_unpack(z, n, path, 0, &len, &st);
+    free(z);
+    if (!text) continue;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+      json_t *j = json_loads(line, 0, NULL);
+      if (!j) continue;
+      record r = {dg_strdup(json_string_value(json_object_get(j, "workload"))),
+                  dg_strdup(json_string_value(json_object_get(j, "target"))),
+                  dg_strdup(json_string_value(json_object_get(j, "prompt"))),
+                  strcmp(json_string_value(json_object_get(j, "kind")), "construct") == 0};
+      DG_VEC_PUSH(&v, r);
+      json_decref(j);
+    }
+    free(text);
+  }
+  recs = v.data;
+  n_recs = (int)v.len;
+  return n_recs > 0;
+}
+
+/* Parses and checks a graph against the kernel; the message in why. */
+static bool graph_checks(const char *text, const dg_func *k, tsel_target target, char *why, size_t n) {
+  dg_status st;
+  tsel_graph *g = tsel_parse(text, NULL, &st);
+  bool ok = g && tsel_check(g, k, target, &st);
+  if (!ok) snprintf(why, n, "%s", st.msg);
+  tsel_graph_free(g);
+  return ok;
+}
+
+/* Feeds text byte by byte; the index of the first refused byte, or -1. */
+static long first_refused(tsel_prefix *p, const char *text, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!tsel_prefix_feed(p, text + i, 1)) return (long)i;
+  return -1;
+}
+
+static long line_of(const char *text, long at) {
+  long l = 1;
+  for (long i = 0; i < at; i++) l += text[i] == '\n';
+  return l;
+}
+
+DG_TEST(tsel_prefix_accepts_every_target) {
+  CHECK(load_records());
+  int n_construct = 0;
+  for (int r = 0; r < n_recs; r++) {
+    dg_status st;
+    dg_func *k = wl_build(recs[r].workload, &st);
+    CHECK_MSG(k, "%s: %s", recs[r].workload, st.msg);
+    tsel_prefix *p = tsel_prefix_new(k, recs[r].workload, TSEL_TARGET_CUDA, &st);
+    CHECK_OK(st);
+    const char *t = recs[r].target;
+    size_t n = strlen(t);
+    long bad = first_refused(p, t, n);
+    CHECK_MSG(bad < 0, "%s: byte %ld (line %ld) refused: ...%.40s", recs[r].workload, bad, line_of(t, bad),
+              t + (bad > 20 ? bad - 20 : 0));
+    CHECK_MSG(tsel_prefix_complete(p), "%s: not complete at the end", recs[r].workload);
+    size_t len;
+    CHECK_STREQ(tsel_prefix_text(p, &len), t);
+    CHECK_EQ(len, n);
+    /* <|end|> only at the end: no proper line-start prefix is complete */
+    tsel_prefix_free(p);
+    ir_func_free(k);
+    n_construct += recs[r].construct;
+  }
+  CHECK(n_construct >= 10);
+}
+
+/* ---- graphs the project writes: lifted hand schedules, design-space
+ * samples and random schedules ---- */
+
+typedef struct {
+  char *spec, *text;
+  int kind; /* LG_* */
+} lifted;
+enum { LG_HAND, LG_SPACE, LG_RANDOM, LG_KINDS };
+
+static lifted *lifts;
+static int n_lifts;
+
+/* The 13 MetaSchedule workloads with a hand-written GPU schedule. */
+static const char *const ms_names[] = {"C1D", "C2D", "C3D", "CAP", "DEP", "DIL", "GMM",
+                                       "GRP", "T2D", "NRM", "SFM", "CBR", "TBG"};
+
+static void lift_add(const sched_trace *t, const char *spec, const dg_func *f, bool explain, int kind) {
+  dg_status st;
+  char *canon = wl_canonical(spec, &st);
+  if (!canon) return;
+  tsel_graph *g = tsel_lift(t, canon, explain ? f : NULL, NULL, &st);
+  if (g) {
+    dg_str text;
+    dg_str_init(&text);
+    char *x = tsel_print(g);
+    dg_str_puts(&text, x);
+    free(x);
+    /* a random schedule has no postproc edit: one closes it */
+    if (kind == LG_RANDOM) dg_str_printf(&text, "t%d postproc\n", tsel_graph_edit_count(g) + 1);
+    lifted l = {canon, dg_str_take(&text), kind};
+    lifts = dg_realloc(lifts, sizeof(lifted) * (size_t)(n_lifts + 1));
+    lifts[n_lifts++] = l;
+    canon = NULL;
+    tsel_graph_free(g);
+  }
+  free(canon);
+}
+
+static void random_add(const char *spec, void *ctx) {
+  (void)ctx;
+  dg_status st;
+  dg_func *f = wl_build(spec, &st);
+  if (!f) return;
+  for (uint64_t k = 0; k < 3; k++) {
+    sched *s = sched_new(f, k + 1);
+    dg_rng r;
+    dg_rng_seed(&r, 7 * k + strlen(spec));
+    sched_random_steps(s, &r, 24);
+    lift_add(sched_get_trace(s), spec, f, false, LG_RANDOM);
+    sched_free(s);
+  }
+  ir_func_free(f);
+}
+
+static bool load_lifts(void) {
+  if (lifts) return true;
+  for (size_t i = 0; i < DG_ARRAY_LEN(ms_names); i++) {
+    char path[64], spec[16];
+    snprintf(path, sizeof path, "schedules/%s.json", ms_names[i]);
+    snprintf(spec, sizeof spec, "%s/0", ms_names[i]);
+    dg_status st;
+    dg_func *f = wl_build(spec, &st);
+    char *js = dg_read_file(path, NULL, &st);
+    sched_trace *t = js ? sched_trace_from_json(js, &st) : NULL;
+    free(js);
+    if (f && t) lift_add(t, spec, f, true, LG_HAND);
+    sched_trace_free(t);
+    /* a design-space sample, postprocessed */
+    search_space sp;
+    search_space_opts o = {.seed = 5 + i};
+    if (f && search_space_generate(f, &o, &sp, &st)) {
+      dg_rng rng;
+      dg_rng_seed(&rng, 41 + i);
+      search_postprocs pp = {0};
+      sched *s = NULL;
+      for (int tries = 0; tries < 100 && !s; tries++) s = search_sample(f, &sp, &pp, &rng, NULL, &st);
+      if (s) lift_add(sched_get_trace(s), spec, f, true, LG_SPACE);
+      sched_free(s);
+      search_space_free(&sp);
+    }
+    ir_func_free(f);
+  }
+  dg_status st;
+  wl_generate(11, 40, NULL, random_add, NULL, &st);
+  return n_lifts > 0;
+}
+
+/* Every prefix of the graphs the project writes is accepted and each ends
+ * complete: the hand schedules (a bare `postproc` and the postprocessors'
+ * edits, then why lines), design-space samples (`postproc default`) and
+ * random schedules of every family (compute_at, rfactor, decompose_reduction,
+ * add_unit_loop, sample_loc, cache stages, inlining, ...) closed by a bare
+ * `postproc`, over-covering splits included. Only graphs that check count. */
+DG_TEST(tsel_prefix_accepts_lifted_graphs) {
+  CHECK(load_lifts());
+  int n[LG_KINDS] = {0}, after_postproc = 0;
+  for (int i = 0; i < n_lifts; i++) {
+    const lifted *l = &lifts[i];
+    dg_status st;
+    dg_func *k = wl_build(l->spec, &st);
+    CHECK(k);
+    char why[600];
+    if (graph_checks(l->text, k, TSEL_TARGET_CUDA, why, sizeof why)) {
+      tsel_prefix *p = tsel_prefix_new(k, l->spec, TSEL_TARGET_CUDA, &st);
+      CHECK_OK(st);
+      size_t len = strlen(l->text);
+      long bad = first_refused(p, l->text, len);
+      CHECK_MSG(bad < 0, "%s (kind %d): byte %ld (line %ld) refused: ...%.40s\n%s", l->spec, l->kind, bad,
+                line_of(l->text, bad), l->text + (bad > 20 ? bad - 20 : 0), l->text);
+      CHECK_MSG(tsel_prefix_complete(p), "%s: not complete at the end", l->spec);
+      n[l->kind]++;
+      const char *pp = strstr(l->text, " postproc\n");
+      after_postproc += pp && pp[10] == 't';
+      tsel_prefix_free(p);
+    } else
+      CHECK_MSG(l->kind == LG_RANDOM, "%s (kind %d) does not check: %s", l->spec, l->kind, why);
+    ir_func_free(k);
+  }
+  CHECK_MSG(n[LG_HAND] == 13 && n[LG_SPACE] >= 10 && n[LG_RANDOM] >= 100 && after_postproc >= 13,
+            "%d hand, %d design-space, %d random, %d with edits after postproc", n[LG_HAND], n[LG_SPACE],
+            n[LG_RANDOM], after_postproc);
+}
+
+/* The kernel spec of a graph's header (caller frees). */
+static char *header_spec(const char *text) {
+  if (strncmp(text, "tsel 1 kernel ", 14) != 0) return NULL;
+  return strndup(text + 14, strcspn(text + 14, "\n"));
+}
+
+/* The path of the next .tsel file of directory d (dir), or false. */
+static bool next_tsel(DIR *d, const char *dir, char *path, size_t cap) {
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    size_t nl = strlen(de->d_name);
+    if (nl < 5 || strcmp(de->d_name + nl - 5, ".tsel") != 0) continue;
+    snprintf(path, cap, "%s/%s", dir, de->d_name);
+    return true;
+  }
+  return false;
+}
+
+/* The valid graphs of tests/data/tsel: every prefix is accepted, up to the
+ * first line the checker does not read (a comment, a raw edit), where the
+ * refusal comes at the line's first byte that says so ('#', the 'a' of
+ * raw). Those read whole end complete. */
+DG_TEST(tsel_prefix_reads_valid_files) {
+  const char *dir = "tests/data/tsel/valid";
+  DIR *d = opendir(dir);
+  CHECK(d);
+  int whole = 0, files = 0;
+  char path[512];
+  while (next_tsel(d, dir, path, sizeof path)) {
+    dg_status st;
+    size_t n;
+    char *t = dg_read_file(path, &n, &st);
+    CHECK(t);
+    char *spec = header_spec(t), why[600];
+    CHECK(spec);
+    dg_func *k = wl_build(spec, &st);
+    CHECK(k);
+    CHECK_MSG(graph_checks(t, k, TSEL_TARGET_CUDA, why, sizeof why), "%s: %s", path, why);
+    tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+    CHECK_OK(st);
+    long bad = first_refused(p, t, n);
+    if (bad < 0) {
+      CHECK_MSG(tsel_prefix_complete(p), "%s: not complete at the end", path);
+      whole++;
+    } else {
+      const char *ls = t + bad;
+      while (ls > t && ls[-1] != '\n') ls--;
+      const char *sp = strchr(ls, ' ');
+      bool comment = ls[0] == '#' && t + bad == ls;
+      bool raw = ls[0] == 't' && sp && strncmp(sp, " raw ", 5) == 0 && t + bad == sp + 2;
+      CHECK_MSG(comment || raw, "%s: byte %ld (line %ld) refused: '%.40s'", path, bad, line_of(t, bad), ls);
+    }
+    tsel_prefix_free(p);
+    ir_func_free(k);
+    free(spec);
+    free(t);
+    files++;
+  }
+  closedir(d);
+  CHECK(files >= 2 && whole >= 1);
+}
+
+/* The broken graphs of tests/data/tsel are refused, and on the line that
+ * the checker's message (the .err file) names, never before it: at its
+ * first byte that no valid graph continues, or at the start of the next
+ * line when the named line ends a graph that checks (`postproc default`
+ * with an edit after it). */
+DG_TEST(tsel_prefix_refuses_broken_files_on_their_line) {
+  const char *dir = "tests/data/tsel/broken";
+  DIR *d = opendir(dir);
+  CHECK(d);
+  dg_status st;
+  const char *gmm = "batch_matmul:b=1,n=128,m=128,k=128,dtype=f32";
+  dg_func *k = wl_build(gmm, &st);
+  CHECK(k);
+  int files = 0, on_line = 0;
+  char path[512], errp[520];
+  while (next_tsel(d, dir, path, sizeof path)) {
+    snprintf(errp, sizeof errp, "%.*s.err", (int)(strlen(path) - 5), path);
+    char *err = dg_read_file(errp, NULL, &st);
+    CHECK_MSG(err, "%s", errp);
+    size_t n;
+    char *t = dg_read_file(path, &n, &st);
+    CHECK(t);
+    const char *colon = strstr(err, ".tsel:");
+    CHECK(colon);
+    long line = strtol(colon + 6, NULL, 10);
+    tsel_prefix *p = tsel_prefix_new(k, gmm, TSEL_TARGET_CUDA, &st);
+    CHECK_OK(st);
+    long bad = first_refused(p, t, n);
+    CHECK_MSG(bad >= 0, "%s is accepted", path);
+    long at = line_of(t, bad);
+    bool next_start = at == line + 1 && (bad == 0 || t[bad - 1] == '\n');
+    CHECK_MSG(at == line || next_start, "%s: refused on line %ld ('%.30s'), the checker names line %ld", path, at,
+              t + bad, line);
+    on_line += at == line;
+    tsel_prefix_free(p);
+    free(t);
+    free(err);
+    files++;
+  }
+  closedir(d);
+  ir_func_free(k);
+  CHECK(files >= 30 && on_line >= files - 2);
+}
+
+/* A text with '|' before the first byte that must be refused: fed without
+ * the marker, the checker refuses exactly there, and the whole text (no
+ * marker) fails tsel_check with msg (NULL: the narrowings, texts that
+ * check but are not read). */
+static void fault_at(const dg_func *k, const char *spec, tsel_target target, const char *marked, const char *msg) {
+  dg_str t;
+  dg_str_init(&t);
+  dg_str_printf(&t, "tsel 1 kernel %s\n", spec);
+  size_t at = t.len + (size_t)(strchr(marked, '|') - marked);
+  dg_str_putn(&t, marked, (size_t)(strchr(marked, '|') - marked));
+  dg_str_puts(&t, strchr(marked, '|') + 1);
+  dg_status st;
+  tsel_prefix *p = tsel_prefix_new(k, spec, target, &st);
+  CHECK_OK(st);
+  long r = first_refused(p, t.s, t.len);
+  tsel_prefix_free(p);
+  CHECK_MSG(r == (long)at, "refused at %ld, not %zu: '%s'", r, at, marked);
+  char why[600] = "";
+  bool ok = graph_checks(t.s, k, target, why, sizeof why);
+  if (msg) CHECK_MSG(!ok && strstr(why, msg), "'%s': the checker says '%s', not '%s'", marked, ok ? "ok" : why, msg);
+  else CHECK_MSG(ok, "'%s' does not check: %s", marked, why);
+  dg_str_free(&t);
+}
+
+/* A text read whole, complete, that checks. */
+static void reads_whole(const dg_func *k, const char *spec, const char *body) {
+  dg_str t;
+  dg_str_init(&t);
+  dg_str_printf(&t, "tsel 1 kernel %s\n%s", spec, body);
+  dg_status st;
+  tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  CHECK_OK(st);
+  long r = first_refused(p, t.s, t.len);
+  CHECK_MSG(r < 0, "refused at %ld: '...%s'", r, t.s + (r > 0 ? r : 0));
+  CHECK_MSG(tsel_prefix_complete(p), "not complete: '%s'", body);
+  char why[600];
+  CHECK_MSG(graph_checks(t.s, k, TSEL_TARGET_CUDA, why, sizeof why), "'%s': %s", body, why);
+  tsel_prefix_free(p);
+  dg_str_free(&t);
+}
+
+/* Faults at their first wrong byte, on GMM/0 (blocks root and Z; Z has 4
+ * loops of extent 1, 128, 128, 128, reads X and Y, writes Z). */
+DG_TEST(tsel_prefix_refuses_faults_at_their_first_byte) {
+  const char *gmm = "batch_matmul:b=1,n=128,m=128,k=128,dtype=f32";
+  dg_status st;
+  dg_func *k = wl_build(gmm, &st);
+  CHECK(k);
+  static const struct {
+    const char *text, *msg;
+  } faults[] = {
+      /* edit names */
+      {"t1 block \"Z\"\nt2 lo|pz t1 x4\n", "unknown edit 'lopz'"},
+      {"t1 |inline t1\n", "used before it is defined"}, /* no block exists yet */
+      {"t1 block \"Z\"\nt2 inline t1\nt3 |loops t1 x4\n", "is stale"}, /* ... nor after the inline */
+      /* handle types, output indices, staleness */
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 parallel t|1\n", "is a block handle, expected a loop"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 loops t|2.0 x1\n", "is a loop handle, expected a block"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 parallel t2.|4\n", "t2.4 does not exist"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 parallel t2|\n", "has 4 outputs"},
+      {"t1 block \"Z\"\nt2 producers t1|.0 x1\n", "has one output"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 fuse t2.1 t2.2\nt4 parallel t2.|1\n", "is stale"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 fuse t2.1 t2.|1\n", "the same loop is given twice"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 reorder t2.1 t2.|1\n", "the same loop is given twice"},
+      /* decisions */
+      {"t1 block \"Z\"\nt2 coop t1 [1 2 3 4] =|5\n", "is not among the candidates"},
+      {"t1 sample [0 16 64] =6|5\n", "is not among the candidates"},
+      {"t1 sample [0 16 64] =16 index=|2\n", "not the chosen value"},
+      {"t1 sample [0 16 64] =16 probs=[0.5 0.5|]\n", "probs= has 2 entries"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 thread_split t2.1 [32 64] =|128\n", "is not among the candidates"},
+      /* tile and split factors */
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 tile t2.1 [2 |5 1 1 1] max=64\n", "multiply to"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 tile t2.1 [2 4|] max=64\n", "multiply to 8"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 tile t2.1 [1 1 1 1 128] max=64|\n", "exceeds max=64"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 sample_tile t2.0 [|2] max=4\n", "multiply to 2"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 split t2.1 [4 8|]\n", "less than the extent"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 split t2.1 [|0 _]\n", "factors must be positive"},
+      /* counts, axes, thread limits */
+      {"t1 block \"Z\"\nt2 loops t1 x|5\n", "has 4 loops here, not 5"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 bind t2.0 threadIdx.|w\n", "unknown thread axis"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 fuse_bind t2.1 t2.2 t|hreadIdx.x\n", "exceeds the limit of 1024"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 bind t2.1 threadIdx.|z\n", "exceeds the limit of 64"},
+      /* regions, scopes, names */
+      {"t1 block \"Z\"\nt2 cache_read t1 |2 shared []\n", "index 2 does not exist"},
+      {"t1 block \"Z\"\nt2 cache_write t1 |1 local []\n", "index 1 does not exist"},
+      {"t1 block \"Z\"\nt2 cache_write t1 0 wmma.|matrix_a []\n", "a write stage cannot be"},
+      {"t1 block \"Z\"\nt2 cache_read t1 0 shar|d []\n", "unknown storage scope"},
+      {"t1 block \"|W\"\n", "has no block"},
+      {"t1 block \"Z\" func=\"|x\"\n", "no function"},
+      {"t1 block \"Z\"\nt2 annotate t1 \"meta_schedule.cooperative_fetch|\" 2\n", "write the alias"},
+      {"t1 block \"Z\"\nt2 annotate t1 tilin|x \"S\"\n", "unknown annotation alias"},
+      /* the lexical form */
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 tile t2.1 [1 1 1 1 128] max=128| max=128\n", "given twice"},
+      {"t1 block \"Z\"\nt2 loops t1 | x4\n", "expected a single space"},
+      {"t1 block \"Z\"|\t\n", "trailing space"},
+      {"t1 block \"Z\"\nt2 annotate t1 \"k\" [[] |]\n", "space before ']'"},
+      {"t1 block \"Z\"\nt2 annotate t1 \"k\" [1 |]\n", "space before ']'"},
+      {"t1 block \"Z\"\nt2 annotate t1 \"k\" \"\\|q\"\n", "unknown escape"},
+      {"t1 block \"Z\"\nt2 annotate t1 \"k\" 1.|e5\n", "expected digits after '.'"},
+      {"t1 block \"Z\"\nt|3 loops t1 x4\n", "expected edit id t2"},
+      /* why and expect lines */
+      {"t1 postproc default\nwhy t|9: x\n", "why names t9"},
+      {"t1 postproc default\nexpect p|2: x\n", "expected p1"},
+      {"t1 postproc default\nwhy t1: |\n", "trailing space"},
+      {"t1 postproc default\n|t2 block \"Z\"\n", "must be the last edit"},
+  };
+  for (size_t i = 0; i < DG_ARRAY_LEN(faults); i++) fault_at(k, gmm, TSEL_TARGET_CUDA, faults[i].text, faults[i].msg);
+  /* the cpu target: no shared memory */
+  fault_at(k, gmm, TSEL_TARGET_CPU, "t1 block \"Z\"\nt2 cache_read t1 0 |shared []\n", "not available on the cpu");
+  /* and what is read whole */
+  reads_whole(k, gmm, "t1 block \"Z\"\nt2 loops t1 x4\nt3 split t2.1 [3 43]\nt4 postproc default\n");
+  reads_whole(k, gmm, "t1 block \"Z\"\nt2 loops t1 x4\nt3 split t2.1 [_ 3 5]\nt4 postproc\n");
+  reads_whole(k, gmm,
+              "t1 block \"Z\"\nt2 postproc\nt3 loops t1 x4\nt4 vectorize t3.3\nwhy t4: vectors\nexpect p1: fast\n");
+  reads_whole(k, gmm, "t1 block \"Z\"\nt2 annotate t1 \"k\" [[] 1 [\"a\\n\" [2.5 _]] true]\nt3 postproc default\n");
+  reads_whole(k, gmm, "t1 sample [1 2 4] =4 probs=[0.5 0.25 0.25]\nt2 postproc default\nwhy t1 t2: ok\n");
+  ir_func_free(k);
+}
+
+/* What checks but is not read: the narrowings docs/tsel.md lists, each
+ * refused at its first byte. */
+DG_TEST(tsel_prefix_refuses_only_documented_narrowings) {
+  const char *gmm = "batch_matmul:b=1,n=128,m=128,k=128,dtype=f32";
+  dg_status st;
+  dg_func *k = wl_build(gmm, &st);
+  CHECK(k);
+  static const char *const narrow[] = {
+      "t1 block \"Z\"\n|# a comment\nt2 postproc default\n",
+      "t1 block \"Z\"\nt2 r|aw \"PadEinsum\" [t1] [] x1\nt3 postproc default\n",
+      "t1 block \"Z\"\n|why t1: early\nt2 postproc default\n",
+      "t1 block \"Z\"\nt2 postproc\nt3 p|ostproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 \"k\" 0|7\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 \"k\" -0|\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 \"k\" \"\\x|63\"\nt3 postproc default\n",
+      "t1 sample [1 2 2|] =1\nt2 postproc default\n",
+      "t1 block \"Z\"\nt2 loops t1 x4\nt3 thread_split t2.1 [32 204|8] =32\nt4 postproc default\n",
+      "t1 block \"Z\"\nt2 loops t1 x4\nt3 split t2.1 [_ 32] unit=|2\nt4 postproc default\n",
+      "t1 postproc default\nwhy t1: a|\x01b\n",
+  };
+  for (size_t i = 0; i < DG_ARRAY_LEN(narrow); i++) fault_at(k, gmm, TSEL_TARGET_CUDA, narrow[i], NULL);
+  ir_func_free(k);
+}
+
+/* The unique workloads' first targets (refinements repeat them closely). */
+static int unique_targets(int *idx, int cap) {
+  int n = 0;
+  for (int r = 0; r < n_recs && n < cap; r++) {
+    bool seen = false;
+    for (int k = 0; k < n; k++) seen |= strcmp(recs[idx[k]].workload, recs[r].workload) == 0;
+    if (!seen) idx[n++] = r;
+  }
+  return n;
+}
+
+/* The forced text is exactly the header and `tN ` at the start of each
+ * edit line (after a bare `postproc`, where the graph may end, `N ` once
+ * the model wrote the 't'), and a caller that feeds it, then the rest,
+ * reads the whole text. */
+static void check_forced(const char *spec, const char *t) {
+  dg_status st;
+  dg_func *k = wl_build(spec, &st);
+  CHECK(k);
+  tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  CHECK_OK(st);
+  size_t n = strlen(t);
+  /* the expected forced bytes, from the text alone */
+  char *want = dg_calloc(n + 1, 1), *got = dg_calloc(n + 1, 1);
+  const char *nl = strchr(t, '\n');
+  memset(want, 1, (size_t)(nl - t + 1));
+  int edit = 0;
+  bool post = false;
+  for (const char *l = nl + 1; *l; l = strchr(l, '\n') + 1) {
+    char id[16];
+    int m = snprintf(id, sizeof id, "t%d ", edit + 1);
+    if (strncmp(l, id, (size_t)m) == 0) {
+      memset(want + (l - t) + post, 1, (size_t)m - post);
+      post |= strncmp(l + m, "postproc", 8) == 0;
+      edit++;
+    }
+  }
+  size_t pos = 0;
+  while (pos < n) {
+    const char *f = tsel_prefix_forced(p);
+    size_t fl = strlen(f);
+    if (fl) {
+      CHECK_MSG(strncmp(t + pos, f, fl) == 0, "%s: forced '%s' at %zu", spec, f, pos);
+      memset(got + pos, 1, fl);
+      CHECK(tsel_prefix_feed(p, t + pos, fl));
+      pos += fl;
+    } else {
+      CHECK_MSG(tsel_prefix_feed(p, t + pos, 1), "%s: byte %zu refused", spec, pos);
+      pos++;
+    }
+  }
+  for (size_t i = 0; i < n; i++)
+    CHECK_MSG(!want[i] == !got[i], "%s: byte %zu ('%c') forced %d, expected %d", spec, i, t[i], got[i], want[i]);
+  CHECK(tsel_prefix_complete(p));
+  CHECK_STREQ(tsel_prefix_forced(p), "");
+  free(want);
+  free(got);
+  tsel_prefix_free(p);
+  ir_func_free(k);
+}
+
+DG_TEST(tsel_prefix_forced_is_header_and_edit_ids) {
+  CHECK(load_records() && load_lifts());
+  for (int r = 0; r < n_recs; r++) check_forced(recs[r].workload, recs[r].target);
+  for (int i = 0; i < n_lifts; i++)
+    if (lifts[i].kind != LG_RANDOM) check_forced(lifts[i].spec, lifts[i].text);
+}
+
+/* Replaces [at, at+len) of text by rep. */
+static char *splice(const char *text, size_t at, size_t len, const char *rep) {
+  dg_str o;
+  dg_str_init(&o);
+  dg_str_putn(&o, text, at);
+  dg_str_puts(&o, rep);
+  dg_str_puts(&o, text + at + len);
+  return dg_str_take(&o);
+}
+
+/* The line (without its newline) that starts with `tN OP `, or NULL. */
+static const char *find_edit(const char *text, const char *op, int from, int *num) {
+  int edit = 0;
+  for (const char *l = strchr(text, '\n') + 1; *l; l = strchr(l, '\n') + 1) {
+    if (l[0] != 't' || l[1] < '0' || l[1] > '9') break;
+    edit++;
+    const char *sp = strchr(l, ' ');
+    size_t on = strlen(op);
+    if (edit >= from && strncmp(sp + 1, op, on) == 0 && (sp[1 + on] == ' ' || sp[1 + on] == '\n')) {
+      *num = edit;
+      return l;
+    }
+  }
+  return NULL;
+}
+
+/* A planted fault: the checker must refuse exactly byte `at` (and the
+ * complete graph must fail tsel_check with `msg`). */
+static void expect_refused_at(const dg_func *k, const char *spec, tsel_target target, const char *bad, size_t at,
+                              const char *msg, int *count) {
+  dg_status st;
+  tsel_prefix *p = tsel_prefix_new(k, spec, target, &st);
+  CHECK_OK(st);
+  long r = first_refused(p, bad, strlen(bad));
+  tsel_prefix_free(p);
+  char why[600] = "";
+  bool ok = graph_checks(bad, k, target, why, sizeof why);
+  CHECK_MSG(!ok, "%s: the planted graph checks", spec);
+  if (msg) CHECK_MSG(strstr(why, msg), "%s: the checker says '%s', not '%s'", spec, why, msg);
+  CHECK_MSG(r == (long)at, "%s: refused at %ld, planted at %zu ('%.30s')", spec, r, at, bad + at);
+  (*count)++;
+}
+
+DG_TEST(tsel_prefix_refuses_planted_faults) {
+  CHECK(load_records());
+  int idx[64], nu = unique_targets(idx, 64);
+  int n_count = 0, n_tile = 0, n_op = 0, n_axis = 0, n_limit = 0, n_scope = 0, n_stage = 0, n_cpu = 0, n_stale = 0,
+      n_stale_block = 0;
+  for (int u = 0; u < nu; u++) {
+    const record *rc = &recs[idx[u]];
+    dg_status st;
+    dg_func *k = wl_build(rc->workload, &st);
+    CHECK(k);
+    const char *t = rc->target, *l;
+    int num;
+    /* an unknown edit: no edit starts with 'z'; 'tilz' is none either */
+    l = find_edit(t, "block", 1, &num);
+    CHECK(l);
+    {
+      size_t at = (size_t)(strchr(l, ' ') + 1 - t);
+      char *bad = splice(t, at, 0, "z");
+      expect_refused_at(k, rc->workload, TSEL_TARGET_CUDA, bad, at, "unknown edit", &n_op);
+      free(bad);
+    }
+    if ((l = find_edit(t, "tile", 1, &num))) {
+      size_t at = (size_t)(strchr(l, ' ') + 4 - t);
+      char *bad = splice(t, at, 1, "z");
+      expect_refused_at(k, rc->workload, TSEL_TARGET_CUDA, bad, at, "unknown edit", &n_op);
+      free(bad);
+    }
+    /* a wrong loop count, where the checker knows the count */
+    for (int from = 1; (l = find_edit(t, "loops", from, &num)); from = num + 1) {
+      const char *x = strstr(l, " x") + 2;
+      long c = strtol(x, NULL, 10);
+      char rep[24];
+      snprintf(rep, sizeof rep, "%ld", c + 1);
+      size_t at = (size_t)(x - t), cl = strspn(x, "0123456789");
+      char *bad = splice(t, at, cl, rep);
+      char why[600];
+      if (!graph_checks(bad, k, TSEL_TARGET_CUDA, why, sizeof why) && strstr(why, "loops here")) {
+        size_t d = 0;
+        while (rep[d] == x[d]) d++;
+        expect_refused_at(k, rc->workload, TSEL_TARGET_CUDA, bad, at + d, "loops here", &n_count);
+      }
+      free(bad);
+    }
+    /* a tile whose last factor breaks the product: a digit no divisor of
+     * the needed factor starts with */
+    for (int from = 1; (l = find_edit(t, "tile", from, &num)); from = num + 1) {
+      const char *close = strchr(l, ']');
+      const char *last = close;
+      while (last[-1] != ' ' && last[-1] != '[') last--;
+      long q = strtol(last, NULL, 10);
+      for (int d = 1; d <= 9; d++) {
+        bool lead = false;
+        for (long x = 1; x <= q; x++)
+          if (q % x == 0) {
+            long y = x;
+            while (y >= 10) y /= 10;
+            lead |= y == d;
+          }
+        if (lead) continue;
+        char rep[4] = {(char)('0' + d), 0};
+        size_t at = (size_t)(last - t);
+        char *bad = splice(t, at, (size_t)(close - last), rep);
+        expect_refused_at(k, rc->workload, TSEL_TARGET_CUDA, bad, at, "multiply to", &n_tile);
+        free(bad);
+        break;
+      }
+    }
+    /* thread axes: a misspelt one, and one past its limit */
+    for (int from = 1; (l = find_edit(t, "fuse_bind", from, &num)); from = num + 1) {
+      const char *e = strchr(l, '\n'), *sp = e;
+      while (sp[-1] != ' ') sp--;
+      size_t at = (size_t)(sp - t);
+      if (strncmp(sp, "threadIdx.", 10) == 0 || strncmp(sp, "blockIdx.", 9) == 0) {
+        size_t dot = (size_t)(strchr(sp, '.') - t) + 1;
+        char *bad = splice(t, dot, 1, "w");
+        expect_refused_at(k, rc->workload, TSEL_TARGET_CUDA, bad, dot, "unknown thread axis", &n_axis);
+        free(bad);
+      }
+      /* past threadIdx.z's 64: refused at the 'z', or at the 'h' when
+       * threadIdx.x's 1024 is passed too (no thread axis fits) */
+      char *bad = splice(t, at, (size_t)(e - sp), "threadIdx.z");
+      char *bad_x = splice(t, at, (size_t)(e - sp), "threadIdx.x");
+      char why[600];
+      bool x_over = !graph_checks(bad_x, k, TSEL_TARGET_CUDA, why, sizeof why) && strstr(why, "exceeds the limit");
+      if (!graph_checks(bad, k, TSEL_TARGET_CUDA, why, sizeof why) && strstr(why, "exceeds the limit"))
+        expect_refused_at(k, rc->workload, TSEL_TARGET_CUDA, bad, at + (x_over ? 1 : 10), "exceeds the limit",
+                          &n_limit);
+      free(bad_x);
+      free(bad);
+    }
+    /* scopes: misspelt, wrong for the stage, not on the cpu */
+    bool cpu_done = false;
+    for (int from = 1; (l = find_edit(t, "cache_read_at", from, &num)); from = num + 1) {
+      const char *sc = strstr(l, " shared ");
+      if (!sc || sc > strchr(l, '\n')) continue;
+      size_t at = (size_t)(sc + 1 - t);
+      char *bad = splice(t, at + 5, 1, "x");
+      expect_refused_at(k, rc->workload, TSEL_TARGET_CUDA, bad, at + 5, "unknown storage scope", &n_scope);
+      free(bad);
+      bad = splice(t, at, 6, "wmma.accumulator");
+      expect_refused_at(k, rc->workload, TSEL_TARGET_CUDA, bad, at + 5, "cannot be wmma.accumulator", &n_stage);
+      free(bad);
+      /* cpu: the text up to the first such scope is read, "shared" is not */
+      if (cpu_done) continue;
+      cpu_done = true;
+      tsel_prefix *p = tsel_prefix_new(k, rc->workload, TSEL_TARGET_CPU, &st);
+      CHECK_OK(st);
+      long rf = first_refused(p, t, strlen(t));
+      CHECK_MSG(rf == (long)at, "%s cpu: refused at %ld, not %zu: '%.30s'", rc->workload, rf, at, t + rf);
+      tsel_prefix_free(p);
+      n_cpu++;
+    }
+    /* a stale loop: the reorder after the tiles names a loop of the loops
+     * edit L whose every output a tile consumed (and no edit tL0 ... exists
+     * yet): refused at the digit of L */
+    if ((l = find_edit(t, "reorder", 1, &num))) {
+      int ln;
+      const char *lp = find_edit(t, "loops", 1, &ln);
+      int tiled = 0, outs = lp ? atoi(strstr(lp, " x") + 2) : 0;
+      for (int from = ln + 1, tn; lp && find_edit(t, "tile", from, &tn) && tn < num; from = tn + 1) {
+        char pre[32];
+        snprintf(pre, sizeof pre, "tile t%d.", ln);
+        tiled += strstr(find_edit(t, "tile", from, &tn), pre) != NULL;
+      }
+      if (lp && tiled == outs && ln < 10 && num < 10 * ln) {
+        const char *op = strstr(l, "reorder t") + 9;
+        size_t at = (size_t)(op - t), dl = strspn(op, "0123456789");
+        char rep[16];
+        snprintf(rep, sizeof rep, "%d", ln);
+        char *bad = splice(t, at, dl, rep);
+        expect_refused_at(k, rc->workload, TSEL_TARGET_CUDA, bad, at, "is stale", &n_stale);
+        free(bad);
+      }
+    }
+    /* a stale block: the inlined block named after the inline. Its id may
+     * be a prefix of a live block's (t1 of t12): then the byte after it is
+     * the first that is wrong, else its last digit */
+    if ((l = find_edit(t, "inline", 1, &num))) {
+      const char *b = strstr(l, "inline t") + 7;
+      size_t bl = strcspn(b, "\n");
+      int un;
+      const char *us = find_edit(t, "unroll_steps", num + 1, &un);
+      if (us) {
+        const char *ub = strstr(us, "unroll_steps t") + 13;
+        size_t at = (size_t)(ub - t), ul = strcspn(ub, " ");
+        char *rep = strndup(b, bl);
+        bool longer = false; /* a live block tBk (the checker says) */
+        for (int m = 0; m < un && !longer; m++) {
+          char id[32];
+          snprintf(id, sizeof id, "t%d", m);
+          if (strlen(id) <= bl || strncmp(id, rep, bl) != 0) continue;
+          char *alt = splice(t, at, ul, id), why[600];
+          longer = graph_checks(alt, k, TSEL_TARGET_CUDA, why, sizeof why);
+          free(alt);
+        }
+        char *bad = splice(t, at, ul, rep);
+        expect_refused_at(k, rc->workload, TSEL_TARGET_CUDA, bad, at + bl - (longer ? 0 : 1), "is stale",
+                          &n_stale_block);
+        free(rep);
+        free(bad);
+      }
+    }
+    ir_func_free(k);
+  }
+  CHECK(n_op >= 10 && n_count >= 5 && n_tile >= 20 && n_axis >= 10 && n_limit >= 1 && n_scope >= 5 && n_stage >= 5 &&
+        n_cpu >= 5 && n_stale >= 3 && n_stale_block >= 1);
+}
+
+/* Whether the number around m[i] has a leading zero (the checker reads
+ * none). */
+static bool leading_zero(const char *m, size_t i) {
+  size_t j = i;
+  while (j > 0 && m[j - 1] >= '0' && m[j - 1] <= '9') j--;
+  bool starts = j == 0 || m[j - 1] == ' ' || m[j - 1] == '[' || m[j - 1] == '=' || m[j - 1] == '-';
+  return starts && m[j] == '0' && m[j + 1] >= '0' && m[j + 1] <= '9';
+}
+
+/* Whether a graph that checks uses a narrowing a single-byte change can
+ * make: repeated candidates, thread_split candidates past [1, 1024], a flag
+ * other than 0 and 1. */
+static bool narrowed(const char *text) {
+  dg_status st;
+  tsel_graph *g = tsel_parse(text, NULL, &st);
+  bool n = false;
+  for (int i = 0; g && i < g->n_edits && !n; i++) {
+    const tsel_edit *e = &g->edits[i];
+    if (e->op == TSEL_OP_SAMPLE || e->op == TSEL_OP_COOP || e->op == TSEL_OP_UNROLL_STEPS ||
+        e->op == TSEL_OP_THREAD_SPLIT) {
+      const tsel_val *c = &e->args[e->op == TSEL_OP_SAMPLE ? 0 : 1];
+      for (int a = 0; a < c->n; a++) {
+        for (int b = 0; b < a; b++) n |= c->items[a].i == c->items[b].i;
+        n |= e->op == TSEL_OP_THREAD_SPLIT && (c->items[a].i < 1 || c->items[a].i > 1024);
+      }
+    }
+    for (int k = 0; k < e->n_kws; k++)
+      n |= (strcmp(e->kws[k].key, "unit") == 0 || strcmp(e->kws[k].key, "nopred") == 0) &&
+           e->kws[k].val.kind == TV_INT && e->kws[k].val.i != 0 && e->kws[k].val.i != 1;
+  }
+  tsel_graph_free(g);
+  return n;
+}
+
+/* Single-byte changes of the first 16 unique targets and 2 hand schedules,
+ * at every position: whatever the checker reads to a complete graph parses
+ * and checks (no false acceptance), and whatever it refuses does not check,
+ * unless the change made one of the documented narrowings (a leading zero,
+ * repeated candidates, ...) or changed the header's kernel spec. */
+DG_TEST(tsel_prefix_mutations_are_sound) {
+  CHECK(load_records() && load_lifts());
+  int idx[16], nu = unique_targets(idx, 16), hand[2], nh = 0;
+  for (int i = 0; i < n_lifts && nh < 2; i++)
+    if (lifts[i].kind == LG_HAND) hand[nh++] = i;
+  static const char reps[] = {'0', '7', ' ', '\n', 't', '.', ']', '"'};
+  long n_accepted = 0, n_refused = 0;
+  for (int u = 0; u < nu + nh; u++) { /* the targets, then hand schedules (a bare postproc) */
+    const char *spec = u < nu ? recs[idx[u]].workload : lifts[hand[u - nu]].spec;
+    const char *t = u < nu ? recs[idx[u]].target : lifts[hand[u - nu]].text;
+    dg_status st;
+    dg_func *k = wl_build(spec, &st);
+    CHECK(k);
+    size_t n = strlen(t);
+    tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+    CHECK_OK(st);
+    tsel_prefix *at = tsel_prefix_save(p);
+    char *m = dg_strdup(t);
+    size_t header = (size_t)(strchr(t, '\n') - t) + 1; /* another spec names another kernel (score.c) */
+    for (size_t i = 0; i < n; i++) {
+      for (size_t r = 0; r < sizeof reps; r++) {
+        if (reps[r] == t[i]) continue;
+        m[i] = reps[r];
+        tsel_prefix_restore(p, at);
+        long bad = first_refused(p, m + i, n - i);
+        if (bad < 0 && tsel_prefix_complete(p)) {
+          char why[600];
+          CHECK_MSG(graph_checks(m, k, TSEL_TARGET_CUDA, why, sizeof why),
+                    "%s: '%c' at %zu is read to the end but %s", spec, reps[r], i, why);
+          n_accepted++;
+        } else if (bad >= 0) { /* (a text read whole but not complete lacks the final newline) */
+          char why[600];
+          CHECK_MSG(i < header || leading_zero(m, i) || !graph_checks(m, k, TSEL_TARGET_CUDA, why, sizeof why) ||
+                        narrowed(m),
+                    "%s: '%c' at %zu is refused but checks", spec, reps[r], i);
+          n_refused++;
+        }
+      }
+      m[i] = t[i];
+      tsel_prefix_restore(p, at);
+      CHECK(tsel_prefix_feed(p, t + i, 1));
+      tsel_prefix_free(at);
+      at = tsel_prefix_save(p);
+    }
+    free(m);
+    tsel_prefix_free(at);
+    tsel_prefix_free(p);
+    ir_func_free(k);
+  }
+  CHECK(n_accepted > 100 && n_refused > 1000);
+}
+
+/* From every other prefix of the first 16 unique targets, the completion
+ * ends the graph, and the graph checks. */
+DG_TEST(tsel_prefix_completions_check) {
+  CHECK(load_records());
+  int idx[16], nu = unique_targets(idx, 16);
+  long n_done = 0;
+  for (int u = 0; u < nu; u++) {
+    const record *rc = &recs[idx[u]];
+    dg_status st;
+    dg_func *k = wl_build(rc->workload, &st);
+    CHECK(k);
+    for (int explain = 0; explain < 2; explain++) {
+      tsel_prefix *p = tsel_prefix_new(k, rc->workload, TSEL_TARGET_CUDA, &st);
+      CHECK_OK(st);
+      tsel_prefix_set_explain(p, explain);
+      const char *t = rc->target;
+      size_t n = strlen(t);
+      if (!explain) n = (size_t)(strstr(t, "postproc default\n") + 17 - t);
+      for (size_t i = 0; i <= n; i++) {
+        if (i > 0) CHECK(tsel_prefix_feed(p, t + i - 1, 1));
+        if (i % 2 && i != n) continue; /* every other prefix */
+        dg_str c;
+        dg_str_init(&c);
+        CHECK_MSG(tsel_prefix_completion(p, &c), "%s: no completion after %zu bytes", rc->workload, i);
+        tsel_prefix *q = tsel_prefix_save(p);
+        CHECK_MSG(tsel_prefix_feed(q, c.s, c.len) && tsel_prefix_complete(q), "%s: completion '%s' after %zu",
+                  rc->workload, c.s, i);
+        size_t len;
+        char why[600];
+        const char *full = tsel_prefix_text(q, &len);
+        CHECK_MSG(graph_checks(full, k, TSEL_TARGET_CUDA, why, sizeof why), "%s: '%s' after %zu: %s", rc->workload,
+                  c.s, i, why);
+        CHECK_MSG(c.len < 400, "%s: a completion of %zu bytes", rc->workload, c.len);
+        tsel_prefix_free(q);
+        dg_str_free(&c);
+        n_done++;
+      }
+      tsel_prefix_free(p);
+    }
+    ir_func_free(k);
+  }
+  CHECK(n_done > 5000);
+}
+
+static void corpus_add(const char *spec, void *ctx) {
+  dg_str *c = ctx;
+  dg_status st;
+  dg_func *f = wl_build(spec, &st);
+  if (!f) return;
+  char *t = ir_print(f);
+  dg_str_puts(c, t);
+  free(t);
+  for (int k = 0; k < 2; k++) {
+    sched *s = sched_new(f, (uint64_t)k + 1);
+    dg_rng r;
+    dg_rng_seed(&r, (uint64_t)k + 1);
+    sched_random_steps(s, &r, 12);
+    tsel_graph *g = tsel_lift(sched_get_trace(s), spec, NULL, NULL, &st);
+    if (g) {
+      char *x = tsel_print(g);
+      dg_str_puts(c, x);
+      free(x);
+      tsel_graph_free(g);
+    }
+    sched_free(s);
+  }
+  ir_func_free(f);
+}
+
+/* A vocabulary like the model's: BPE trained on the examples' kernels and
+ * graphs, the kernel texts and lifted random schedules of 300 generated
+ * workloads, and the project's docs for the English of why lines (the
+ * kernel and TSEL chunks alone saturate below 2000 tokens). */
+static tok_tokenizer *trained_tokenizer(void) {
+  static tok_tokenizer *t;
+  if (t) return t;
+  if (!load_records()) return NULL;
+  dg_str corpus;
+  dg_str_init(&corpus);
+  for (int r = 0; r < n_recs; r++) {
+    dg_str_puts(&corpus, recs[r].prompt);
+    dg_str_puts(&corpus, recs[r].target);
+  }
+  dg_status st;
+  wl_generate(5, 300, NULL, corpus_add, &corpus, &st);
+  static const char *const docs[] = {"docs/tsel.md", "docs/workloads.md", "docs/schedules.md", "docs/model.md",
+                                     "docs/training.md", "docs/search.md", "docs/lowering.md", "docs/data.md"};
+  for (size_t i = 0; i < DG_ARRAY_LEN(docs); i++) {
+    size_t n;
+    char *d = dg_read_file(docs[i], &n, &st);
+    if (d) dg_str_putn(&corpus, d, n);
+    free(d);
+  }
+  t = tok_train(corpus.s, corpus.len, 4096, NULL, &st);
+  dg_str_free(&corpus);
+  return t;
+}
+
+/* Whether the checker reads token id next (the mask's answer, brute force). */
+static bool token_reads(tsel_prefix *p, const tok_tokenizer *tok, int32_t id) {
+  size_t len;
+  const uint8_t *b = tok_token_bytes(tok, id, &len);
+  if (!b || tok_is_special(tok, id)) return false;
+  tsel_prefix *q = tsel_prefix_save(p);
+  bool ok = tsel_prefix_feed(q, (const char *)b, len);
+  tsel_prefix_free(q);
+  return ok;
+}
+
+/* Each target, tokenized whole, is allowed token by token (the tokens of
+ * forced text too, since the checker reads forced bytes), <|end|> only at
+ * its end; the mask equals a brute-force feed of every token at sampled
+ * steps; the digits of a known loop count and the factors of a tile are
+ * narrowed to the right ones. */
+DG_TEST(tsel_prefix_mask_allows_targets) {
+  tok_tokenizer *tok = trained_tokenizer();
+  CHECK(tok);
+  int V = tok_vocab_size(tok);
+  CHECK_MSG(V >= 2000, "a vocabulary of %d", V);
+  dg_status st;
+  tsel_mask *m = tsel_mask_new(tok, &st);
+  CHECK_OK(st);
+  int32_t end = tok_special(tok, TOK_END);
+  uint8_t *allowed = dg_malloc((size_t)V);
+  long steps = 0, brute = 0, narrow = 0;
+  CHECK(load_lifts());
+  /* the targets, then the hand schedules (edits after a bare postproc) */
+  int n_hand = 0;
+  for (int i = 0; i < n_lifts; i++) n_hand += lifts[i].kind == LG_HAND;
+  CHECK(n_hand > 0);
+  for (int r = 0, h = -1; r < n_recs + n_hand; r++) {
+    const char *spec = r < n_recs ? recs[r].workload : NULL, *t = r < n_recs ? recs[r].target : NULL;
+    if (r >= n_recs) {
+      while (lifts[++h].kind != LG_HAND) continue;
+      spec = lifts[h].spec;
+      t = lifts[h].text;
+    }
+    dg_func *k = wl_build(spec, &st);
+    CHECK(k);
+    tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+    CHECK_OK(st);
+    size_t edits_end = (size_t)(strchr(strstr(t, " postproc"), '\n') + 1 - t);
+    tok_ids ids = {0};
+    CHECK(tok_encode(tok, t, strlen(t), &ids, &st));
+    size_t pos = 0;
+    for (size_t i = 0; i <= ids.len; i++) {
+      int n = tsel_mask_compute(m, p, allowed);
+      CHECK(n >= 1 && n < V);
+      /* <|end|> where the graph may end: at its end, and at the line
+       * starts after the postproc edit (why and expect lines are optional) */
+      CHECK_EQ(allowed[end], tsel_prefix_complete(p));
+      CHECK(i < ids.len || allowed[end]);
+      if (pos < edits_end) CHECK(!allowed[end]);
+      if (i == ids.len) break;
+      int32_t id = ids.data[i];
+      size_t len;
+      const char *b = (const char *)tok_token_bytes(tok, id, &len);
+      CHECK_MSG(allowed[id], "%s: token %zu '%.*s' (at byte %zu) not allowed", spec, i, (int)len, b, pos);
+      if ((r < 3 || r == n_recs) && i % 13 == 0) { /* the mask is the brute force */
+        for (int32_t j = 0; j < V; j++)
+          CHECK_MSG(allowed[j] == (j == end ? tsel_prefix_complete(p) : token_reads(p, tok, j)), "%s: step %zu token %d",
+                    spec, i, (int)j);
+        brute++;
+      }
+      /* steps where every allowed token starts with the target's byte
+       * (a known loop count, the one factor that completes a tile, ...) */
+      bool one = true;
+      for (int32_t j = 0; j < V && one; j++) {
+        size_t jl;
+        const uint8_t *jb = tok_token_bytes(tok, j, &jl);
+        one = !allowed[j] || (jb && jl > 0 && jb[0] == (uint8_t)b[0]);
+      }
+      narrow += one;
+      CHECK(tsel_prefix_feed(p, b, len));
+      pos += len;
+      steps++;
+    }
+    CHECK(tsel_prefix_complete(p));
+    tok_ids_free(&ids);
+    tsel_prefix_free(p);
+    ir_func_free(k);
+  }
+  CHECK(steps > 10000 && brute > 30 && narrow > steps / 4 && narrow < steps);
+  free(allowed);
+  tsel_mask_free(m);
+}
+
+/* A random model over the vocabulary: weights large enough that the
+ * logits differ by whole units, so that it has strong, arbitrary tastes. */
+static bool random_model(nn_model *m, int V, uint64_t seed, dg_status *st) {
+  nn_config c = {V, 32, 1, 2, 2, 16, 64, 2048, 10000.0f, 1e-6f};
+  if (!nn_model_init(m, &c, false, st)) return false;
+  dg_rng r;
+  dg_rng_seed(&r, seed);
+  for (size_t i = 0; i < m->num_params; i++) m->params_mem[i] = (float)(0.3 * dg_rng_normal(&r));
+  return true;
+}
+
+/* The kernel text of a workload: the examples' prompt, else printed. */
+static char *kernel_text(const char *spec, const dg_func *k) {
+  for (int r = 0; r < n_recs; r++)
+    if (strcmp(recs[r].workload, spec) == 0) return dg_strdup(recs[r].prompt);
+  return ir_print(k);
+}
+
+/* Masked decoding with a random model writes graphs that parse and check,
+ * for a gemm, a conv2d and a softmax and several seeds, deterministically;
+ * the same model unmasked writes text that does not. */
+DG_TEST(tsel_prefix_masked_random_model_decodes) {
+  tok_tokenizer *tok = trained_tokenizer();
+  CHECK(tok);
+  int V = tok_vocab_size(tok);
+  dg_status st;
+  tsel_mask *mask = tsel_mask_new(tok, &st);
+  CHECK_OK(st);
+  static const char *const specs[] = {
+      "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32",
+      "conv2d_nchw:n=16,h=8,w=8,ci=384,co=48,kernel=3,stride=1,pad=1,dilation=1,dtype=f32",
+      "softmax:m=33,n=1536,dtype=f32",
+  };
+  int most = 0, runs = 0, garbage = 0;
+  long masks = 0;
+  for (size_t w = 0; w < DG_ARRAY_LEN(specs); w++) {
+    dg_func *k = wl_build(specs[w], &st);
+    CHECK_MSG(k, "%s", st.msg);
+    char *ktext = kernel_text(specs[w], k);
+    tok_ids prompt = {0};
+    CHECK(train_prompt_encode(tok, ktext, NULL, &prompt, &st));
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+      nn_model m;
+      CHECK(random_model(&m, V, 100 * w + seed, &st));
+      tsel_decode_opts o;
+      tsel_decode_opts_default(&o);
+      o.sample.max_tokens = 400;
+      o.explain = seed != 2;
+      tsel_decode_stats ds;
+      char *g = tsel_decode(&m, tok, mask, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA, &o, seed,
+                            &ds, &st);
+      CHECK_MSG(g, "%s seed %llu: %s", specs[w], (unsigned long long)seed, st.msg);
+      char why[600];
+      CHECK_MSG(graph_checks(g, k, TSEL_TARGET_CUDA, why, sizeof why), "%s seed %llu: %s\n%s", specs[w],
+                (unsigned long long)seed, why, g);
+      CHECK(ds.complete && ds.n_masks > 0 && ds.n_sampled > 0 && ds.n_forced > 0);
+      tsel_graph *pg = tsel_parse(g, NULL, &st);
+      if (tsel_graph_edit_count(pg) > most) most = tsel_graph_edit_count(pg);
+      tsel_graph_free(pg);
+      masks += ds.n_masks;
+      runs++;
+      if (seed == 1) { /* the same seed, the same graph */
+        char *again = tsel_decode(&m, tok, mask, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA, &o,
+                                  seed, NULL, &st);
+        CHECK_STREQ(again, g);
+        free(again);
+      }
+      /* unmasked: the header, then whatever the model likes */
+      o.unconstrained = true;
+      o.sample.max_tokens = 120;
+      char *u = tsel_decode(&m, tok, NULL, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA, &o, seed,
+                            &ds, &st);
+      CHECK_MSG(u, "%s", st.msg);
+      CHECK(strncmp(u, "tsel 1 kernel ", 14) == 0);
+      garbage += !graph_checks(u, k, TSEL_TARGET_CUDA, why, sizeof why);
+      free(u);
+      free(g);
+      nn_model_free(&m);
+    }
+    tok_ids_free(&prompt);
+    free(ktext);
+    ir_func_free(k);
+  }
+  CHECK_EQ(garbage, runs);
+  CHECK_MSG(most >= 5 && masks >= 1000, "at most %d edits, %ld masks", most, masks);
+  tsel_mask_free(mask);
+}
+
+/* One random walk over the accepted bytes from start (NULL: the empty
+ * text): it never reaches a state with no way on; now and then the
+ * completion is taken, and it and the graph the walk ends in check. Now and
+ * then the bytes that end things are preferred, so that lines end; with
+ * avoid_postproc, an edit name rarely starts with 'p', so that walks write
+ * many edits before the postproc edit that ends them. */
+static void random_walk(const dg_func *k, const char *spec, tsel_target tg, bool explain, const char *start,
+                        uint64_t seed, bool avoid_postproc, int *complete, int *completions) {
+  dg_status st;
+  tsel_prefix *p = tsel_prefix_new(k, spec, tg, &st);
+  CHECK_OK(st);
+  tsel_prefix_set_explain(p, explain);
+  if (start) CHECK(tsel_prefix_feed(p, start, strlen(start)));
+  tsel_pstate *trial = dg_malloc(tsel_pstate_size());
+  dg_rng r;
+  dg_rng_seed(&r, seed);
+  bool op_start = false;
+  for (int step = 0; step < 1500; step++) {
+    const char *f = tsel_prefix_forced(p);
+    if (*f) {
+      CHECK(tsel_prefix_feed(p, f, strlen(f)));
+      op_start = true;
+      continue;
+    }
+    unsigned char ok[256];
+    int n = 0;
+    tsel_prefix_reserve(p, 2);
+    for (int b = 1; b < 256; b++) {
+      tsel_pstate_copy(trial, tsel_prefix_state(p));
+      if (tsel_pstate_feed(p, trial, (unsigned char)b)) ok[n++] = (unsigned char)b;
+    }
+    tsel_prefix_collect(p);
+    size_t len;
+    CHECK_MSG(n > 0 || tsel_prefix_complete(p), "%s seed %llu: stuck after\n%s", spec, (unsigned long long)seed,
+              tsel_prefix_text(p, &len));
+    if (n == 0) break;
+    if (dg_rng_below(&r, 40) == 0) {
+      dg_str c;
+      dg_str_init(&c);
+      CHECK(tsel_prefix_completion(p, &c));
+      tsel_prefix *q = tsel_prefix_save(p);
+      char why[600];
+      CHECK(tsel_prefix_feed(q, c.s, c.len) && tsel_prefix_complete(q));
+      CHECK_MSG(graph_checks(tsel_prefix_text(q, &len), k, tg, why, sizeof why), "%s: %s", spec, why);
+      tsel_prefix_free(q);
+      dg_str_free(&c);
+      (*completions)++;
+    }
+    unsigned char b = ok[dg_rng_below(&r, (uint64_t)n)];
+    for (int i = 0; i < n; i++)
+      if (strchr("\n ]\"", ok[i]) && dg_rng_below(&r, 3) == 0) {
+        b = ok[i];
+        break;
+      }
+    for (int tries = 0; avoid_postproc && op_start && b == 'p' && tries < 8; tries++)
+      b = ok[dg_rng_below(&r, (uint64_t)n)];
+    op_start = false;
+    CHECK(tsel_prefix_feed(p, (const char *)&b, 1));
+    if (tsel_prefix_complete(p) && dg_rng_below(&r, 4) == 0) break;
+  }
+  if (tsel_prefix_complete(p)) {
+    char why[600];
+    size_t len;
+    CHECK_MSG(graph_checks(tsel_prefix_text(p, &len), k, tg, why, sizeof why), "%s: %s", spec, why);
+    (*complete)++;
+  }
+  free(trial);
+  tsel_prefix_free(p);
+}
+
+/* Random walks from the start, and from the hand schedules' edits up to
+ * their bare `postproc` (where edits and the end may follow). */
+DG_TEST(tsel_prefix_random_walks_never_stick) {
+  static const char *const specs[] = {
+      "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32", "GMM/0",
+      "conv2d_nchw:n=16,h=8,w=8,ci=384,co=48,kernel=3,stride=1,pad=1,dilation=1,dtype=f32",
+      "softmax:m=33,n=1536,dtype=f32", "norm_bmn:b=32,m=3,n=512,dtype=f16",
+  };
+  int complete = 0, completions = 0;
+  for (size_t w = 0; w < DG_ARRAY_LEN(specs); w++) {
+    dg_status st;
+    dg_func *k = wl_build(specs[w], &st);
+    CHECK(k);
+    char *canon = wl_canonical(specs[w], &st);
+    for (uint64_t seed = 0; seed < 8; seed++)
+      random_walk(k, canon, seed % 4 == 3 ? TSEL_TARGET_CPU : TSEL_TARGET_CUDA, seed % 2, NULL, 31 * seed + w,
+                  seed >= 4, &complete, &completions);
+    free(canon);
+    ir_func_free(k);
+  }
+  CHECK(load_lifts());
+  int hand = 0;
+  for (int i = 0; i < n_lifts && hand < 4; i++) {
+    if (lifts[i].kind != LG_HAND) continue;
+    dg_status st;
+    dg_func *k = wl_build(lifts[i].spec, &st);
+    CHECK(k);
+    char *start = dg_strdup(lifts[i].text);
+    char *pp = strstr(start, " postproc\n");
+    CHECK(pp);
+    pp[10] = 0;
+    for (uint64_t seed = 0; seed < 4; seed++)
+      random_walk(k, lifts[i].spec, TSEL_TARGET_CUDA, seed % 2, start, 77 * seed + (uint64_t)i, false, &complete,
+                  &completions);
+    free(start);
+    ir_func_free(k);
+    hand++;
+  }
+  CHECK(complete >= 20 && completions >= 100);
+}
