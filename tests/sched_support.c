@@ -4,6 +4,7 @@
 
 #include "dragon/codegen.h"
 #include "dragon/rt.h"
+#include "dragon/tsel.h"
 #include "sched_support.h"
 
 dg_func *ts_parse(const char *text) {
@@ -99,4 +100,20 @@ bool ts_source_matches(const dg_func *ref, const char *src, rt_dist dist) {
   rt_cpu_free(k[0]);
   rt_cpu_free(k[1]);
   return pass;
+}
+
+char *ts_graph_of(const char *trace_path, const char *spec, const dg_func *f) {
+  dg_status st;
+  size_t len;
+  char *json = dg_read_file(trace_path, &len, &st);
+  if (!json) return NULL;
+  sched_trace *t = sched_trace_from_json(json, &st);
+  free(json);
+  if (!t) return NULL;
+  tsel_graph *g = tsel_lift(t, spec, f, NULL, &st);
+  sched_trace_free(t);
+  if (!g) return NULL;
+  char *text = tsel_print(g);
+  tsel_graph_free(g);
+  return text;
 }

@@ -1,6 +1,7 @@
 /* sched_support.h: what the schedule tests share: parsing kernel text,
  * checking a scheduled kernel's numbers against the unscheduled one,
- * checking that its trace replays, and small value constructors. */
+ * checking that its trace replays, graphs of trace files, and small value
+ * constructors. */
 #ifndef DRAGON_TEST_SCHED_SUPPORT_H
 #define DRAGON_TEST_SCHED_SUPPORT_H
 
@@ -25,6 +26,10 @@ bool ts_text_is(sched *s, const char *want);
  * from dist with outputs poisoned, and the program's outputs match;
  * prints why not. */
 bool ts_source_matches(const dg_func *ref, const char *src, rt_dist dist);
+
+/* The TSEL graph of a trace file on kernel f (spec in its header), as
+ * dragon writes labels (no why/expect lines); NULL on failure. */
+char *ts_graph_of(const char *trace_path, const char *spec, const dg_func *f);
 
 static inline sched_val ts_int(int64_t v) { return (sched_val){.kind = SV_INT, .i = v}; }
 static const sched_val TS_NONE = {.kind = SV_NONE};

@@ -9,26 +9,11 @@
 #include "dragon/search.h"
 #include "dragon/tsel.h"
 #include "dragon/wl.h"
+#include "sched_support.h"
 #include "test.h"
 
 #define GMM "batch_matmul:b=1,n=128,m=128,k=128,dtype=f32"
 
-/* The graph of a trace file on a workload, as dragon writes labels. */
-static char *graph_of(const char *trace_path, const char *spec, const dg_func *f) {
-  dg_status st;
-  size_t len;
-  char *json = dg_read_file(trace_path, &len, &st);
-  if (!json) return NULL;
-  sched_trace *t = sched_trace_from_json(json, &st);
-  free(json);
-  if (!t) return NULL;
-  tsel_graph *g = tsel_lift(t, spec, f, NULL, &st);
-  sched_trace_free(t);
-  if (!g) return NULL;
-  char *text = tsel_print(g);
-  tsel_graph_free(g);
-  return text;
-}
 
 static void opts_for(eval_score_opts *o, const dg_func *f, eval_gate last) {
   memset(o, 0, sizeof *o);
@@ -53,7 +38,7 @@ DG_TEST(eval_score_good_graph_passes_each_gate) {
   dg_status st;
   dg_func *f = wl_build(GMM, &st);
   CHECK_MSG(f, "%s", st.msg);
-  char *text = graph_of("schedules/GMM.json", GMM, f);
+  char *text = ts_graph_of("schedules/GMM.json", GMM, f);
   CHECK(text);
   for (int last = EVAL_GATE_PARSE; last <= EVAL_GATE_NUMERIC; last++) {
     eval_score_opts o;
@@ -97,7 +82,7 @@ DG_TEST(eval_score_planted_failure_at_each_gate) {
   dg_status st;
   dg_func *f = wl_build(GMM, &st);
   CHECK_MSG(f, "%s", st.msg);
-  char *good = graph_of("schedules/GMM.json", GMM, f);
+  char *good = ts_graph_of("schedules/GMM.json", GMM, f);
   CHECK(good);
   eval_score_opts o;
   opts_for(&o, f, EVAL_GATE_NUMERIC);
@@ -135,7 +120,7 @@ DG_TEST(eval_score_planted_failure_at_each_gate) {
   o.expect_trace = NULL;
   free(space);
   /* build: a schedule past the shared-memory limit of VerifyGPUCode */
-  char *big = graph_of("tests/data/traces/gmm0_space.json", GMM, f);
+  char *big = ts_graph_of("tests/data/traces/gmm0_space.json", GMM, f);
   CHECK(big);
   expect_gate(big, &o, EVAL_GATE_BUILD, "shared memory");
   free(big);
@@ -200,8 +185,8 @@ DG_TEST(eval_score_batch_matches_one_by_one) {
   dg_func *gmm = wl_build(GMM, &st);
   dg_func *rsum = wl_build("reduce_sum:m=64,n=256,dtype=f32", &st);
   CHECK(gmm && rsum);
-  char *good = graph_of("schedules/GMM.json", GMM, gmm);
-  char *big = graph_of("tests/data/traces/gmm0_space.json", GMM, gmm);
+  char *good = ts_graph_of("schedules/GMM.json", GMM, gmm);
+  char *big = ts_graph_of("tests/data/traces/gmm0_space.json", GMM, gmm);
   sched *bs = NULL;
   CHECK(search_baseline_schedule(rsum, NULL, &bs, &st));
   tsel_graph *g = tsel_lift(sched_get_trace(bs), "reduce_sum:m=64,n=256,dtype=f32", rsum, NULL, &st);

@@ -1093,12 +1093,12 @@ DG_TEST(tsel_prefix_masked_random_model_decodes) {
     for (uint64_t seed = 1; seed <= 3; seed++) {
       nn_model m;
       CHECK(random_model(&m, V, 100 * w + seed, &st));
-      tsel_decode_opts o;
-      tsel_decode_opts_default(&o);
+      train_decode_opts o;
+      train_decode_opts_default(&o);
       o.sample.max_tokens = 400;
       o.explain = seed != 2;
-      tsel_decode_stats ds;
-      char *g = tsel_decode(&m, tok, mask, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA, &o, seed,
+      train_decode_stats ds;
+      char *g = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA, &o, seed,
                             &ds, &st);
       CHECK_MSG(g, "%s seed %llu: %s", specs[w], (unsigned long long)seed, st.msg);
       char why[600];
@@ -1111,7 +1111,7 @@ DG_TEST(tsel_prefix_masked_random_model_decodes) {
       masks += ds.n_masks;
       runs++;
       if (seed == 1) { /* the same seed, the same graph */
-        char *again = tsel_decode(&m, tok, mask, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA, &o,
+        char *again = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA, &o,
                                   seed, NULL, &st);
         CHECK_STREQ(again, g);
         free(again);
@@ -1119,7 +1119,7 @@ DG_TEST(tsel_prefix_masked_random_model_decodes) {
       /* unmasked: the header, then whatever the model likes */
       o.unconstrained = true;
       o.sample.max_tokens = 120;
-      char *u = tsel_decode(&m, tok, NULL, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA, &o, seed,
+      char *u = train_decode_graph(&m, tok, NULL, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA, &o, seed,
                             &ds, &st);
       CHECK_MSG(u, "%s", st.msg);
       CHECK(strncmp(u, "tsel 1 kernel ", 14) == 0);

@@ -101,4 +101,48 @@ typedef struct {
 void eval_score_batch(const eval_item *items, int n, const eval_score_opts *o, int threads,
                       eval_score *out);
 
+/* ---- choosing a schedule (optimize.c) ------------------------------------------ */
+
+/* What `dragon optimize` keeps of a kernel's candidates: graphs written by
+ * the model (samples), the user's prior, and the untuned baseline
+ * (DefaultGPUSchedule, lifted to a graph), all walked through the one road
+ * in one batch. With a GPU every candidate that passes is timed and the
+ * fastest sample is kept if it beats the prior by min_gain (else the
+ * prior is kept) and the baseline at all (else the baseline is kept).
+ * Without one the numbers are checked in the C emulation and nothing is
+ * timed: the first sample that passes is kept, else the prior, else the
+ * baseline. */
+typedef enum { EVAL_PICK_SAMPLE, EVAL_PICK_PRIOR, EVAL_PICK_BASELINE } eval_pick_kind;
+
+typedef struct {
+  const dg_func *kernel;
+  const char *spec;                  /* the header every graph must carry */
+  struct search_cuda_measure *gpu;   /* NULL: checked on the CPU, not timed */
+  double min_gain;                   /* over the prior; <= 0: 1.03 */
+  int threads;                       /* <= 0: every core */
+} eval_pick_opts;
+
+typedef struct {
+  eval_pick_kind kind;
+  int sample;            /* SAMPLE: which one (0-based) */
+  char *graph;           /* the kept graph's TSEL text (owned) */
+  char *trace_json;      /* its trace (owned) */
+  double secs;           /* its time (0: not timed) */
+  double baseline_secs;  /* 0: not timed */
+  double prior_secs;     /* 0: no prior or not timed */
+  int n_samples, n_passed;       /* samples, and those that passed every gate */
+  int failed_at[EVAL_GATE_COUNT]; /* samples stopped at each gate */
+  eval_score *scores;    /* (n_samples) each sample's walk */
+  eval_score prior;      /* the prior's walk (failed == EVAL_PASSED if none given) */
+  bool has_prior;
+  char why[512];         /* why this candidate was kept */
+} eval_pick;
+
+/* Scores the candidates and keeps one as above. prior may be NULL. False
+ * (st set) only when not even the baseline passes; out is then still
+ * filled for the report. */
+bool eval_pick_best(const char *const *samples, int n, const char *prior,
+                    const eval_pick_opts *o, eval_pick *out, dg_status *st);
+void eval_pick_free(eval_pick *p);
+
 #endif

@@ -16,6 +16,7 @@
 #include "dragon/base.h"
 #include "dragon/nn.h"
 #include "dragon/tokenizer.h"
+#include "dragon/tsel.h"
 
 /* ---- segments ------------------------------------------------------------ */
 
@@ -198,6 +199,39 @@ bool train_generate(train_generator *g, const int32_t *const *prompts, const int
                     const nn_sample_opts *o, uint64_t seed, int32_t *out, int *out_lens,
                     dg_status *st);
 void train_generator_free(train_generator *g);
+
+/* Constrained decoding (decode.c): the model writes a TSEL graph for one
+ * kernel under the token mask of tsel.h (tsel_prefix, tsel_mask), so that
+ * every output parses and type-checks; `dragon optimize` writes with it. */
+typedef struct {
+  nn_sample_opts sample; /* temperature, top_k, top_p; max_tokens: tokens after the prompt */
+  bool unconstrained;    /* no mask: the forced header, then plain sampling (for comparison) */
+  bool explain;          /* why and expect lines may follow the edits */
+} train_decode_opts;
+
+/* nn_sample_opts_default with max_tokens 2048; constrained; explain. */
+void train_decode_opts_default(train_decode_opts *o);
+
+typedef struct {
+  int n_sampled, n_forced; /* tokens drawn, tokens of forced text fed */
+  bool budget_completed;   /* the tokens ran out: the checker's completion was appended */
+  bool complete;           /* the text is a complete graph (always, when constrained) */
+  int n_masks;
+  double mask_secs;        /* time spent in tsel_mask_compute */
+} train_decode_stats;
+
+/* Generates a graph for the kernel with the model (the C reference, KV
+ * cache) after prompt (train_prompt_encode's layout, ending in <|graph|>):
+ * forced text fed as is, every other token drawn from the allowed ones,
+ * until <|end|>. At most o->sample.max_tokens tokens are fed after the
+ * prompt; if they run out first, the checker's completion is appended as
+ * text. Returns the text (caller frees), a complete graph unless
+ * o->unconstrained. Deterministic for a seed. mask may be NULL when
+ * unconstrained; stats may be NULL. */
+char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const int32_t *prompt, int n_prompt,
+                  const dg_func *kernel, const char *spec, tsel_target target, const train_decode_opts *o,
+                  uint64_t seed, train_decode_stats *stats, dg_status *st);
+
 
 /* The CUDA model as a back end (src/train/backend_cuda.c). host is a
  * training model (parameters, AdamW m and v) whose contents are copied to

@@ -20,7 +20,6 @@
 #ifndef DRAGON_TSEL_H
 #define DRAGON_TSEL_H
 
-#include "dragon/nn.h"
 #include "dragon/sched.h"
 #include "dragon/tokenizer.h"
 
@@ -99,7 +98,7 @@ bool tsel_explain(tsel_graph *g, const dg_func *kernel, const tsel_record *rec, 
  * one statement a line; for size comparisons. Caller frees. */
 char *tsel_trace_to_python(const sched_trace *t);
 
-/* ---- constrained decoding (prefix.c, mask.c, decode.c) --------------------- */
+/* ---- constrained decoding (prefix.c, mask.c; the decoding itself: train.h) -- */
 
 /* The model writes a graph for one kernel under a mask: every output
  * parses and checks against the kernel (tsel_parse + tsel_check). What is
@@ -153,34 +152,5 @@ int tsel_mask_vocab_size(const tsel_mask *m);
  * (specials: only <|end|>, where the graph is complete); returns how many.
  * The checker's state is unchanged. */
 int tsel_mask_compute(tsel_mask *m, tsel_prefix *p, uint8_t *allowed);
-
-typedef struct {
-  nn_sample_opts sample; /* temperature, top_k, top_p; max_tokens: tokens after the prompt */
-  bool unconstrained;    /* no mask: the forced header, then plain sampling (for comparison) */
-  bool explain;          /* why and expect lines may follow the edits */
-} tsel_decode_opts;
-
-/* nn_sample_opts_default with max_tokens 2048; constrained; explain. */
-void tsel_decode_opts_default(tsel_decode_opts *o);
-
-typedef struct {
-  int n_sampled, n_forced; /* tokens drawn, tokens of forced text fed */
-  bool budget_completed;   /* the tokens ran out: the checker's completion was appended */
-  bool complete;           /* the text is a complete graph (always, when constrained) */
-  int n_masks;
-  double mask_secs;        /* time spent in tsel_mask_compute */
-} tsel_decode_stats;
-
-/* Generates a graph for the kernel with the model (the C reference, KV
- * cache) after prompt (train_prompt_encode's layout, ending in <|graph|>):
- * forced text fed as is, every other token drawn from the allowed ones,
- * until <|end|>. At most o->sample.max_tokens tokens are fed after the
- * prompt; if they run out first, the checker's completion is appended as
- * text. Returns the text (caller frees), a complete graph unless
- * o->unconstrained. Deterministic for a seed. mask may be NULL when
- * unconstrained; stats may be NULL. */
-char *tsel_decode(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const int32_t *prompt, int n_prompt,
-                  const dg_func *kernel, const char *spec, tsel_target target, const tsel_decode_opts *o,
-                  uint64_t seed, tsel_decode_stats *stats, dg_status *st);
 
 #endif

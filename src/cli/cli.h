@@ -9,7 +9,9 @@
 
 #include "dragon/base.h"
 #include "dragon/ir.h"
+#include "dragon/nn.h"
 #include "dragon/sched.h"
+#include "dragon/tokenizer.h"
 
 enum { CLI_OK = 0, CLI_ERROR = 1, CLI_USAGE = 2 };
 
@@ -57,6 +59,20 @@ sched_trace *cli_load_trace(const char *path, dg_status *st);
  * and the instruction. */
 sched *cli_schedule(const dg_func *f, const char *trace_path, dg_status *st);
 
+/* A model argument (model_arg.c): a run directory (its latest checkpoint)
+ * or a model file; the tokenizer is tokp, or tokenizer.bin beside it;
+ * flag ("--ckpt") names it in messages.
+ * cli_model_paths names the files (caller frees both); cli_model_load
+ * loads them and checks that they belong together (on failure nothing is
+ * left to free; on success free m with nn_model_free, *tok with tok_free,
+ * *model_path with free). */
+bool cli_model_paths(const char *flag, const char *arg, const char *tokp, char **model, char **tok,
+                     dg_status *st);
+bool cli_model_load(const char *flag, const char *arg, const char *tokp, nn_model *m,
+                    tok_tokenizer **tok, char **model_path, dg_status *st);
+/* A text file's contents, NUL-terminated; errors name the file. */
+char *cli_read_text(const char *path, dg_status *st);
+
 /* Merges a RECORDS argument into db: a shard file (*.jsonl.zst), a
  * directory of shards (in name order) or a database directory. A shard
  * that cannot be read is reported on stderr ("dragon CMD: ...; shard
@@ -77,6 +93,7 @@ int cmd_emit(int argc, char **argv);
 int cmd_tsel(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_sample_model(int argc, char **argv);
+int cmd_optimize(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_tune(int argc, char **argv);

@@ -5,57 +5,11 @@
  * reference (src/nn/sample.c), or with --device cuda all N at once on the
  * GPU (src/nn_cuda/decode.cu). */
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "dragon/nn.h"
 #include "dragon/tokenizer.h"
 #include "dragon/train.h"
-
-static bool is_dir(const char *p) {
-  struct stat sb;
-  return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
-/* The model file and the tokenizer path of --ckpt (caller frees both). */
-static bool resolve(const char *ckpt, const char *tokp, char **model, char **tok, dg_status *st) {
-  struct stat sb;
-  if (stat(ckpt, &sb) != 0)
-    return dg_fail(st, DG_ERR_IO, "--ckpt %s: no such run directory or model file", ckpt);
-  char *dir;
-  if (is_dir(ckpt)) {
-    char *sp;
-    int64_t step;
-    if (!train_run_latest(ckpt, model, &sp, &step, st)) return false;
-    free(sp);
-    dir = dg_strdup(ckpt);
-  } else {
-    *model = dg_strdup(ckpt);
-    dir = dg_strdup(ckpt);
-    char *slash = strrchr(dir, '/');
-    if (slash) slash[1] = 0;
-    else strcpy(dir, ".");
-  }
-  if (tokp) {
-    *tok = dg_strdup(tokp);
-  } else {
-    size_t n = strlen(dir) + 32;
-    bool slash = dir[0] && dir[strlen(dir) - 1] == '/';
-    *tok = dg_malloc(n);
-    snprintf(*tok, n, "%s%stokenizer.bin", dir, slash ? "" : "/");
-  }
-  free(dir);
-  return true;
-}
-
-/* A file's text (kernel text or a prior graph), NUL-terminated; errors
- * name the file. */
-static char *read_text(const char *path, dg_status *st) {
-  size_t n;
-  char *text = dg_read_file(path, &n, st);
-  if (!text) dg_status_prefix(st, "%s", path);
-  return text;
-}
 
 int cmd_sample_model(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = NULL, *prior = NULL, *tokp = NULL, *device = "cpu";
@@ -99,7 +53,7 @@ int cmd_sample_model(int argc, char **argv) {
   dg_status_ok(&st);
   train_device dev;
   if (!train_device_parse(device, &dev, &st)) return cli_report("sample-model", &st);
-  char *model_path = NULL, *tok_path = NULL;
+  char *model_path = NULL;
   tok_tokenizer *t = NULL;
   nn_model m;
   bool have_model = false;
@@ -108,15 +62,8 @@ int cmd_sample_model(int argc, char **argv) {
   int *lens = NULL;
   int ret = CLI_OK;
   if (!train_device_available(dev, &st)) goto fail;
-  if (!resolve(ckpt, tokp, &model_path, &tok_path, &st)) goto fail;
-  if (!(t = tok_load(tok_path, &st))) goto fail;
-  if (!nn_checkpoint_load(&m, model_path, false, &st)) goto fail;
+  if (!cli_model_load("--ckpt", ckpt, tokp, &m, &t, &model_path, &st)) goto fail;
   have_model = true;
-  if (m.cfg.vocab_size != tok_vocab_size(t)) {
-    dg_fail(&st, DG_ERR_INVALID, "%s has a vocabulary of %d, %s one of %d: not the model's tokenizer",
-            model_path, m.cfg.vocab_size, tok_path, tok_vocab_size(t));
-    goto fail;
-  }
   /* No sample is longer than the model's context: bound the output buffer
    * by it rather than by the flag alone. */
   if (max_tokens > m.cfg.max_seq_len) max_tokens = m.cfg.max_seq_len;
@@ -127,8 +74,8 @@ int cmd_sample_model(int argc, char **argv) {
   }
   {
     /* the prompt's layout is training's (train_prompt_encode) */
-    char *kernel_text = read_text(prompt, &st);
-    char *prior_text = kernel_text && prior ? read_text(prior, &st) : NULL;
+    char *kernel_text = cli_read_text(prompt, &st);
+    char *prior_text = kernel_text && prior ? cli_read_text(prior, &st) : NULL;
     bool enc = kernel_text && (!prior || prior_text) &&
                train_prompt_encode(t, kernel_text, prior_text, &ids, &st);
     free(kernel_text);
@@ -182,6 +129,5 @@ done:
   if (have_model) nn_model_free(&m);
   tok_free(t);
   free(model_path);
-  free(tok_path);
   return ret;
 }

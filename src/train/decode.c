@@ -17,9 +17,9 @@
  * after it (` tile`), and the model reads what it was trained on. */
 #include <string.h>
 
-#include "tsel/tsel_impl.h"
+#include "dragon/train.h"
 
-void tsel_decode_opts_default(tsel_decode_opts *o) {
+void train_decode_opts_default(train_decode_opts *o) {
   memset(o, 0, sizeof *o);
   nn_sample_opts_default(&o->sample);
   o->sample.max_tokens = 2048;
@@ -38,8 +38,8 @@ static void feed_model(decoder *d, const int32_t *ids, int n) {
   d->used += n;
 }
 
-static char *unconstrained(decoder *d, tok_tokenizer *tok, const char *header, const tsel_decode_opts *o,
-                           dg_rng *rng, tsel_decode_stats *stats, dg_status *st) {
+static char *unconstrained(decoder *d, tok_tokenizer *tok, const char *header, const train_decode_opts *o,
+                           dg_rng *rng, train_decode_stats *stats, dg_status *st) {
   int V = d->m->cfg.vocab_size;
   int32_t end = tok_special(tok, TOK_END);
   dg_str text;
@@ -68,11 +68,11 @@ static char *unconstrained(decoder *d, tok_tokenizer *tok, const char *header, c
   return dg_str_take(&text);
 }
 
-char *tsel_decode(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const int32_t *prompt, int n_prompt,
-                  const dg_func *kernel, const char *spec, tsel_target target, const tsel_decode_opts *o,
-                  uint64_t seed, tsel_decode_stats *stats, dg_status *st) {
+char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const int32_t *prompt, int n_prompt,
+                  const dg_func *kernel, const char *spec, tsel_target target, const train_decode_opts *o,
+                  uint64_t seed, train_decode_stats *stats, dg_status *st) {
   dg_status_ok(st);
-  tsel_decode_stats local;
+  train_decode_stats local;
   if (!stats) stats = &local;
   memset(stats, 0, sizeof *stats);
   int V = m->cfg.vocab_size, maxT = m->cfg.max_seq_len;

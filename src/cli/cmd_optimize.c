@@ -1,0 +1,334 @@
+/* cmd_optimize.c: `dragon optimize KERNEL`: the model writes schedules for
+ * a kernel (or refines a prior one), every graph walks the one road (eval.h)
+ * and the best valid schedule is kept (eval_pick_best), with the untuned
+ * baseline as the last resort.
+ *
+ * Per round: K graphs from the model by constrained decoding (train_decode_graph:
+ * the header and the edit numbers forced, every other token one that keeps
+ * the graph parseable and well-typed), scored in one batch together with
+ * the prior and the baseline; with --rounds R the kept graph becomes the
+ * next round's prior, so that the model refines its own best. A model that
+ * cannot be loaded, a prior that fails a gate and samples that fail are
+ * reported by name and the best valid schedule is still returned; the
+ * command fails only when not even the baseline passes. Output: the graph
+ * (stdout, or OUT/graph.tsel), and with --out the trace JSON, the CUDA
+ * source and the report, which goes to stderr as well.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "dragon/eval.h"
+#include "dragon/rt_cuda.h"
+#include "dragon/search.h"
+#include "dragon/train.h"
+#include "dragon/tsel.h"
+#include "dragon/wl.h"
+
+/* The model dragon ships, where none is named. */
+#define OPTIMIZE_DEFAULT_MODEL "models/little-dragon"
+
+typedef struct {
+  nn_model m;
+  tok_tokenizer *tok;
+  tsel_mask *mask;
+  char *path;
+  bool loaded;
+} model_slot;
+
+/* The prompt's kernel text, the spec named in every graph's header: the
+ * canonical spec of a workload, or the file name of a kernel-text file. */
+static char *header_spec(const char *arg, dg_status *st) {
+  struct stat sb;
+  if (strcmp(arg, "-") == 0) return dg_strdup("stdin");
+  if (stat(arg, &sb) == 0) return dg_strdup(arg);
+  return wl_canonical(arg, st);
+}
+
+/* K graphs from the model for the prompt (the kernel, and the prior if
+ * any); texts[i] is NULL where decoding failed (its reason in errs). */
+static double write_graphs(model_slot *ms, const dg_func *f, const char *spec,
+                           const char *kernel_text, const char *prior, int k,
+                           const train_decode_opts *dopts, uint64_t seed, char **texts,
+                           int64_t *tokens, dg_str *errs) {
+  double t0 = dg_now();
+  tok_ids ids = {0};
+  dg_status st;
+  if (!train_prompt_encode(ms->tok, kernel_text, prior, &ids, &st)) {
+    dg_str_printf(errs, "  the prompt: %s\n", st.msg);
+    return dg_now() - t0;
+  }
+  for (int i = 0; i < k; i++) {
+    train_decode_stats ds;
+    memset(&ds, 0, sizeof ds);
+    texts[i] = train_decode_graph(&ms->m, ms->tok, ms->mask, ids.data, (int)ids.len, f, spec,
+                           TSEL_TARGET_CUDA, dopts, seed + (uint64_t)i, &ds, &st);
+    *tokens += ds.n_sampled + ds.n_forced;
+    if (!texts[i]) dg_str_printf(errs, "  sample %d: decoding failed: %s\n", i + 1, st.msg);
+  }
+  tok_ids_free(&ids);
+  return dg_now() - t0;
+}
+
+/* The CUDA source of a trace on f (for OUT/kernel.cu). */
+static char *cuda_source(const dg_func *f, const char *trace_json, const char *arch,
+                         dg_status *st) {
+  sched_trace *tr = sched_trace_from_json(trace_json, st);
+  if (!tr) return NULL;
+  sched *s = sched_new(f, 0);
+  char *src = NULL;
+  if (sched_replay(s, tr, false, false, st)) {
+    rt_build_opts bo;
+    memset(&bo, 0, sizeof bo);
+    bo.target = RT_BUILD_CUDA;
+    bo.arch = arch && arch[0] ? arch : NULL;
+    bo.name = "optimized";
+    rt_build b;
+    if (rt_program_build(sched_func(s), &bo, &b, st)) {
+      src = b.source;
+      b.source = NULL;
+    }
+    rt_build_free(&b);
+  }
+  sched_free(s);
+  sched_trace_free(tr);
+  return src;
+}
+
+static bool write_out(const char *dir, const char *name, const char *text, dg_status *st) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return dg_write_file_atomic(path, text, strlen(text), st);
+}
+
+static const char *kind_name(const eval_pick *p, char *buf, size_t n) {
+  if (p->kind == EVAL_PICK_SAMPLE) snprintf(buf, n, "sample %d", p->sample + 1);
+  else snprintf(buf, n, "%s", p->kind == EVAL_PICK_PRIOR ? "the prior" : "the baseline");
+  return buf;
+}
+
+int cmd_optimize(int argc, char **argv) {
+  const char *prior_path = NULL, *model_arg = NULL, *tokp = NULL, *target = NULL, *out_dir = NULL;
+  int64_t samples = 4, rounds = 0, seed = 1, max_tokens = 2048, top_k = 0, threads = 0;
+  double temperature = 0.8, top_p = 1.0, min_gain = 1.03;
+  bool unconstrained = false, no_explain = false;
+  const cli_opt opts[] = {
+      {"--prior", CLI_OPT_STR, &prior_path, 0, 0, "a TSEL graph to refine instead of writing one"},
+      {"--samples", CLI_OPT_INT, &samples, 0, 256, "graphs the model writes per round (default 4; 0: none)"},
+      {"--rounds", CLI_OPT_INT, &rounds, 0, 64, "rounds in which the model refines its own best (default 0)"},
+      {"--target", CLI_OPT_STR, &target, 0, 0, "cuda (checked and timed on the GPU) or c (checked in the C emulation, not timed); default: cuda where a GPU is seen"},
+      {"--model", CLI_OPT_STR, &model_arg, 0, 0, "run directory or model file (default " OPTIMIZE_DEFAULT_MODEL ", or $DRAGON_MODEL)"},
+      {"--tokenizer", CLI_OPT_STR, &tokp, 0, 0, "tokenizer file; default: tokenizer.bin beside the model"},
+      {"--out", CLI_OPT_STR, &out_dir, 0, 0, "write graph.tsel, trace.json, kernel.cu and report.txt here"},
+      {"--seed", CLI_OPT_INT, &seed, 0, INT64_MAX, "sampling seed (same seed, same graphs)"},
+      {"--temperature", CLI_OPT_F64, &temperature, 0, 0, "softmax temperature; 0: greedy (default 0.8)"},
+      {"--top-k", CLI_OPT_INT, &top_k, 0, 1 << 24, "keep the k most likely tokens; 0: all"},
+      {"--top-p", CLI_OPT_F64, &top_p, 0, 0, "keep the most likely tokens up to this mass, in (0, 1]"},
+      {"--max-tokens", CLI_OPT_INT, &max_tokens, 16, 1 << 16, "tokens per graph at most (default 2048)"},
+      {"--min-gain", CLI_OPT_F64, &min_gain, 0, 0, "a refinement is kept when this many times faster than its prior (default 1.03)"},
+      {"--unconstrained", CLI_OPT_FLAG, &unconstrained, 0, 0, "sample without the grammar and type mask (for comparison)"},
+      {"--no-explain", CLI_OPT_FLAG, &no_explain, 0, 0, "stop each graph after its edits (no why/expect lines)"},
+      {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
+  };
+  const cli_spec spec = {
+      "optimize", "KERNEL [--prior G.tsel] [--samples K] [--rounds R] [--target c|cuda] [--model DIR] [--out DIR]",
+      "Writes a schedule for KERNEL (a workload spec, an alias or a kernel-text file)\n"
+      "with the model, or refines the --prior graph, and keeps the best one that passes\n"
+      "every gate: parse, header, type check, lowering to the trace, exact replay, the\n"
+      "build (VerifyGPUCode), the numeric check against the float64 reference on fresh\n"
+      "inputs, and on the GPU the timing (a refinement must beat its prior by\n"
+      "--min-gain; the untuned baseline is kept where it is faster). Without a model,\n"
+      "or when no graph passes, the prior or the baseline is returned and the report\n"
+      "says why. Prints the kept graph on stdout and the report on stderr.",
+      opts, DG_ARRAY_LEN(opts), 1, 1};
+  char **pos;
+  int npos;
+  int rc = cli_parse(&spec, argc, argv, &pos, &npos);
+  if (rc) return rc < 0 ? CLI_OK : rc;
+  const char *kernel_arg = pos[0];
+  free(pos);
+  if (!(temperature >= 0 && temperature <= 1e6) || !(top_p > 0 && top_p <= 1) ||
+      !(min_gain >= 1 && min_gain <= 100)) {
+    fprintf(stderr, "dragon optimize: --temperature must be in [0, 1e6], --top-p in (0, 1] and "
+                    "--min-gain in [1, 100]\n");
+    return CLI_USAGE;
+  }
+  if (target && strcmp(target, "c") != 0 && strcmp(target, "cuda") != 0) {
+    fprintf(stderr, "dragon optimize: --target %s: the model writes GPU schedules: cuda (timed "
+                    "on the GPU) or c (checked in the C emulation of the GPU program)\n", target);
+    return CLI_USAGE;
+  }
+  dg_status st;
+  dg_status_ok(&st);
+  int ret = CLI_OK;
+  dg_func *f = NULL;
+  char *hspec = NULL, *prior = NULL, *kernel_text = NULL;
+  model_slot ms;
+  memset(&ms, 0, sizeof ms);
+  search_cuda_measure gm = {5, 10, 1, NULL};
+  bool have_gpu = false;
+  eval_pick pick;
+  memset(&pick, 0, sizeof pick);
+  bool have_pick = false;
+  dg_str report, errs;
+  dg_str_init(&report);
+  dg_str_init(&errs);
+  double t_start = dg_now(), t_model = 0, t_check = 0;
+  int64_t tokens = 0;
+
+  if (!(f = cli_load_kernel(kernel_arg, &st))) goto fail;
+  if (!(hspec = header_spec(kernel_arg, &st))) goto fail;
+  kernel_text = ir_print(f);
+  if (prior_path && !(prior = cli_read_text(prior_path, &st))) goto fail;
+
+  /* the GPU, where asked or seen */
+  bool want_gpu = target ? strcmp(target, "cuda") == 0 : rt_cuda_available(&st);
+  dg_status_ok(&st);
+  if (want_gpu) {
+    gm.threads = (int)threads;
+    if (search_cuda_measure_init(&gm, &st)) {
+      have_gpu = true;
+    } else if (target) {
+      dg_status_prefix(&st, "--target cuda");
+      goto fail;
+    } else {
+      dg_str_printf(&errs, "  no GPU measurement (%s): checked in the C emulation instead\n", st.msg);
+      dg_status_ok(&st);
+    }
+  }
+
+  /* the model */
+  if (!model_arg) model_arg = getenv("DRAGON_MODEL");
+  if (!model_arg) model_arg = OPTIMIZE_DEFAULT_MODEL;
+  if (samples > 0) {
+    if (cli_model_load("--model", model_arg, tokp, &ms.m, &ms.tok, &ms.path, &st)) {
+      ms.loaded = true;
+      if (!unconstrained && !(ms.mask = tsel_mask_new(ms.tok, &st))) goto fail;
+    } else {
+      dg_str_printf(&errs, "  no model: %s\n", st.msg);
+      dg_status_ok(&st);
+    }
+  }
+  train_decode_opts dopts;
+  train_decode_opts_default(&dopts);
+  dopts.sample.temperature = (float)temperature;
+  dopts.sample.top_k = (int)top_k;
+  dopts.sample.top_p = (float)top_p;
+  dopts.sample.max_tokens = (int)max_tokens;
+  dopts.unconstrained = unconstrained;
+  dopts.explain = !no_explain;
+
+  dg_str_printf(&report, "kernel   %s\n", hspec);
+  if (ms.loaded)
+    dg_str_printf(&report, "model    %s (%s decoding)\n", ms.path,
+                  unconstrained ? "unconstrained" : "constrained");
+  else
+    dg_str_printf(&report, "model    none\n");
+  dg_str_printf(&report, "checks   %s\n",
+                have_gpu ? gm.device : "C emulation of the GPU program on the CPU (not timed)");
+
+  eval_pick_opts po = {f, hspec, have_gpu ? &gm : NULL, min_gain, (int)threads};
+  int k = ms.loaded ? (int)samples : 0;
+  char **texts = dg_calloc((size_t)(k ? k : 1), sizeof *texts);
+  char *cur_prior = prior ? dg_strdup(prior) : NULL;
+  for (int r = 0; r <= rounds; r++) {
+    for (int i = 0; i < k; i++) {
+      free(texts[i]);
+      texts[i] = NULL;
+    }
+    if (k > 0)
+      t_model += write_graphs(&ms, f, hspec, kernel_text, cur_prior, k, &dopts,
+                              (uint64_t)seed + (uint64_t)r * (uint64_t)k, texts, &tokens, &errs);
+    if (have_pick) eval_pick_free(&pick);
+    double t0 = dg_now();
+    bool ok = eval_pick_best((const char *const *)texts, k, cur_prior, &po, &pick, &st);
+    t_check += dg_now() - t0;
+    have_pick = true;
+    char kb[32];
+    dg_str_printf(&report, "round %d  %s; kept %s\n", r + 1, pick.why, kind_name(&pick, kb, sizeof kb));
+    for (int i = 0; i < pick.n_samples; i++)
+      if (pick.scores[i].failed != EVAL_PASSED && texts[i])
+        dg_str_printf(&errs, "  round %d sample %d: %s: %s\n", r + 1, i + 1,
+                      eval_gate_name(pick.scores[i].failed), pick.scores[i].reason);
+    if (pick.has_prior && pick.prior.failed != EVAL_PASSED)
+      dg_str_printf(&errs, "  round %d prior: %s: %s\n", r + 1, eval_gate_name(pick.prior.failed),
+                    pick.prior.reason);
+    if (!ok) break;
+    free(cur_prior);
+    cur_prior = dg_strdup(pick.graph); /* the next round refines the kept graph */
+    if (k == 0) break;                 /* nothing to sample: more rounds change nothing */
+  }
+  free(cur_prior);
+  for (int i = 0; i < k; i++) free(texts[i]);
+  free(texts);
+
+  if (!pick.graph) {
+    ret = cli_report("optimize", &st);
+  } else {
+    char kb[32];
+    dg_str_printf(&report, "kept     %s\n", kind_name(&pick, kb, sizeof kb));
+    if (pick.secs > 0) {
+      dg_str_printf(&report, "time     %.2f us", pick.secs * 1e6);
+      if (pick.baseline_secs > 0)
+        dg_str_printf(&report, "; baseline %.2f us (%.2fx)", pick.baseline_secs * 1e6,
+                      pick.baseline_secs / pick.secs);
+      if (pick.prior_secs > 0)
+        dg_str_printf(&report, "; prior %.2f us (%.2fx)", pick.prior_secs * 1e6,
+                      pick.prior_secs / pick.secs);
+      dg_str_puts(&report, "\n");
+    } else {
+      dg_str_puts(&report, "time     not measured (no GPU)\n");
+    }
+    dg_str_printf(&report, "spent    %.1f s: model %.1f s (%lld tokens, %.0f tokens/s), checks %.1f s\n",
+                  dg_now() - t_start, t_model, (long long)tokens,
+                  t_model > 0 ? (double)tokens / t_model : 0.0, t_check);
+  }
+  if (errs.len) {
+    dg_str_puts(&report, "notes\n");
+    dg_str_puts(&report, errs.s);
+  }
+  fputs(report.s ? report.s : "", stderr);
+  if (pick.graph) {
+    fputs(pick.graph, stdout);
+    if (out_dir) {
+      if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
+        dg_fail(&st, DG_ERR_IO, "--out %s: cannot create: %s", out_dir, strerror(errno));
+        goto fail;
+      }
+      dg_status cst;
+      char *src = cuda_source(f, pick.trace_json, have_gpu ? gm.arch : NULL, &cst);
+      if (!src) {
+        dg_str no;
+        dg_str_init(&no);
+        dg_str_printf(&no, "// no CUDA source: %s\n", cst.msg);
+        src = dg_str_take(&no);
+      }
+      bool ok = write_out(out_dir, "graph.tsel", pick.graph, &st) &&
+                write_out(out_dir, "trace.json", pick.trace_json, &st) &&
+                write_out(out_dir, "kernel.cu", src, &st) &&
+                write_out(out_dir, "report.txt", report.s, &st);
+      free(src);
+      if (!ok) goto fail;
+    }
+  }
+  goto done;
+fail:
+  ret = cli_report("optimize", &st);
+done:
+  if (have_pick) eval_pick_free(&pick);
+  if (have_gpu) search_cuda_measure_free(&gm);
+  tsel_mask_free(ms.mask);
+  if (ms.loaded) {
+    nn_model_free(&ms.m);
+    tok_free(ms.tok);
+  }
+  free(ms.path);
+  free(hspec);
+  free(prior);
+  free(kernel_text);
+  if (f) ir_func_free(f);
+  dg_str_free(&report);
+  dg_str_free(&errs);
+  return ret;
+}

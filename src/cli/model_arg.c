@@ -1,0 +1,78 @@
+/* model_arg.c: what a model argument names (a run directory, whose latest
+ * checkpoint is taken, or a model file), its tokenizer (tokenizer.bin
+ * beside it unless named), loading both with the check that they belong
+ * together, and reading a text file argument. Used by every command that
+ * runs the model (sample-model, optimize). */
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "dragon/train.h"
+
+static bool is_dir(const char *p) {
+  struct stat sb;
+  return stat(p, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+bool cli_model_paths(const char *flag, const char *arg, const char *tokp, char **model, char **tok,
+                     dg_status *st) {
+  struct stat sb;
+  if (stat(arg, &sb) != 0)
+    return dg_fail(st, DG_ERR_IO, "%s %s: no such run directory or model file", flag, arg);
+  char *dir;
+  if (is_dir(arg)) {
+    char *sp;
+    int64_t step;
+    if (!train_run_latest(arg, model, &sp, &step, st)) return false;
+    free(sp);
+    dir = dg_strdup(arg);
+  } else {
+    *model = dg_strdup(arg);
+    dir = dg_strdup(arg);
+    char *slash = strrchr(dir, '/');
+    if (slash) slash[1] = 0;
+    else strcpy(dir, ".");
+  }
+  if (tokp) {
+    *tok = dg_strdup(tokp);
+  } else {
+    size_t n = strlen(dir) + 32;
+    bool slash = dir[0] && dir[strlen(dir) - 1] == '/';
+    *tok = dg_malloc(n);
+    snprintf(*tok, n, "%s%stokenizer.bin", dir, slash ? "" : "/");
+  }
+  free(dir);
+  return true;
+}
+
+bool cli_model_load(const char *flag, const char *arg, const char *tokp, nn_model *m,
+                    tok_tokenizer **tok, char **model_path, dg_status *st) {
+  char *tok_path = NULL;
+  *tok = NULL;
+  *model_path = NULL;
+  if (!cli_model_paths(flag, arg, tokp, model_path, &tok_path, st)) return false;
+  bool ok = false;
+  if (!(*tok = tok_load(tok_path, st))) goto done;
+  if (!nn_checkpoint_load(m, *model_path, false, st)) goto done;
+  if (m->cfg.vocab_size != tok_vocab_size(*tok)) {
+    dg_fail(st, DG_ERR_INVALID, "%s has a vocabulary of %d, %s one of %d: not the model's tokenizer",
+            *model_path, m->cfg.vocab_size, tok_path, tok_vocab_size(*tok));
+    nn_model_free(m);
+    goto done;
+  }
+  ok = true;
+done:
+  if (!ok) {
+    tok_free(*tok);
+    *tok = NULL;
+  }
+  free(tok_path);
+  return ok;
+}
+
+char *cli_read_text(const char *path, dg_status *st) {
+  size_t n;
+  char *text = dg_read_file(path, &n, st);
+  if (!text) dg_status_prefix(st, "%s", path);
+  return text;
+}
