@@ -1,5 +1,6 @@
-/* test_eval_pick.c: what `dragon optimize` keeps (src/eval/pick.c) and the
- * command itself. Planted bad graphs are stopped at their gates and the
+/* test_eval_pick.c: what `dragon optimize` keeps (src/eval/pick.c), the
+ * command itself, and `dragon eval` (src/eval/run.c) on planted outputs
+ * and with a model. Planted bad graphs are stopped at their gates and the
  * first valid one is kept; with none valid the prior, then the untuned
  * baseline, is kept and the reason says so; a malformed prior is reported
  * with its place. The command falls back to the baseline without a model,
@@ -7,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include "dragon/data.h"
 #include "dragon/eval.h"
 #include "dragon/nn.h"
 #include "dragon/search.h"
@@ -157,36 +161,50 @@ DG_TEST(optimize_cli_without_model_keeps_baseline) {
 /* A random model with a tokenizer trained on TSEL text, saved as a run
  * would save them: every graph it writes under the mask parses and
  * type-checks, so nothing is stopped before the lowering. */
-DG_TEST(optimize_cli_random_model_graphs_all_check) {
+/* A random model with a tokenizer trained on TSEL text and kernel text,
+ * saved as a run would save them, in the test's directory: model.bin and
+ * tokenizer.bin. */
+static bool random_model_files(const dg_func *f, const char *graph, char *model, size_t n) {
   dg_status st;
   dg_str corpus;
   dg_str_init(&corpus);
-  dg_func *f = wl_build(GMM, &st);
-  CHECK(f);
-  char *good = ts_graph_of("schedules/GMM.json", GMM, f);
   char *kt = ir_print(f);
-  CHECK(good && kt);
   for (int i = 0; i < 20; i++) {
-    dg_str_puts(&corpus, good);
+    dg_str_puts(&corpus, graph);
     dg_str_puts(&corpus, kt);
   }
+  free(kt);
   tok_tokenizer *tok = tok_train(corpus.s, corpus.len, 600, NULL, &st);
-  CHECK_MSG(tok, "%s", st.msg);
   dg_str_free(&corpus);
-  int V = tok_vocab_size(tok);
-  nn_config c = {V, 32, 1, 2, 2, 16, 64, 2048, 10000.0f, 1e-6f};
+  if (!tok) return false;
+  nn_config c = {tok_vocab_size(tok), 32, 1, 2, 2, 16, 64, 2048, 10000.0f, 1e-6f};
   nn_model m;
-  CHECK_MSG(nn_model_init(&m, &c, false, &st), "%s", st.msg);
+  if (!nn_model_init(&m, &c, false, &st)) {
+    tok_free(tok);
+    return false;
+  }
   dg_rng r;
   dg_rng_seed(&r, 5);
   for (size_t i = 0; i < m.num_params; i++) m.params_mem[i] = (float)(0.3 * dg_rng_normal(&r));
-  char model[600], tokp[600];
-  snprintf(model, sizeof model, "%s/model.bin", dg_test_tmpdir());
+  char tokp[600];
+  snprintf(model, n, "%s/model.bin", dg_test_tmpdir());
   snprintf(tokp, sizeof tokp, "%s/tokenizer.bin", dg_test_tmpdir());
-  CHECK_MSG(nn_checkpoint_save(&m, model, &st), "%s", st.msg);
-  CHECK_MSG(tok_save(tok, tokp, &st), "%s", st.msg);
+  bool ok = nn_checkpoint_save(&m, model, &st) && tok_save(tok, tokp, &st);
   nn_model_free(&m);
   tok_free(tok);
+  return ok;
+}
+
+/* A random model's graphs under the mask all parse and type-check, so
+ * nothing is stopped before the lowering. */
+DG_TEST(optimize_cli_random_model_graphs_all_check) {
+  dg_status st;
+  dg_func *f = wl_build(GMM, &st);
+  CHECK(f);
+  char *good = ts_graph_of("schedules/GMM.json", GMM, f);
+  CHECK(good);
+  char model[600];
+  CHECK(random_model_files(f, good, model, sizeof model));
   char args[1400], *out = NULL;
   snprintf(args, sizeof args, "optimize GMM/0 --target c --model %s --samples 3 --max-tokens 400 --out %s/opt",
            model, dg_test_tmpdir());
@@ -206,6 +224,117 @@ DG_TEST(optimize_cli_random_model_graphs_all_check) {
   free(cu);
   free(out);
   free(good);
-  free(kt);
+  ir_func_free(f);
+}
+
+/* Three small test-split workloads */
+#define W1 "softmax:m=3,n=4,dtype=f32"
+#define W2 "gemv:n=2,k=8,dtype=f32"
+#define W3 "reduce_sum:m=7,n=2,dtype=f16"
+
+/* dragon eval on planted outputs: a correct graph counts as correct, a
+ * graph for another workload fails at the header, a missing one at the
+ * parse gate; the JSON and the table say so. Training workloads and the
+ * train split are refused. */
+DG_TEST(eval_cli_planted_outputs_counted) {
+  dg_status st;
+  dg_func *f1 = wl_build(W1, &st);
+  CHECK(f1);
+  sched *bs = NULL;
+  CHECK_MSG(search_baseline_schedule(f1, NULL, &bs, &st), "%s", st.msg);
+  tsel_graph *g = tsel_lift(sched_get_trace(bs), W1, f1, NULL, &st);
+  CHECK(g);
+  char *g1 = tsel_print(g);
+  tsel_graph_free(g);
+  sched_free(bs);
+  json_t *a = json_pack("{s:s, s:s}", "workload", W1, "graph", g1);
+  json_t *b = json_pack("{s:s, s:s}", "workload", W2, "graph", g1);
+  char *la = json_dumps(a, JSON_COMPACT), *lb = json_dumps(b, JSON_COMPACT);
+  dg_str file;
+  dg_str_init(&file);
+  dg_str_printf(&file, "%s\n%s\n", la, lb);
+  char path[600], args[1600], out_dir[700];
+  snprintf(path, sizeof path, "%s/graphs.jsonl", dg_test_tmpdir());
+  snprintf(out_dir, sizeof out_dir, "%s/ev", dg_test_tmpdir());
+  CHECK(dg_write_file_atomic(path, file.s, file.len, &st));
+  snprintf(args, sizeof args, "eval --workloads '%s;%s;%s' --graphs %s --target c --out %s --quiet",
+           W1, W2, W3, path, out_dir);
+  char *out = NULL;
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  CHECK_MSG(strstr(out, "3 tasks, Correct@1 1 (33.3%)") && strstr(out, "| softmax | 1 | 100.0% |") &&
+                strstr(out, "| gemv | 1 | 0.0% |") && strstr(out, "Failed at: parse 1, header 1"),
+            "%s", out);
+  free(out);
+  char jpath[800];
+  snprintf(jpath, sizeof jpath, "%s/test.json", out_dir);
+  json_error_t je;
+  json_t *j = json_load_file(jpath, 0, &je);
+  CHECK_MSG(j, "%s", je.text);
+  CHECK_EQ(json_integer_value(json_object_get(j, "correct")), 1);
+  json_t *tasks = json_object_get(j, "tasks");
+  CHECK_EQ(json_array_size(tasks), 3);
+  const char *want[] = {"passed", "header", "parse"};
+  for (size_t i = 0; i < 3; i++) {
+    json_t *t = json_array_get(tasks, i);
+    CHECK_STREQ(json_string_value(json_object_get(t, "gate")), want[i]);
+    CHECK_EQ(json_is_true(json_object_get(t, "correct")), i == 0);
+  }
+  json_decref(j);
+  /* the model is never judged on what it trained on */
+  const char *train = NULL;
+  data_splits *sp = data_splits_load(DATA_SPLIT_FILE, &st);
+  CHECK_MSG(sp, "%s", st.msg);
+  train = data_splits_at(sp, data_splits_next(sp, DATA_SPLIT_TRAIN, 0))->spec;
+  snprintf(args, sizeof args, "eval --workloads '%s' --graphs %s --target c --out %s", train, path, out_dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc != 0 && strstr(out, "is a training workload"), "rc %d: %s", rc, out);
+  free(out);
+  rc = dg_test_run_dragon("eval --split train --target c", NULL, &out);
+  CHECK_MSG(rc != 0 && strstr(out, "the model trained on it"), "rc %d: %s", rc, out);
+  free(out);
+  data_splits_free(sp);
+  json_decref(a);
+  json_decref(b);
+  free(la);
+  free(lb);
+  dg_str_free(&file);
+  free(g1);
+  ir_func_free(f1);
+}
+
+/* dragon eval end to end with a (random) model on the C emulation: every
+ * task judged, its tokens counted, the files written. */
+DG_TEST(eval_cli_random_model_end_to_end) {
+  dg_status st;
+  dg_func *f = wl_build(GMM, &st);
+  CHECK(f);
+  char *good = ts_graph_of("schedules/GMM.json", GMM, f);
+  CHECK(good);
+  char model[600];
+  CHECK(random_model_files(f, good, model, sizeof model));
+  char args[1600], *out = NULL;
+  snprintf(args, sizeof args, "eval --workloads '%s;%s' --model %s --max-tokens 300 --target c --out %s/ev2 --quiet",
+           W1, W2, model, dg_test_tmpdir());
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "model.bin on test: 2 tasks"), "rc %d: %s", rc, out);
+  free(out);
+  char jpath[800];
+  snprintf(jpath, sizeof jpath, "%s/ev2/test.json", dg_test_tmpdir());
+  json_error_t je;
+  json_t *j = json_load_file(jpath, 0, &je);
+  CHECK_MSG(j, "%s", je.text);
+  json_t *tasks = json_object_get(j, "tasks");
+  CHECK_EQ(json_array_size(tasks), 2);
+  for (size_t i = 0; i < 2; i++) {
+    json_t *t = json_array_get(tasks, i);
+    const char *gate = json_string_value(json_object_get(t, "gate"));
+    /* constrained: nothing stops before the lowering */
+    CHECK_MSG(gate && strcmp(gate, "parse") && strcmp(gate, "header") && strcmp(gate, "check"), "%s: %s",
+              gate, json_string_value(json_object_get(t, "reason")));
+    CHECK(json_integer_value(json_object_get(t, "tokens")) > 0);
+  }
+  json_decref(j);
+  free(good);
   ir_func_free(f);
 }

@@ -145,4 +145,59 @@ bool eval_pick_best(const char *const *samples, int n, const char *prior,
                     const eval_pick_opts *o, eval_pick *out, dg_status *st);
 void eval_pick_free(eval_pick *p);
 
+/* ---- evaluation (run.c) --------------------------------------------------------- */
+
+/* `dragon eval`: for each task (a held-out workload) the writer's first
+ * output, judged as `dragon optimize` judges it (eval_pick_best with that
+ * one sample: every gate, and on the GPU the time beside the baseline's,
+ * measured in the same batch). Correct@1 counts first outputs that pass
+ * every gate; fast_2 and fast_10 those that are also 2x / 10x faster than
+ * the baseline (timed runs only). */
+
+/* Writes the first output for a kernel: the graph's text (caller frees),
+ * or NULL with st set (the task then fails at the parse gate with st's
+ * message); *tokens gets what it fed the model (0 for another writer). */
+typedef char *(*eval_writer_fn)(void *ctx, const dg_func *f, const char *spec,
+                                uint64_t seed, int64_t *tokens, dg_status *st);
+
+typedef struct {
+  const char *const *specs; /* the tasks: canonical workload specs */
+  int n;
+  eval_writer_fn write;
+  void *write_ctx;
+  struct search_cuda_measure *gpu; /* NULL: the C emulation, nothing timed */
+  uint64_t seed;                   /* task i's output is written with seed + i */
+  int threads;                     /* the checks; <= 0: every core */
+  FILE *progress;                  /* a line per task, or NULL */
+} eval_run_opts;
+
+typedef struct {
+  char *spec;
+  char family[64];
+  eval_gate gate;          /* the first gate the output failed, or EVAL_PASSED */
+  char reason[512];
+  double secs;             /* the output's time; 0: not timed */
+  double baseline_secs;    /* 0: not timed */
+  double t_write, t_check; /* seconds writing, checking and timing */
+  int64_t tokens;
+} eval_task;
+
+typedef struct {
+  eval_task *tasks;
+  int n;
+  bool timed;
+  int correct, fast_2, fast_10;
+  double t_total;
+} eval_result;
+
+/* Runs every task; false (st set) only when a task cannot be set up (a
+ * spec that does not build); every output, whatever it is, is judged. */
+bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st);
+void eval_result_free(eval_result *r);
+/* The outcomes as JSON (every task; the totals; what was evaluated) and
+ * as a Markdown table by family. Caller frees. */
+char *eval_result_json(const eval_result *r, const char *model, const char *split, uint64_t seed,
+                       double temperature);
+char *eval_result_table(const eval_result *r, const char *model, const char *split);
+
 #endif

@@ -12,6 +12,7 @@
 #include "dragon/nn.h"
 #include "dragon/sched.h"
 #include "dragon/tokenizer.h"
+#include "dragon/train.h"
 
 enum { CLI_OK = 0, CLI_ERROR = 1, CLI_USAGE = 2 };
 
@@ -70,6 +71,30 @@ bool cli_model_paths(const char *flag, const char *arg, const char *tokp, char *
                      dg_status *st);
 bool cli_model_load(const char *flag, const char *arg, const char *tokp, nn_model *m,
                     tok_tokenizer **tok, char **model_path, dg_status *st);
+/* The model dragon ships, where none is named; cli_model_arg(arg) is arg,
+ * else $DRAGON_MODEL, else this. */
+#define CLI_DEFAULT_MODEL "models/little-dragon"
+const char *cli_model_arg(const char *arg);
+
+/* The model as a writer of graphs: loaded with its tokenizer and, when
+ * constrained, the token mask (tsel.h). cli_model_write writes k graphs
+ * for a kernel (the prompt: its text, and the prior if not NULL) with seeds
+ * seed, seed + 1, ...: texts[i] is NULL where decoding failed, its reason
+ * appended to errs; returns the seconds spent, adds the tokens fed. */
+typedef struct {
+  nn_model m;
+  tok_tokenizer *tok;
+  tsel_mask *mask;
+  char *path;
+  bool loaded;
+} cli_model;
+bool cli_model_open(cli_model *cm, const char *flag, const char *arg, const char *tokp,
+                    bool constrained, dg_status *st);
+void cli_model_close(cli_model *cm); /* also on a zeroed or failed one */
+double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const char *kernel_text,
+                       const char *prior, int k, const train_decode_opts *o, uint64_t seed,
+                       char **texts, int64_t *tokens, dg_str *errs);
+
 /* A text file's contents, NUL-terminated; errors name the file. */
 char *cli_read_text(const char *path, dg_status *st);
 
@@ -94,6 +119,7 @@ int cmd_tsel(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_sample_model(int argc, char **argv);
 int cmd_optimize(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 int cmd_tokenizer(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
 int cmd_tune(int argc, char **argv);

@@ -26,16 +26,6 @@
 #include "dragon/tsel.h"
 #include "dragon/wl.h"
 
-/* The model dragon ships, where none is named. */
-#define OPTIMIZE_DEFAULT_MODEL "models/little-dragon"
-
-typedef struct {
-  nn_model m;
-  tok_tokenizer *tok;
-  tsel_mask *mask;
-  char *path;
-  bool loaded;
-} model_slot;
 
 /* The prompt's kernel text, the spec named in every graph's header: the
  * canonical spec of a workload, or the file name of a kernel-text file. */
@@ -44,31 +34,6 @@ static char *header_spec(const char *arg, dg_status *st) {
   if (strcmp(arg, "-") == 0) return dg_strdup("stdin");
   if (stat(arg, &sb) == 0) return dg_strdup(arg);
   return wl_canonical(arg, st);
-}
-
-/* K graphs from the model for the prompt (the kernel, and the prior if
- * any); texts[i] is NULL where decoding failed (its reason in errs). */
-static double write_graphs(model_slot *ms, const dg_func *f, const char *spec,
-                           const char *kernel_text, const char *prior, int k,
-                           const train_decode_opts *dopts, uint64_t seed, char **texts,
-                           int64_t *tokens, dg_str *errs) {
-  double t0 = dg_now();
-  tok_ids ids = {0};
-  dg_status st;
-  if (!train_prompt_encode(ms->tok, kernel_text, prior, &ids, &st)) {
-    dg_str_printf(errs, "  the prompt: %s\n", st.msg);
-    return dg_now() - t0;
-  }
-  for (int i = 0; i < k; i++) {
-    train_decode_stats ds;
-    memset(&ds, 0, sizeof ds);
-    texts[i] = train_decode_graph(&ms->m, ms->tok, ms->mask, ids.data, (int)ids.len, f, spec,
-                           TSEL_TARGET_CUDA, dopts, seed + (uint64_t)i, &ds, &st);
-    *tokens += ds.n_sampled + ds.n_forced;
-    if (!texts[i]) dg_str_printf(errs, "  sample %d: decoding failed: %s\n", i + 1, st.msg);
-  }
-  tok_ids_free(&ids);
-  return dg_now() - t0;
 }
 
 /* The CUDA source of a trace on f (for OUT/kernel.cu). */
@@ -118,7 +83,7 @@ int cmd_optimize(int argc, char **argv) {
       {"--samples", CLI_OPT_INT, &samples, 0, 256, "graphs the model writes per round (default 4; 0: none)"},
       {"--rounds", CLI_OPT_INT, &rounds, 0, 64, "rounds in which the model refines its own best (default 0)"},
       {"--target", CLI_OPT_STR, &target, 0, 0, "cuda (checked and timed on the GPU) or c (checked in the C emulation, not timed); default: cuda where a GPU is seen"},
-      {"--model", CLI_OPT_STR, &model_arg, 0, 0, "run directory or model file (default " OPTIMIZE_DEFAULT_MODEL ", or $DRAGON_MODEL)"},
+      {"--model", CLI_OPT_STR, &model_arg, 0, 0, "run directory or model file (default $DRAGON_MODEL, else " CLI_DEFAULT_MODEL ")"},
       {"--tokenizer", CLI_OPT_STR, &tokp, 0, 0, "tokenizer file; default: tokenizer.bin beside the model"},
       {"--out", CLI_OPT_STR, &out_dir, 0, 0, "write graph.tsel, trace.json, kernel.cu and report.txt here"},
       {"--seed", CLI_OPT_INT, &seed, 0, INT64_MAX, "sampling seed (same seed, same graphs)"},
@@ -164,7 +129,7 @@ int cmd_optimize(int argc, char **argv) {
   int ret = CLI_OK;
   dg_func *f = NULL;
   char *hspec = NULL, *prior = NULL, *kernel_text = NULL;
-  model_slot ms;
+  cli_model ms;
   memset(&ms, 0, sizeof ms);
   search_cuda_measure gm = {5, 10, 1, NULL};
   bool have_gpu = false;
@@ -199,13 +164,9 @@ int cmd_optimize(int argc, char **argv) {
   }
 
   /* the model */
-  if (!model_arg) model_arg = getenv("DRAGON_MODEL");
-  if (!model_arg) model_arg = OPTIMIZE_DEFAULT_MODEL;
+  model_arg = cli_model_arg(model_arg);
   if (samples > 0) {
-    if (cli_model_load("--model", model_arg, tokp, &ms.m, &ms.tok, &ms.path, &st)) {
-      ms.loaded = true;
-      if (!unconstrained && !(ms.mask = tsel_mask_new(ms.tok, &st))) goto fail;
-    } else {
+    if (!cli_model_open(&ms, "--model", model_arg, tokp, !unconstrained, &st)) {
       dg_str_printf(&errs, "  no model: %s\n", st.msg);
       dg_status_ok(&st);
     }
@@ -238,8 +199,8 @@ int cmd_optimize(int argc, char **argv) {
       texts[i] = NULL;
     }
     if (k > 0)
-      t_model += write_graphs(&ms, f, hspec, kernel_text, cur_prior, k, &dopts,
-                              (uint64_t)seed + (uint64_t)r * (uint64_t)k, texts, &tokens, &errs);
+      t_model += cli_model_write(&ms, f, hspec, kernel_text, cur_prior, k, &dopts,
+                                 (uint64_t)seed + (uint64_t)r * (uint64_t)k, texts, &tokens, &errs);
     if (have_pick) eval_pick_free(&pick);
     double t0 = dg_now();
     bool ok = eval_pick_best((const char *const *)texts, k, cur_prior, &po, &pick, &st);
@@ -318,12 +279,7 @@ fail:
 done:
   if (have_pick) eval_pick_free(&pick);
   if (have_gpu) search_cuda_measure_free(&gm);
-  tsel_mask_free(ms.mask);
-  if (ms.loaded) {
-    nn_model_free(&ms.m);
-    tok_free(ms.tok);
-  }
-  free(ms.path);
+  cli_model_close(&ms);
   free(hspec);
   free(prior);
   free(kernel_text);

@@ -19,6 +19,7 @@ static const struct {
     {"fuzz-schedules", cmd_fuzz_schedules, "apply random schedules to random workloads and check each"},
     {"train", cmd_train, "train the schedule-writing model: sft (supervised fine-tuning)"},
     {"optimize", cmd_optimize, "write a schedule for a kernel with the model, keep the best that passes every gate"},
+    {"eval", cmd_eval, "judge a model's first outputs on a held-out split: Correct@1, fast_2, fast_10"},
     {"sample-model", cmd_sample_model, "write TSEL graphs for a kernel with a trained model"},
     {"tokenizer", cmd_tokenizer, "train a BPE tokenizer, encode text, decode ids"},
     {"sample", cmd_sample, "print samples of a kernel's CUDA design space (TVM trace JSON lines)"},

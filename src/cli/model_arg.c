@@ -1,8 +1,9 @@
 /* model_arg.c: what a model argument names (a run directory, whose latest
  * checkpoint is taken, or a model file), its tokenizer (tokenizer.bin
  * beside it unless named), loading both with the check that they belong
- * together, and reading a text file argument. Used by every command that
- * runs the model (sample-model, optimize). */
+ * together, and reading a text file argument; the model as a writer of
+ * graphs under the mask (cli_model). Used by every command that runs the
+ * model (sample-model, optimize, eval). */
 #include <string.h>
 #include <sys/stat.h>
 
@@ -75,4 +76,54 @@ char *cli_read_text(const char *path, dg_status *st) {
   char *text = dg_read_file(path, &n, st);
   if (!text) dg_status_prefix(st, "%s", path);
   return text;
+}
+
+bool cli_model_open(cli_model *cm, const char *flag, const char *arg, const char *tokp,
+                    bool constrained, dg_status *st) {
+  memset(cm, 0, sizeof *cm);
+  if (!cli_model_load(flag, arg, tokp, &cm->m, &cm->tok, &cm->path, st)) return false;
+  cm->loaded = true;
+  if (constrained && !(cm->mask = tsel_mask_new(cm->tok, st))) {
+    cli_model_close(cm);
+    return false;
+  }
+  return true;
+}
+
+void cli_model_close(cli_model *cm) {
+  tsel_mask_free(cm->mask);
+  if (cm->loaded) {
+    nn_model_free(&cm->m);
+    tok_free(cm->tok);
+  }
+  free(cm->path);
+  memset(cm, 0, sizeof *cm);
+}
+
+double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const char *kernel_text,
+                       const char *prior, int k, const train_decode_opts *o, uint64_t seed,
+                       char **texts, int64_t *tokens, dg_str *errs) {
+  double t0 = dg_now();
+  tok_ids ids = {0};
+  dg_status st;
+  if (!train_prompt_encode(cm->tok, kernel_text, prior, &ids, &st)) {
+    dg_str_printf(errs, "  %s: the prompt: %s\n", spec, st.msg);
+    return dg_now() - t0;
+  }
+  for (int i = 0; i < k; i++) {
+    train_decode_stats ds;
+    memset(&ds, 0, sizeof ds);
+    texts[i] = train_decode_graph(&cm->m, cm->tok, cm->mask, ids.data, (int)ids.len, f, spec,
+                                  TSEL_TARGET_CUDA, o, seed + (uint64_t)i, &ds, &st);
+    *tokens += ds.n_sampled + ds.n_forced;
+    if (!texts[i]) dg_str_printf(errs, "  sample %d: decoding failed: %s\n", i + 1, st.msg);
+  }
+  tok_ids_free(&ids);
+  return dg_now() - t0;
+}
+
+const char *cli_model_arg(const char *arg) {
+  if (arg) return arg;
+  const char *e = getenv("DRAGON_MODEL");
+  return e && *e ? e : CLI_DEFAULT_MODEL;
 }

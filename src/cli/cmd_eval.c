@@ -1,0 +1,267 @@
+/* cmd_eval.c: `dragon eval`: a model's first outputs on held-out workloads
+ * (a split of data/splits.tsv.zst, or the workloads named), judged by the
+ * gates of `dragon optimize` (eval_run), written as JSON and a table.
+ *
+ * The writer is the model (constrained decoding, as `dragon optimize`
+ * writes) or, with --graphs, a file of graphs someone else wrote (JSON
+ * lines {"workload": SPEC, "graph": TSEL}), so that any writer is judged
+ * the same way. No training workload is ever a task: the command refuses
+ * the train split and any workload the splits file puts in it.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/cli.h"
+#include "dragon/data.h"
+#include "dragon/eval.h"
+#include "dragon/rt_cuda.h"
+#include "dragon/search.h"
+#include "dragon/train.h"
+#include "dragon/wl.h"
+
+typedef struct {
+  cli_model *model;
+  const train_decode_opts *dopts;
+  json_t *graphs; /* --graphs: spec -> graph text */
+  const char *graphs_path;
+} writer_ctx;
+
+static char *write_one(void *ctx, const dg_func *f, const char *spec, uint64_t seed,
+                       int64_t *tokens, dg_status *st) {
+  writer_ctx *w = ctx;
+  if (w->graphs) {
+    const char *g = json_string_value(json_object_get(w->graphs, spec));
+    if (!g) {
+      dg_fail(st, DG_ERR_INVALID, "%s has no graph for this workload", w->graphs_path);
+      return NULL;
+    }
+    return dg_strdup(g);
+  }
+  char *kernel_text = ir_print(f);
+  char *text = NULL;
+  dg_str errs;
+  dg_str_init(&errs);
+  cli_model_write(w->model, f, spec, kernel_text, NULL, 1, w->dopts, seed, &text, tokens, &errs);
+  if (!text) dg_fail(st, DG_ERR_RUNTIME, "%s", errs.len ? errs.s : "decoding failed");
+  dg_str_free(&errs);
+  free(kernel_text);
+  return text;
+}
+
+/* --graphs FILE: one {"workload", "graph"} object a line; errors name the
+ * line. */
+static json_t *load_graphs(const char *path, dg_status *st) {
+  char *text = cli_read_text(path, st);
+  if (!text) return NULL;
+  json_t *map = json_object();
+  int line = 0;
+  for (char *p = text, *nl; *p; p = nl ? nl + 1 : p + strlen(p)) {
+    nl = strchr(p, '\n');
+    line++;
+    size_t n = nl ? (size_t)(nl - p) : strlen(p);
+    if (n == 0) continue;
+    json_error_t je;
+    json_t *j = json_loadb(p, n, 0, &je);
+    const char *w = j ? json_string_value(json_object_get(j, "workload")) : NULL;
+    const char *g = j ? json_string_value(json_object_get(j, "graph")) : NULL;
+    if (!w || !g) {
+      dg_fail(st, DG_ERR_PARSE, "%s:%d:%d: want {\"workload\": SPEC, \"graph\": TSEL}%s%s", path,
+              line, j ? 1 : je.column, j ? "" : ": ", j ? "" : je.text);
+      json_decref(j);
+      json_decref(map);
+      free(text);
+      return NULL;
+    }
+    json_object_set_new(map, w, json_string(g));
+    json_decref(j);
+  }
+  free(text);
+  return map;
+}
+
+/* The model's short name: its run directory's (or file's) base name. */
+static void model_name(const char *arg, char *out, size_t n) {
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s", arg);
+  size_t len = strlen(buf);
+  while (len > 1 && buf[len - 1] == '/') buf[--len] = 0;
+  const char *slash = strrchr(buf, '/');
+  snprintf(out, n, "%s", slash ? slash + 1 : buf);
+}
+
+int cmd_eval(int argc, char **argv) {
+  const char *split_name = "test", *workloads = NULL, *model_arg = NULL, *tokp = NULL,
+             *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE;
+  int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048;
+  double temperature = 0;
+  bool quiet = false;
+  const cli_opt opts[] = {
+      {"--split", CLI_OPT_STR, &split_name, 0, 0, "the held-out split: val, test, heldout_shape or heldout_family (default test)"},
+      {"--limit", CLI_OPT_INT, &limit, 0, INT32_MAX, "the split's first N workloads (default 0: all)"},
+      {"--workloads", CLI_OPT_STR, &workloads, 0, 0, "specs separated by ';' or spaces, instead of the split's (none may be a training workload)"},
+      {"--model", CLI_OPT_STR, &model_arg, 0, 0, "run directory or model file (default $DRAGON_MODEL, else " CLI_DEFAULT_MODEL ")"},
+      {"--tokenizer", CLI_OPT_STR, &tokp, 0, 0, "tokenizer file; default: tokenizer.bin beside the model"},
+      {"--graphs", CLI_OPT_STR, &graphs_path, 0, 0, "judge these graphs instead of the model's (JSON lines {workload, graph})"},
+      {"--target", CLI_OPT_STR, &target, 0, 0, "cuda (checked and timed) or c (the C emulation, not timed); default: cuda where a GPU is seen"},
+      {"--seed", CLI_OPT_INT, &seed, 0, INT64_MAX, "task i is written with seed + i"},
+      {"--temperature", CLI_OPT_F64, &temperature, 0, 0, "sampling temperature of the first output (default 0: greedy)"},
+      {"--max-tokens", CLI_OPT_INT, &max_tokens, 16, 1 << 16, "tokens per graph at most (default 2048)"},
+      {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
+      {"--splits", CLI_OPT_STR, &splits_path, 0, 0, "the splits file (default " DATA_SPLIT_FILE ")"},
+      {"--out", CLI_OPT_STR, &out_dir, 0, 0, "where SPLIT.json and SPLIT.md go (default eval/MODEL)"},
+      {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no line per task on stderr"},
+  };
+  const cli_spec spec = {
+      "eval", "[--split test] [--limit N] [--model DIR | --graphs FILE] [--target c|cuda] [--out DIR]",
+      "Judges a model's first output on every workload of a held-out split with the\n"
+      "gates of `dragon optimize`: Correct@1, and on the GPU fast_2 and fast_10 over\n"
+      "the untuned baseline measured in the same run, per family. Writes\n"
+      "OUT/SPLIT.json (every task's gate, reason and times) and OUT/SPLIT.md (the\n"
+      "table, also printed). Refuses training workloads.",
+      opts, DG_ARRAY_LEN(opts), 0, 0};
+  char **pos;
+  int npos;
+  int rc = cli_parse(&spec, argc, argv, &pos, &npos);
+  if (rc) return rc < 0 ? CLI_OK : rc;
+  free(pos);
+  if (!(temperature >= 0 && temperature <= 1e6)) {
+    fprintf(stderr, "dragon eval: --temperature must be in [0, 1e6]\n");
+    return CLI_USAGE;
+  }
+  if (target && strcmp(target, "c") != 0 && strcmp(target, "cuda") != 0) {
+    fprintf(stderr, "dragon eval: --target %s: cuda or c\n", target);
+    return CLI_USAGE;
+  }
+  data_split split;
+  if (!data_split_from_name(split_name, strlen(split_name), &split)) {
+    fprintf(stderr, "dragon eval: --split %s: no such split (val, test, heldout_shape, heldout_family)\n",
+            split_name);
+    return CLI_USAGE;
+  }
+  if (data_split_is_training(split)) {
+    fprintf(stderr, "dragon eval: --split %s: the model trained on it; it is judged only on "
+                    "workloads it never trained on\n", split_name);
+    return CLI_USAGE;
+  }
+  dg_status st;
+  dg_status_ok(&st);
+  int ret = CLI_OK;
+  data_splits *splits = NULL;
+  char **specs = NULL;
+  int n = 0;
+  cli_model cm;
+  memset(&cm, 0, sizeof cm);
+  json_t *graphs = NULL;
+  search_cuda_measure gm = {5, 10, 1, NULL};
+  bool have_gpu = false;
+  eval_result res;
+  memset(&res, 0, sizeof res);
+  char *json = NULL, *table = NULL;
+
+  if (!(splits = data_splits_load(splits_path, &st))) goto fail;
+  if (workloads) {
+    char *list = dg_strdup(workloads);
+    for (char *tok = strtok(list, "; \t\n"); tok; tok = strtok(NULL, "; \t\n")) {
+      char *canon = wl_canonical(tok, &st);
+      if (!canon) {
+        free(list);
+        dg_status_prefix(&st, "--workloads");
+        goto fail;
+      }
+      const data_split_entry *e = data_splits_find(splits, canon);
+      if (e && data_split_is_training(e->split)) {
+        dg_fail(&st, DG_ERR_USAGE, "--workloads: %s is a training workload (%s): the model is "
+                "judged only on workloads it never trained on", canon, splits_path);
+        free(canon);
+        free(list);
+        goto fail;
+      }
+      specs = dg_realloc(specs, sizeof *specs * (size_t)(n + 1));
+      specs[n++] = canon;
+    }
+    free(list);
+  } else {
+    for (int64_t i = data_splits_next(splits, split, 0); i >= 0 && (!limit || n < limit);
+         i = data_splits_next(splits, split, i + 1)) {
+      specs = dg_realloc(specs, sizeof *specs * (size_t)(n + 1));
+      specs[n++] = dg_strdup(data_splits_at(splits, i)->spec);
+    }
+  }
+  if (n == 0) {
+    dg_fail(&st, DG_ERR_USAGE, "no tasks: the split is empty or --workloads names none");
+    goto fail;
+  }
+
+  train_decode_opts dopts;
+  train_decode_opts_default(&dopts);
+  dopts.sample.temperature = (float)temperature;
+  dopts.sample.max_tokens = (int)max_tokens;
+  char name[256];
+  if (graphs_path) {
+    if (!(graphs = load_graphs(graphs_path, &st))) goto fail;
+    model_name(graphs_path, name, sizeof name);
+  } else {
+    model_arg = cli_model_arg(model_arg);
+    if (!cli_model_open(&cm, "--model", model_arg, tokp, true, &st)) goto fail;
+    model_name(model_arg, name, sizeof name);
+  }
+  bool want_gpu = target ? strcmp(target, "cuda") == 0 : rt_cuda_available(&st);
+  dg_status_ok(&st);
+  if (want_gpu) {
+    gm.threads = (int)threads;
+    if (search_cuda_measure_init(&gm, &st)) {
+      have_gpu = true;
+    } else if (target) {
+      dg_status_prefix(&st, "--target cuda");
+      goto fail;
+    } else {
+      fprintf(stderr, "dragon eval: no GPU measurement (%s): checked in the C emulation, not timed\n",
+              st.msg);
+      dg_status_ok(&st);
+    }
+  }
+  writer_ctx w = {&cm, &dopts, graphs, graphs_path};
+  eval_run_opts eo = {(const char *const *)specs, n, write_one, &w, have_gpu ? &gm : NULL,
+                      (uint64_t)seed, (int)threads, quiet ? NULL : stderr};
+  if (!eval_run(&eo, &res, &st)) goto fail;
+  json = eval_result_json(&res, name, split_name, (uint64_t)seed, temperature);
+  table = eval_result_table(&res, name, split_name);
+  fputs(table, stdout);
+  {
+    char dir[1200], path[1400];
+    if (out_dir) {
+      snprintf(dir, sizeof dir, "%s", out_dir);
+    } else {
+      if (mkdir("eval", 0777) != 0 && errno != EEXIST) {
+        dg_fail(&st, DG_ERR_IO, "eval: cannot create: %s", strerror(errno));
+        goto fail;
+      }
+      snprintf(dir, sizeof dir, "eval/%s", name);
+    }
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+      dg_fail(&st, DG_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
+      goto fail;
+    }
+    snprintf(path, sizeof path, "%s/%s.json", dir, split_name);
+    if (!dg_write_file_atomic(path, json, strlen(json), &st)) goto fail;
+    snprintf(path, sizeof path, "%s/%s.md", dir, split_name);
+    if (!dg_write_file_atomic(path, table, strlen(table), &st)) goto fail;
+    if (!quiet) fprintf(stderr, "wrote %s/%s.json and %s.md\n", dir, split_name, split_name);
+  }
+  goto done;
+fail:
+  ret = cli_report("eval", &st);
+done:
+  free(json);
+  free(table);
+  eval_result_free(&res);
+  if (have_gpu) search_cuda_measure_free(&gm);
+  cli_model_close(&cm);
+  json_decref(graphs);
+  for (int i = 0; i < n; i++) free(specs[i]);
+  free(specs);
+  data_splits_free(splits);
+  return ret;
+}

@@ -1,0 +1,189 @@
+/* run.c: `dragon eval`'s tasks and their numbers (eval.h, eval_run).
+ *
+ * A task is one held-out workload. Its writer (the model, or a file of
+ * graphs) writes one first output; eval_pick_best judges it with the
+ * untuned baseline in the same batch, exactly as `dragon optimize` would
+ * judge a first sample, so the numbers here are those a user gets: the
+ * gate it reached, and on the GPU its time and the baseline's, measured in
+ * the same run. The output is judged on its own: a task passes only if
+ * the writer's graph itself passes, never because the baseline did.
+ * Outcomes go to JSON (every task, for tables and plots elsewhere) and to
+ * a Markdown table by family.
+ */
+#include <jansson.h>
+#include <math.h>
+#include <string.h>
+
+#include "dragon/eval.h"
+#include "dragon/search.h"
+#include "dragon/wl.h"
+
+static void family_of(const char *spec, char *out, size_t n) {
+  const char *colon = strchr(spec, ':');
+  size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
+  if (len >= n) len = n - 1;
+  memcpy(out, spec, len);
+  out[len] = 0;
+}
+
+static void run_task(const eval_run_opts *o, int i, eval_task *t, dg_status *st) {
+  dg_func *f = wl_build(o->specs[i], st);
+  if (!f) return;
+  double t0 = dg_now();
+  dg_status wst;
+  dg_status_ok(&wst);
+  char *graph = o->write(o->write_ctx, f, o->specs[i], o->seed + (uint64_t)i, &t->tokens, &wst);
+  t->t_write = dg_now() - t0;
+  t0 = dg_now();
+  if (!graph) {
+    t->gate = EVAL_GATE_PARSE;
+    snprintf(t->reason, sizeof t->reason, "no graph: %s", wst.msg);
+  } else {
+    eval_pick_opts po = {f, o->specs[i], o->gpu, 0, o->threads};
+    eval_pick p;
+    const char *one[] = {graph};
+    dg_status pst;
+    eval_pick_best(one, 1, NULL, &po, &p, &pst);
+    t->gate = p.scores[0].failed;
+    snprintf(t->reason, sizeof t->reason, "%s", p.scores[0].reason);
+    if (t->gate == EVAL_PASSED) t->secs = p.scores[0].secs;
+    t->baseline_secs = p.baseline_secs;
+    eval_pick_free(&p);
+  }
+  t->t_check = dg_now() - t0;
+  free(graph);
+  ir_func_free(f);
+}
+
+bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
+  memset(out, 0, sizeof *out);
+  dg_status_ok(st);
+  double t_start = dg_now();
+  out->timed = o->gpu != NULL;
+  out->tasks = dg_calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *out->tasks);
+  for (int i = 0; i < o->n; i++) {
+    eval_task *t = &out->tasks[i];
+    t->spec = dg_strdup(o->specs[i]);
+    family_of(t->spec, t->family, sizeof t->family);
+    run_task(o, i, t, st);
+    out->n = i + 1;
+    if (st->code != DG_OK) {
+      dg_status_prefix(st, "task %d (%s)", i + 1, o->specs[i]);
+      out->t_total = dg_now() - t_start;
+      return false;
+    }
+    bool ok = t->gate == EVAL_PASSED;
+    out->correct += ok;
+    double speedup = ok && t->secs > 0 && t->baseline_secs > 0 ? t->baseline_secs / t->secs : 0;
+    out->fast_2 += speedup >= 2;
+    out->fast_10 += speedup >= 10;
+    if (o->progress) {
+      fprintf(o->progress, "[%d/%d] %s  %s", i + 1, o->n, t->spec, eval_gate_name(t->gate));
+      if (speedup > 0) fprintf(o->progress, "  %.2fx over the baseline", speedup);
+      fprintf(o->progress, "  (%.1f s) | correct %d of %d\n", t->t_write + t->t_check,
+              out->correct, i + 1);
+      fflush(o->progress);
+    }
+  }
+  out->t_total = dg_now() - t_start;
+  return true;
+}
+
+void eval_result_free(eval_result *r) {
+  if (!r) return;
+  for (int i = 0; i < r->n; i++) free(r->tasks[i].spec);
+  free(r->tasks);
+  memset(r, 0, sizeof *r);
+}
+
+static double speedup_of(const eval_task *t) {
+  return t->gate == EVAL_PASSED && t->secs > 0 && t->baseline_secs > 0 ? t->baseline_secs / t->secs
+                                                                          : 0;
+}
+
+char *eval_result_json(const eval_result *r, const char *model, const char *split, uint64_t seed,
+                       double temperature) {
+  json_t *tasks = json_array();
+  for (int i = 0; i < r->n; i++) {
+    const eval_task *t = &r->tasks[i];
+    json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:b, s:f, s:f, s:I}", "workload", t->spec, "family",
+                          t->family, "gate", eval_gate_name(t->gate), "reason", t->reason,
+                          "correct", t->gate == EVAL_PASSED, "write_s", t->t_write, "check_s",
+                          t->t_check, "tokens", (json_int_t)t->tokens);
+    if (t->secs > 0) json_object_set_new(j, "secs", json_real(t->secs));
+    if (t->baseline_secs > 0) json_object_set_new(j, "baseline_secs", json_real(t->baseline_secs));
+    double s = speedup_of(t);
+    if (s > 0) json_object_set_new(j, "speedup", json_real(s));
+    json_array_append_new(tasks, j);
+  }
+  json_t *root = json_pack("{s:s, s:s, s:I, s:f, s:b, s:i, s:i, s:f, s:o}", "model", model, "split",
+                           split, "seed", (json_int_t)seed, "temperature", temperature, "timed",
+                           r->timed, "tasks_n", r->n, "correct", r->correct, "seconds",
+                           r->t_total, "tasks", tasks);
+  if (r->timed) {
+    json_object_set_new(root, "fast_2", json_integer(r->fast_2));
+    json_object_set_new(root, "fast_10", json_integer(r->fast_10));
+  }
+  char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
+  json_decref(root);
+  char *out = dg_strdup(text);
+  free(text);
+  return out;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static void table_row(dg_str *s, const char *name, const eval_result *r, const char *family) {
+  int n = 0, ok = 0, f2 = 0, f10 = 0, ns = 0;
+  double *sp = dg_calloc((size_t)(r->n ? r->n : 1), sizeof *sp);
+  for (int i = 0; i < r->n; i++) {
+    const eval_task *t = &r->tasks[i];
+    if (family && strcmp(t->family, family) != 0) continue;
+    n++;
+    ok += t->gate == EVAL_PASSED;
+    double x = speedup_of(t);
+    f2 += x >= 2;
+    f10 += x >= 10;
+    if (x > 0) sp[ns++] = x;
+  }
+  dg_str_printf(s, "| %s | %d | %.1f%% |", name, n, n ? 100.0 * ok / n : 0.0);
+  if (r->timed) {
+    qsort(sp, (size_t)ns, sizeof *sp, cmp_double);
+    double med = ns ? (ns % 2 ? sp[ns / 2] : sqrt(sp[ns / 2 - 1] * sp[ns / 2])) : 0;
+    dg_str_printf(s, " %.1f%% | %.1f%% | %s%.2fx |", n ? 100.0 * f2 / n : 0.0,
+                  n ? 100.0 * f10 / n : 0.0, ns ? "" : "-", med);
+  }
+  dg_str_puts(s, "\n");
+  free(sp);
+}
+
+char *eval_result_table(const eval_result *r, const char *model, const char *split) {
+  dg_str s;
+  dg_str_init(&s);
+  dg_str_printf(&s, "# %s on %s: %d tasks, Correct@1 %d (%.1f%%)%s\n\n", model, split, r->n,
+                r->correct, r->n ? 100.0 * r->correct / r->n : 0.0,
+                r->timed ? "" : "; not timed (checked in the C emulation)");
+  dg_str_puts(&s, r->timed ? "| family | tasks | Correct@1 | fast_2 | fast_10 | median speedup |\n"
+                             "|---|---:|---:|---:|---:|---:|\n"
+                           : "| family | tasks | Correct@1 |\n|---|---:|---:|\n");
+  /* the families in order of first appearance */
+  for (int i = 0; i < r->n; i++) {
+    bool seen = false;
+    for (int j = 0; j < i && !seen; j++) seen = strcmp(r->tasks[j].family, r->tasks[i].family) == 0;
+    if (!seen) table_row(&s, r->tasks[i].family, r, r->tasks[i].family);
+  }
+  table_row(&s, "**all**", r, NULL);
+  /* where the outputs stopped */
+  int at[EVAL_GATE_COUNT] = {0};
+  for (int i = 0; i < r->n; i++)
+    if (r->tasks[i].gate != EVAL_PASSED) at[r->tasks[i].gate]++;
+  dg_str_puts(&s, "\nFailed at:");
+  int any = 0;
+  for (int g = 0; g < EVAL_GATE_COUNT; g++)
+    if (at[g]) dg_str_printf(&s, "%s %s %d", any++ ? "," : "", eval_gate_name(g), at[g]);
+  dg_str_puts(&s, any ? "\n" : " none\n");
+  return dg_str_take(&s);
+}
