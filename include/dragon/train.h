@@ -228,9 +228,10 @@ typedef struct {
  * text. Returns the text (caller frees), a complete graph unless
  * o->unconstrained. Deterministic for a seed. mask may be NULL when
  * unconstrained; stats may be NULL. */
-char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const int32_t *prompt, int n_prompt,
-                  const dg_func *kernel, const char *spec, tsel_target target, const train_decode_opts *o,
-                  uint64_t seed, train_decode_stats *stats, dg_status *st);
+char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
+                         const int32_t *prompt, int n_prompt, const dg_func *kernel,
+                         const char *spec, tsel_target target, const train_decode_opts *o,
+                         uint64_t seed, train_decode_stats *stats, dg_status *st);
 
 
 /* The CUDA model as a back end (src/train/backend_cuda.c). host is a

@@ -68,9 +68,10 @@ static char *unconstrained(decoder *d, tok_tokenizer *tok, const char *header, c
   return dg_str_take(&text);
 }
 
-char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const int32_t *prompt, int n_prompt,
-                  const dg_func *kernel, const char *spec, tsel_target target, const train_decode_opts *o,
-                  uint64_t seed, train_decode_stats *stats, dg_status *st) {
+char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
+                         const int32_t *prompt, int n_prompt, const dg_func *kernel,
+                         const char *spec, tsel_target target, const train_decode_opts *o,
+                         uint64_t seed, train_decode_stats *stats, dg_status *st) {
   dg_status_ok(st);
   train_decode_stats local;
   if (!stats) stats = &local;
