@@ -37,7 +37,7 @@ static void run_task(const eval_run_opts *o, int i, eval_task *t, dg_status *st)
   t0 = dg_now();
   if (!graph) {
     t->gate = EVAL_GATE_PARSE;
-    snprintf(t->reason, sizeof t->reason, "no graph: %s", wst.msg);
+    snprintf(t->reason, sizeof t->reason, "no graph: %.480s", wst.msg);
   } else {
     eval_pick_opts po = {f, o->specs[i], o->gpu, 0, o->threads};
     eval_pick p;
