@@ -5,6 +5,7 @@
  *  - canonical: lift(lower(G)) == G and print(parse(G)) == G;
  *  - typed: every broken graph in tests/data/tsel/broken/ is rejected with
  *    exactly the message in its .err file, every graph in valid/ accepted;
+ *    tensor intrinsic names registered ones;
  *  - total: unknown kinds become raw edits and come back unchanged.
  * Also explanations (values known in advance for the GMM design trace),
  * records, the Python form, the CLI and the saved fuzzer inputs. */
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dragon/intrin.h"
 #include "dragon/rt.h"
 #include "dragon/search.h"
 #include "dragon/tsel.h"
@@ -187,6 +189,22 @@ DG_TEST(tsel_roundtrip_hand_traces) {
   ir_func_free(f);
 }
 
+/* The trace JSON js round-trips and lifts (kernel-free) to the text want. */
+static void lifts_to(const char *js, const char *want) {
+  dg_status st;
+  sched_trace *t = sched_trace_from_json(js, &st);
+  CHECK_OK(st);
+  char why[4096];
+  CHECK_MSG(roundtrip(t, "GMM/0", NULL, why, sizeof why), "%s", why);
+  tsel_graph *g = tsel_lift(t, "GMM/0", NULL, NULL, &st);
+  CHECK_OK(st);
+  char *text = tsel_print(g);
+  CHECK_STREQ(text, want);
+  free(text);
+  tsel_graph_free(g);
+  sched_trace_free(t);
+}
+
 DG_TEST(tsel_raw_unknown_kinds) {
   const char *js =
       "[[[\"GetBlock\",[],[\"Z\",\"main\"],[\"b0\"]],"
@@ -201,33 +219,105 @@ DG_TEST(tsel_raw_unknown_kinds) {
       "[\"Annotate\",[\"b0\",\"v11\"],[\"meta_schedule.cooperative_fetch\"],[]],"
       "[\"Mystery\",[],[],[]]],"
       "[[1,[7,\"x\"]],[5,[4,4]],[8,1]]]";
-  dg_status st;
-  sched_trace *t = sched_trace_from_json(js, &st);
-  CHECK_OK(st);
-  char why[4096];
-  CHECK_MSG(roundtrip(t, "GMM/0", NULL, why, sizeof why), "%s", why);
-  tsel_graph *g = tsel_lift(t, "GMM/0", NULL, NULL, &st);
-  CHECK_OK(st);
-  char *text = tsel_print(g);
   /* an unknown kind, a GetLoops whose output names say block, a one-loop
    * Fuse, sampled values used twice and non-uniform probabilities all stay
    * unfolded and exact */
-  CHECK_STREQ(text,
-              "tsel 1 kernel GMM/0\n"
-              "t1 block \"Z\"\n"
-              "t2 raw \"PadEinsum\" [t1 _ \"q\" [1 2.5]] [[1 2] true _] x2 decision=[7 \"x\"] kinds=\"lb\"\n"
-              "t3 raw \"GetLoops\" [t2.1] [] x1 kinds=\"b\"\n"
-              "t4 split t2.0 [_ 4] unit=0\n"
-              "t5 fuse t4.0\n"
-              "t6 sample_tile t4.1 [4 4] max=16\n"
-              "t7 split t4.1 [t6.0 t6.1]\n"
-              "t8 annotate t7.0 auto_unroll t6.0\n"
-              "t9 sample [2 2 4] =2 probs=[0.5 0.25 0.25] index=1\n"
-              "t10 annotate t1 coop t9\n"
-              "t11 raw \"Mystery\" [] [] x0\n");
-  free(text);
+  lifts_to(js,
+           "tsel 1 kernel GMM/0\n"
+           "t1 block \"Z\"\n"
+           "t2 raw \"PadEinsum\" [t1 _ \"q\" [1 2.5]] [[1 2] true _] x2 decision=[7 \"x\"] kinds=\"lb\"\n"
+           "t3 raw \"GetLoops\" [t2.1] [] x1 kinds=\"b\"\n"
+           "t4 split t2.0 [_ 4] unit=0\n"
+           "t5 fuse t4.0\n"
+           "t6 sample_tile t4.1 [4 4] max=16\n"
+           "t7 split t4.1 [t6.0 t6.1]\n"
+           "t8 annotate t7.0 auto_unroll t6.0\n"
+           "t9 sample [2 2 4] =2 probs=[0.5 0.25 0.25] index=1\n"
+           "t10 annotate t1 coop t9\n"
+           "t11 raw \"Mystery\" [] [] x0\n");
+}
+
+/* Parses and checks (kernel-free) one graph of GMM/0; the message in why
+ * ("" when it checks). */
+static bool checks_free(const char *body, char *why, size_t n) {
+  dg_str t;
+  dg_str_init(&t);
+  dg_str_printf(&t, "tsel 1 kernel GMM/0\n%s", body);
+  dg_status st;
+  tsel_graph *g = tsel_parse(t.s, "g.tsel", &st);
+  bool ok = g && tsel_check(g, NULL, TSEL_TARGET_CUDA, &st);
+  snprintf(why, n, "%s", ok ? "" : st.msg);
   tsel_graph_free(g);
-  sched_trace_free(t);
+  dg_str_free(&t);
+  return ok;
+}
+
+/* Strings that name a tensor intrinsic (tensorize, the tensorize_as and
+ * tensorize_init annotations) must name a registered one: each registered
+ * name checks, "" only as an annotation's value, anything else is refused
+ * at the string with replay's message; the check needs no kernel. Other
+ * annotations take any string. A trace with an unknown name still lifts
+ * (to raw edits) and comes back exactly. */
+DG_TEST(tsel_checker_tensor_intrinsics) {
+  const char *head = "t1 block \"Z\"\nt2 loops t1 x4\n";
+  char body[512], why[600];
+  CHECK(intrin_count() >= 30);
+  for (int i = 0; i < intrin_count(); i++) {
+    const char *name = intrin_at(i)->name;
+    snprintf(body, sizeof body, "%st3 tensorize t2.3 \"%s\"\nt4 annotate t1 tensorize_as \"%s\"\n"
+             "t5 annotate t1 tensorize_init \"%s\"\n", head, name, name, name);
+    CHECK_MSG(checks_free(body, why, sizeof why), "%s: %s", name, why);
+  }
+  snprintf(body, sizeof body, "%st3 annotate t1 tensorize_as \"\"\nt4 annotate t1 tensorize_init \"\"\n"
+           "t5 annotate t1 \"k\" \"wmma\"\nt6 annotate t1 tensorize_as 1\n", head);
+  CHECK_MSG(checks_free(body, why, sizeof why), "%s", why);
+  static const struct {
+    const char *line, *msg;
+  } bad[] = {
+      {"t3 tensorize t2.3 \"\"\n",
+       "g.tsel:4:19: t3 tensorize: unknown tensor intrinsic '' (closest: wmma_fill_16x16x16_f32, "
+       "wmma_fill_16x16x16_f16, wmma_fill_16x16x16_s32)"},
+      {"t3 tensorize t1 \"wmma_fill_16x16x16_f64\"\n",
+       "g.tsel:4:17: t3 tensorize: unknown tensor intrinsic 'wmma_fill_16x16x16_f64' (closest: "
+       "wmma_fill_16x16x16_f32, wmma_fill_16x16x16_f16, wmma_fill_16x16x16_s32)"},
+      {"t3 annotate t1 tensorize_as \"cit t2 threadIdx1: 512 threads/block\"\n",
+       "g.tsel:4:29: t3 annotate: unknown tensor intrinsic 'cit t2 threadIdx1: 512 threads/block' (closest: "
+       "wmma_store_16x16x16_f32_shared, wmma_store_16x16x16_f32_shared_dyn, wmma_store_16x16x16_f32_global)"},
+      {"t3 annotate t1 tensorize_init \"wmma_sync_16x16x16_f16f16f33\"\n",
+       "g.tsel:4:31: t3 annotate: unknown tensor intrinsic 'wmma_sync_16x16x16_f16f16f33' (closest: "
+       "wmma_sync_16x16x16_f16f16f32, wmma_sync_16x16x16_f16f16f16, wmma_sync_16x16x16_f16f16f32_trans)"},
+  };
+  for (size_t i = 0; i < DG_ARRAY_LEN(bad); i++) {
+    snprintf(body, sizeof body, "%s%s", head, bad[i].line);
+    CHECK_MSG(!checks_free(body, why, sizeof why), "'%s' checks", bad[i].line);
+    CHECK_STREQ(why, bad[i].msg);
+  }
+  /* replay says the same */
+  dg_status st;
+  dg_func *f = wl_build("GMM/0", &st);
+  CHECK(f);
+  sched *s = sched_new(f, 0);
+  int b = sched_get_block(s, "Z", "main", &st);
+  CHECK(b >= 0);
+  CHECK(!sched_tensorize(s, b, "wmma_fill_16x16x16_f64", true, &st));
+  CHECK_MSG(strstr(st.msg, strstr(bad[1].msg, "unknown")), "replay says '%s'", st.msg);
+  sched_free(s);
+  ir_func_free(f);
+  const char *js =
+      "[[[\"GetBlock\",[],[\"Z\",\"main\"],[\"b0\"]],"
+      "[\"GetLoops\",[\"b0\"],[],[\"l1\",\"l2\",\"l3\",\"l4\"]],"
+      "[\"Tensorize\",[\"l4\"],[\"wmma_fill_16x16x16_f64\",true],[]],"
+      "[\"Annotate\",[\"b0\",\"\\\"x\\\"\"],[\"meta_schedule.auto_tensorize\"],[]],"
+      "[\"Annotate\",[\"b0\",\"\\\"\\\"\"],[\"meta_schedule.auto_tensorize\"],[]],"
+      "[\"Tensorize\",[\"b0\"],[\"wmma_fill_16x16x16_f32\",true],[]]],[]]";
+  lifts_to(js,
+           "tsel 1 kernel GMM/0\n"
+           "t1 block \"Z\"\n"
+           "t2 loops t1 x4\n"
+           "t3 raw \"Tensorize\" [t2.3] [\"wmma_fill_16x16x16_f64\" true] x0\n"
+           "t4 raw \"Annotate\" [t1 \"x\"] [\"meta_schedule.auto_tensorize\"] x0\n"
+           "t5 annotate t1 tensorize_as \"\"\n"
+           "t6 tensorize t1 \"wmma_fill_16x16x16_f32\"\n");
 }
 
 /* Every broken graph is rejected with exactly its expected message; every

@@ -23,6 +23,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "dragon/intrin.h"
 #include "dragon/sched.h"
 #include "dragon/search.h"
 #include "dragon/train.h"
@@ -174,6 +175,28 @@ static void random_add(const char *spec, void *ctx) {
   ir_func_free(f);
 }
 
+/* count design-space samples of f, postprocessed. */
+static void space_add(const dg_func *f, const char *spec, uint64_t seed, uint64_t rng_seed, int count) {
+  dg_status st;
+  search_space sp;
+  search_space_opts o = {.seed = seed};
+  if (!search_space_generate(f, &o, &sp, &st)) return;
+  dg_rng rng;
+  dg_rng_seed(&rng, rng_seed);
+  search_postprocs pp = {0};
+  for (int k = 0; k < count; k++) {
+    sched *s = NULL;
+    for (int tries = 0; tries < 100 && !s; tries++) s = search_sample(f, &sp, &pp, &rng, NULL, &st);
+    if (s) lift_add(sched_get_trace(s), spec, f, true, LG_SPACE);
+    sched_free(s);
+  }
+  search_space_free(&sp);
+}
+
+/* The f16 GEMM whose design space is the tensor-core one (WMMA fill, loads,
+ * mma and store tensorized). */
+static const char *const tc_gemm = "gemm:m=256,n=256,k=256,dtype=f16";
+
 static bool load_lifts(void) {
   if (lifts) return true;
   for (size_t i = 0; i < DG_ARRAY_LEN(ms_names); i++) {
@@ -187,35 +210,27 @@ static bool load_lifts(void) {
     free(js);
     if (f && t) lift_add(t, spec, f, true, LG_HAND);
     sched_trace_free(t);
-    /* a design-space sample, postprocessed */
-    search_space sp;
-    search_space_opts o = {.seed = 5 + i};
-    if (f && search_space_generate(f, &o, &sp, &st)) {
-      dg_rng rng;
-      dg_rng_seed(&rng, 41 + i);
-      search_postprocs pp = {0};
-      sched *s = NULL;
-      for (int tries = 0; tries < 100 && !s; tries++) s = search_sample(f, &sp, &pp, &rng, NULL, &st);
-      if (s) lift_add(sched_get_trace(s), spec, f, true, LG_SPACE);
-      sched_free(s);
-      search_space_free(&sp);
-    }
+    if (f) space_add(f, spec, 5 + i, 41 + i, 1);
     ir_func_free(f);
   }
   dg_status st;
+  dg_func *tc = wl_build(tc_gemm, &st);
+  if (tc) space_add(tc, tc_gemm, 3, 17, 8);
+  ir_func_free(tc);
   wl_generate(11, 40, NULL, random_add, NULL, &st);
   return n_lifts > 0;
 }
 
 /* Every prefix of the graphs the project writes is accepted and each ends
  * complete: the hand schedules (a bare `postproc` and the postprocessors'
- * edits, then why lines), design-space samples (`postproc default`) and
+ * edits, then why lines), design-space samples (`postproc default`; those
+ * of the tensor-core space tensorize with the WMMA intrinsics) and
  * random schedules of every family (compute_at, rfactor, decompose_reduction,
  * add_unit_loop, sample_loc, cache stages, inlining, ...) closed by a bare
  * `postproc`, over-covering splits included. Only graphs that check count. */
 DG_TEST(tsel_prefix_accepts_lifted_graphs) {
   CHECK(load_lifts());
-  int n[LG_KINDS] = {0}, after_postproc = 0;
+  int n[LG_KINDS] = {0}, after_postproc = 0, tensorized = 0;
   for (int i = 0; i < n_lifts; i++) {
     const lifted *l = &lifts[i];
     dg_status st;
@@ -233,14 +248,16 @@ DG_TEST(tsel_prefix_accepts_lifted_graphs) {
       n[l->kind]++;
       const char *pp = strstr(l->text, " postproc\n");
       after_postproc += pp && pp[10] == 't';
+      tensorized += strstr(l->text, " tensorize ") && strstr(l->text, "\"wmma_sync_16x16x16_f16f16f32\"");
       tsel_prefix_free(p);
     } else
       CHECK_MSG(l->kind == LG_RANDOM, "%s (kind %d) does not check: %s", l->spec, l->kind, why);
     ir_func_free(k);
   }
-  CHECK_MSG(n[LG_HAND] == 13 && n[LG_SPACE] >= 10 && n[LG_RANDOM] >= 100 && after_postproc >= 13,
-            "%d hand, %d design-space, %d random, %d with edits after postproc", n[LG_HAND], n[LG_SPACE],
-            n[LG_RANDOM], after_postproc);
+  CHECK_MSG(n[LG_HAND] == 13 && n[LG_SPACE] >= 18 && n[LG_RANDOM] >= 100 && after_postproc >= 13 &&
+                tensorized >= 8,
+            "%d hand, %d design-space (%d tensorized), %d random, %d with edits after postproc", n[LG_HAND],
+            n[LG_SPACE], tensorized, n[LG_RANDOM], after_postproc);
 }
 
 /* The kernel spec of a graph's header (caller frees). */
@@ -440,6 +457,18 @@ DG_TEST(tsel_prefix_refuses_faults_at_their_first_byte) {
       {"t1 block \"Z\" func=\"|x\"\n", "no function"},
       {"t1 block \"Z\"\nt2 annotate t1 \"meta_schedule.cooperative_fetch|\" 2\n", "write the alias"},
       {"t1 block \"Z\"\nt2 annotate t1 tilin|x \"S\"\n", "unknown annotation alias"},
+      /* tensor intrinsics: registered names, byte by byte */
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 tensorize t2.3 \"wmma_sync_16x16x16_f16f16f3|3\"\n",
+       "unknown tensor intrinsic"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 tensorize t2.3 \"wmma_sync_16x16x16_f16f16|\"\n",
+       "unknown tensor intrinsic"},
+      {"t1 block \"Z\"\nt2 tensorize t1 \"|\"\n", "unknown tensor intrinsic ''"},
+      {"t1 block \"Z\"\nt2 tensorize t1 \"|x\"\n", "unknown tensor intrinsic 'x'"},
+      {"t1 block \"Z\"\nt2 annotate t1 tensorize_as \"|cit t2 threadIdx1: 512 threads/block\"\n",
+       "unknown tensor intrinsic 'cit t2"},
+      {"t1 block \"Z\"\nt2 annotate t1 tensorize_init \"wmma_fill_16x16x16_f|64\"\n",
+       "(closest: wmma_fill_16x16x16_f32"},
+      {"t1 block \"Z\"\nt2 annotate t1 tensorize_as \"wmma_|\"\n", "unknown tensor intrinsic 'wmma_'"},
       /* the lexical form */
       {"t1 block \"Z\"\nt2 loops t1 x4\nt3 tile t2.1 [1 1 1 1 128] max=128| max=128\n", "given twice"},
       {"t1 block \"Z\"\nt2 loops t1 | x4\n", "expected a single space"},
@@ -465,6 +494,19 @@ DG_TEST(tsel_prefix_refuses_faults_at_their_first_byte) {
               "t1 block \"Z\"\nt2 postproc\nt3 loops t1 x4\nt4 vectorize t3.3\nwhy t4: vectors\nexpect p1: fast\n");
   reads_whole(k, gmm, "t1 block \"Z\"\nt2 annotate t1 \"k\" [[] 1 [\"a\\n\" [2.5 _]] true]\nt3 postproc default\n");
   reads_whole(k, gmm, "t1 sample [1 2 4] =4 probs=[0.5 0.25 0.25]\nt2 postproc default\nwhy t1 t2: ok\n");
+  /* every registered intrinsic, where a name is taken; "" as an annotation's value; any string elsewhere */
+  for (int i = 0; i < intrin_count(); i++) {
+    char body[512];
+    const char *name = intrin_at(i)->name;
+    snprintf(body, sizeof body,
+             "t1 block \"Z\"\nt2 loops t1 x4\nt3 tensorize t2.3 \"%s\"\nt4 annotate t1 tensorize_as \"%s\"\n"
+             "t5 annotate t1 tensorize_init \"%s\"\nt6 postproc\n",
+             name, name, name);
+    reads_whole(k, gmm, body);
+  }
+  reads_whole(k, gmm,
+              "t1 block \"Z\"\nt2 annotate t1 tensorize_as \"\"\nt3 annotate t1 tensorize_init \"\"\n"
+              "t4 annotate t1 \"k\" \"cit t2\"\nt5 annotate t1 tensorize_as [\"x\"]\nt6 postproc default\n");
   ir_func_free(k);
 }
 
@@ -483,6 +525,7 @@ DG_TEST(tsel_prefix_refuses_only_documented_narrowings) {
       "t1 block \"Z\"\nt2 annotate t1 \"k\" 0|7\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 \"k\" -0|\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 \"k\" \"\\x|63\"\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 tensorize t1 \"wmma|\\x5ffill_16x16x16_f32\"\nt3 postproc default\n",
       "t1 sample [1 2 2|] =1\nt2 postproc default\n",
       "t1 block \"Z\"\nt2 loops t1 x4\nt3 thread_split t2.1 [32 204|8] =32\nt4 postproc default\n",
       "t1 block \"Z\"\nt2 loops t1 x4\nt3 split t2.1 [_ 32] unit=|2\nt4 postproc default\n",

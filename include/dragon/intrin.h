@@ -89,6 +89,11 @@ const dg_intrin *intrin_find(const char *name);
 /* Up to max names closest to `name` (edit distance), closest first; returns
  * how many were written. For "did you mean" messages. */
 int intrin_suggest(const char *name, const char **out, int max);
+/* The message for a name that is not registered: "unknown tensor intrinsic
+ * 'NAME' (closest: a, b, c)", what replay and the TSEL checker say. */
+void intrin_unknown_message(const char *name, char *buf, size_t n);
+/* Whether the n bytes at s begin some registered name (n == 0: true). */
+bool intrin_is_name_prefix(const char *s, size_t n);
 
 /* An operand of a tensorized block (see the contract above). */
 typedef struct {

@@ -13,6 +13,7 @@
  * pattern that TVM's structural comparison would refuse either (C + A*B
  * with C's load on the left). */
 #include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "dragon/intrin.h"
@@ -147,6 +148,20 @@ int intrin_suggest(const char *name, const char **out, int max) {
   int n = 0;
   for (int i = 0; i < N_INTRIN && n < max; i++) out[n++] = registry[order[i]].name;
   return n;
+}
+
+void intrin_unknown_message(const char *name, char *buf, size_t n) {
+  const char *close[3];
+  int k = intrin_suggest(name, close, 3);
+  snprintf(buf, n, "unknown tensor intrinsic '%s' (closest: %s%s%s%s%s)", name ? name : "",
+           k > 0 ? close[0] : "", k > 1 ? ", " : "", k > 1 ? close[1] : "", k > 2 ? ", " : "",
+           k > 2 ? close[2] : "");
+}
+
+bool intrin_is_name_prefix(const char *s, size_t n) {
+  for (int i = 0; i < N_INTRIN; i++)
+    if (strncmp(registry[i].name, s, n) == 0 && strlen(registry[i].name) >= n) return true;
+  return false;
 }
 
 /* ---- matching ---------------------------------------------------------------- */

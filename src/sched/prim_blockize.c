@@ -716,11 +716,9 @@ bool prim_blockize(prim_call *c, dg_status *st) {
 }
 
 static bool unknown_intrin(const char *name, dg_status *st) {
-  const char *close[3];
-  int n = intrin_suggest(name, close, 3);
-  return dg_fail(st, DG_ERR_INVALID, "unknown tensor intrinsic '%s' (closest: %s%s%s%s%s)", name,
-                 n > 0 ? close[0] : "", n > 1 ? ", " : "", n > 1 ? close[1] : "",
-                 n > 2 ? ", " : "", n > 2 ? close[2] : "");
+  char msg[400];
+  intrin_unknown_message(name, msg, sizeof msg);
+  return dg_fail(st, DG_ERR_INVALID, "%s", msg);
 }
 
 static bool tag_block(dg_func *f, dg_block *b, const dg_intrin *in, dg_status *st) {

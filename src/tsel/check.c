@@ -5,8 +5,8 @@
  * otherwise, stale handles (a loop consumed by split/fuse/tile/
  * thread_split/fuse_bind, a block consumed by inline/reverse_inline) located
  * at the use with the edit that consumed them, keywords known, typed and
- * given once, sampled values among the candidates, strings UTF-8, and
- * why/expect links.
+ * given once, sampled values among the candidates, tensor intrinsics
+ * registered, strings UTF-8, and why/expect links.
  *
  * The environment it builds (handle ids and types of every edit's outputs)
  * is what lower and lift step through. `raw` operands are only checked for
@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "dragon/intrin.h"
 #include "tsel/tsel_impl.h"
 
 enum { MAX_COUNT = 4096 };
@@ -296,7 +297,17 @@ static bool check_sample(ctx *c, const tsel_val *cands) {
   return true;
 }
 
-/* Checks edit e (number n_done+1) and commits its outputs. */
+/* A string that names a tensor intrinsic (tensorize, the tensorize_as and
+ * tensorize_init annotations) names a registered one, as replay will look
+ * it up; an annotation may be "" (no intrinsic: RewriteReductionBlock
+ * writes it on an init block). */
+static bool check_intrin(const ctx *c, const tsel_val *v, bool empty_ok) {
+  if (v->kind != TV_STR || (empty_ok && !v->s[0]) || intrin_find(v->s)) return true;
+  char msg[300];
+  intrin_unknown_message(v->s, msg, sizeof msg);
+  return FAIL_AT(c, v, "%s", msg);
+}
+
 /* Strings reach the trace JSON as they are: they must be UTF-8 (the parser
  * makes sure for text; this covers graphs built otherwise). */
 static bool strings_utf8(const ctx *c, const tsel_val *v) {
@@ -311,6 +322,7 @@ static bool strings_utf8(const ctx *c, const tsel_val *v) {
   return true;
 }
 
+/* Checks edit e (number n_done+1) and commits its outputs. */
 bool tsel_env_step(tsel_env *env, const tsel_graph *g, const tsel_edit *e, dg_status *st) {
   ctx cc = {.env = env, .g = g, .e = e, .num = env->n_done + 1, .st = st};
   ctx *c = &cc;
@@ -394,6 +406,13 @@ bool tsel_env_step(tsel_env *env, const tsel_graph *g, const tsel_edit *e, dg_st
     case TSEL_OP_TILE:
     case TSEL_OP_SAMPLE_TILE:
       if (!check_int_list(c, &e->args[1], "the tile", true)) return false;
+      break;
+    case TSEL_OP_TENSORIZE:
+      if (!check_intrin(c, &e->args[1], false)) return false;
+      break;
+    case TSEL_OP_ANNOTATE:
+      if (e->args[1].kind == TV_WORD && tsel_ann_names_intrin(e->args[1].s) && !check_intrin(c, &e->args[2], true))
+        return false;
       break;
     case TSEL_OP_POSTPROC:
       if (n == 1 && c->num != c->g->n_edits)

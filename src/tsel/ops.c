@@ -68,19 +68,22 @@ bool tsel_op_from_name(const char *s, size_t n, int *op) {
   return false;
 }
 
+/* intrin: the value names a tensor intrinsic (RewriteTensorize tensorizes
+ * the block with it, RewriteReductionBlock passes it to the init block). */
 static const struct {
   const char *alias, *key;
+  bool intrin;
 } ann_aliases[] = {
-    {"tiling", "meta_schedule.tiling_structure"},
-    {"coop", "meta_schedule.cooperative_fetch"},
-    {"tx_lo", "meta_schedule.thread_extent_low_inclusive"},
-    {"tx_hi", "meta_schedule.thread_extent_high_inclusive"},
-    {"unroll_explicit", "meta_schedule.unroll_explicit"},
-    {"unroll_implicit", "meta_schedule.unroll_implicit"},
-    {"auto_unroll", "pragma_auto_unroll_max_step"},
-    {"unroll_pragma", "pragma_unroll_explicit"},
-    {"tensorize_as", "meta_schedule.auto_tensorize"},
-    {"tensorize_init", "meta_schedule.auto_tensorize_init"},
+    {"tiling", "meta_schedule.tiling_structure", false},
+    {"coop", "meta_schedule.cooperative_fetch", false},
+    {"tx_lo", "meta_schedule.thread_extent_low_inclusive", false},
+    {"tx_hi", "meta_schedule.thread_extent_high_inclusive", false},
+    {"unroll_explicit", "meta_schedule.unroll_explicit", false},
+    {"unroll_implicit", "meta_schedule.unroll_implicit", false},
+    {"auto_unroll", "pragma_auto_unroll_max_step", false},
+    {"unroll_pragma", "pragma_unroll_explicit", false},
+    {"tensorize_as", "meta_schedule.auto_tensorize", true},
+    {"tensorize_init", "meta_schedule.auto_tensorize_init", true},
 };
 
 const char *tsel_ann_alias(const char *key) {
@@ -93,6 +96,12 @@ const char *tsel_ann_full(const char *alias) {
   for (size_t i = 0; i < DG_ARRAY_LEN(ann_aliases); i++)
     if (strcmp(ann_aliases[i].alias, alias) == 0) return ann_aliases[i].key;
   return NULL;
+}
+
+bool tsel_ann_names_intrin(const char *alias) {
+  for (size_t i = 0; i < DG_ARRAY_LEN(ann_aliases); i++)
+    if (strcmp(ann_aliases[i].alias, alias) == 0) return ann_aliases[i].intrin;
+  return false;
 }
 
 const tsel_kw *tsel_edit_kw(const tsel_edit *e, const char *key) {

@@ -13,7 +13,8 @@
  * keywords), which consults the context for every operand: handles that
  * exist, are live and have the right type, loop counts, tile factors whose
  * partial product divides the extent, thread axes within their limits,
- * scopes for the target and the stage, region indices, block names. What
+ * scopes for the target and the stage, region indices, block names,
+ * tensor intrinsics (registry names, byte by byte). What
  * semantic.c keeps to itself (whether loop counts, block names and region
  * counts are still known) is asked of it with probe lines; its few limits
  * (thread extents, scope rules) are restated in the automaton, with the
@@ -36,6 +37,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "dragon/intrin.h"
 #include "tsel/tsel_impl.h"
 
 enum {
@@ -155,7 +157,10 @@ enum { LX_AFTER, LX_START, LX_VSTART, LX_ISTART, LX_IAFTER, LX_WORD, LX_NUM, LX_
 enum { AT_TOP, AT_KW, AT_ITEM };
 enum { LK_NONE, LK_FACTORS, LK_TILE, LK_CANDS, LK_BLOCKS, LK_FLOATS, LK_VALUES };
 enum { NP_SIGN, NP_INT, NP_DOT, NP_FRAC, NP_E, NP_ESIGN, NP_EXP, NP_I, NP_IN, NP_INF };
-enum { SM_ANY, SM_NAMES, SM_EXACT, SM_KEY };
+/* What a string must be: anything; a kernel block name; the kernel's
+ * function name; an annotation key; a tensor intrinsic's name (INTRIN0:
+ * or "", an annotation's value). */
+enum { SM_ANY, SM_NAMES, SM_EXACT, SM_KEY, SM_INTRIN, SM_INTRIN0 };
 enum {
   S_REF = 1, S_INT = 2, S_FLOAT = 4, S_STR = 8, S_BOOL = 16, S_NONE = 32, S_WORD = 64, S_COUNT = 128,
   S_LIST = 256,
@@ -171,6 +176,7 @@ typedef struct {
   uint8_t lx, at, np; /* lexer state; where the scalar stands; number phase */
   uint8_t alt;        /* which positional alternative the top-level scalar is */
   uint8_t n_args, kws; /* positional operands read; keywords given (bits) */
+  bool intrin_key;    /* annotate: the key's value names a tensor intrinsic */
   bool tail;          /* fuse_bind: the axis was written */
   uint8_t blen;
   char buf[MAX_WORD]; /* op name, word or number being read */
@@ -788,7 +794,9 @@ static bool pos_vexp(const P *p, const S *s, int alt, vexp *v) {
       break;
     case 's':
       v->sh = S_STR;
-      v->sm = L->op == TSEL_OP_BLOCK && !blocks_free(p, s->c) ? SM_NAMES : SM_ANY;
+      v->sm = L->op == TSEL_OP_TENSORIZE                        ? SM_INTRIN
+              : L->op == TSEL_OP_BLOCK && !blocks_free(p, s->c) ? SM_NAMES
+                                                                : SM_ANY;
       break;
     case 'a': {
       v->sh = S_WORD;
@@ -830,7 +838,10 @@ static bool pos_vexp(const P *p, const S *s, int alt, vexp *v) {
       v->words = ((1u << 10) - 1) << W_ALIAS;
       v->sm = SM_KEY;
       break;
-    case 'v': value_vexp(v, 0); break;
+    case 'v':
+      value_vexp(v, 0);
+      if (L->intrin_key) v->sm = SM_INTRIN0;
+      break;
     case 'f': v->sh = S_LIST; v->lk = LK_FACTORS; break;
     case 'c':
       v->sh = S_LIST;
@@ -1053,6 +1064,7 @@ static void apply_top(P *p, S *s, int alt, const pval *v) {
     else L->loops_prod *= x;
   }
   if (code == 'a' && L->op == TSEL_OP_FUSE_BIND) L->tail = true;
+  if (code == 'k') L->intrin_key = v->shape == S_WORD && tsel_ann_names_intrin(word_name(v->word));
   if (code == 'c') L->tile_last = L->last;
   L->n_args++;
 }
@@ -1344,9 +1356,20 @@ static bool num_byte(P *p, S *s, unsigned c) {
 
 /* ---- strings ----------------------------------------------------------------------------------- */
 
+static bool sm_named(int sm) { return sm == SM_NAMES || sm == SM_EXACT || sm == SM_INTRIN || sm == SM_INTRIN0; }
+
+/* Whether the string read so far begins (whole: is) a name its mode allows. */
 static bool name_prefix(const P *p, const S *s, bool whole) {
   const pline *L = &s->L;
   if (L->sover) return false;
+  if (L->sm == SM_INTRIN || L->sm == SM_INTRIN0) {
+    if (!whole) return intrin_is_name_prefix(L->sbuf, L->slen);
+    if (L->slen == 0) return L->sm == SM_INTRIN0;
+    char t[MAX_SBUF + 1];
+    memcpy(t, L->sbuf, L->slen);
+    t[L->slen] = 0;
+    return intrin_find(t) != NULL;
+  }
   if (L->sm == SM_EXACT) {
     const char *k = p->sh->k->name;
     return whole ? strlen(k) == L->slen && memcmp(k, L->sbuf, L->slen) == 0 : str_has_prefix(k, L->sbuf, L->slen);
@@ -1370,7 +1393,7 @@ static bool str_decoded(P *p, S *s, unsigned b) {
   pline *L = &s->L;
   if (L->slen < MAX_SBUF) L->sbuf[L->slen++] = (char)b;
   else L->sover = true;
-  if (L->sm == SM_NAMES || L->sm == SM_EXACT) return name_prefix(p, s, false);
+  if (sm_named(L->sm)) return name_prefix(p, s, false);
   return true;
 }
 
@@ -1384,7 +1407,7 @@ static bool x_escaped(unsigned b) {
  * after \xh) continues the string. */
 static bool str_viable(const P *p, const S *s, int esc) {
   const pline *L = &s->L;
-  if (L->sm != SM_NAMES && L->sm != SM_EXACT) return true; /* \n always does */
+  if (!sm_named(L->sm)) return true; /* \n always does */
   for (unsigned b = 1; b < 0x80; b++) {
     bool can = x_escaped(b) && (esc < 3 || b >> 4 == L->hex);
     if (esc == 1) can |= b == '"' || b == '\\' || b == '\n' || b == '\t' || b == '\r';
@@ -1437,7 +1460,7 @@ static bool str_byte(P *p, S *s, unsigned c) {
   }
   if (c == '"') { /* the end */
     if (L->raw.need) return false;
-    if ((L->sm == SM_NAMES || L->sm == SM_EXACT) && !name_prefix(p, s, true)) return false;
+    if (sm_named(L->sm) && !name_prefix(p, s, true)) return false;
     if (L->sm == SM_KEY && !L->sover) {
       char t[MAX_SBUF + 1];
       memcpy(t, L->sbuf, L->slen);
@@ -2085,12 +2108,15 @@ static bool complete_string(P *p, S *t, dg_str *out) {
     }
     return false;
   }
-  if (L->sm == SM_NAMES || L->sm == SM_EXACT) {
+  if (sm_named(L->sm)) {
+    if (name_prefix(p, t, true) && try_str(p, t, out, "\"")) return true; /* a whole name already, or "" */
     const char *m = NULL;
     if (L->sm == SM_EXACT) m = p->sh->k->name;
-    else
+    else if (L->sm == SM_NAMES)
       for (int i = 0; i < p->sh->n_names && !m; i++)
         if (str_has_prefix(p->sh->names[i], L->sbuf, L->slen)) m = p->sh->names[i];
+    for (int i = 0; (L->sm == SM_INTRIN || L->sm == SM_INTRIN0) && i < intrin_count() && !m; i++)
+      if (str_has_prefix(intrin_at(i)->name, L->sbuf, L->slen)) m = intrin_at(i)->name;
     if (!m) return false;
     dg_str r;
     dg_str_init(&r);

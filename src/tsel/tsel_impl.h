@@ -144,6 +144,9 @@ bool tsel_op_from_name(const char *s, size_t n, int *op);
 /* Annotation keys and their short aliases. */
 const char *tsel_ann_alias(const char *key);       /* NULL if none */
 const char *tsel_ann_full(const char *alias);      /* NULL if not an alias */
+/* Whether the annotation an alias stands for takes a tensor intrinsic's
+ * name (tensorize_as, tensorize_init). */
+bool tsel_ann_names_intrin(const char *alias);
 
 /* A keyword of an edit, or NULL. */
 const tsel_kw *tsel_edit_kw(const tsel_edit *e, const char *key);
