@@ -25,6 +25,9 @@
 #   LABEL_ARGS  more flags for `dragon data label` (e.g. --trials-min 32)
 #   DG_COMMIT the commit being run, where the tree has no git (recorded in
 #             every record by a binary built here)
+#   GPU_TESTS=1 first run the gpu_ tests ($BUILD/dragon_tests, carried or
+#             built; at most 240 s) into OUTDIR/gpu_tests.txt: the GPU paths
+#             checked against the CPU before any budget goes into labels
 #   SCALING=1 first measure how NVRTC scales here (bench/nvrtc_scaling.sh on
 #             committed candidates; needs $BUILD/bench_nvrtc, carried or
 #             built), into OUTDIR/nvrtc_scaling.txt: SCALING_N candidates
@@ -35,8 +38,8 @@ mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
 cd "$(dirname "$0")/.." || exit 1
 # OUTDIR receives few files (what comes back from a GPU machine is counted):
-# the record shards, summary.txt, nvrtc_scaling.txt and one archive of the
-# logs, which are written elsewhere meanwhile.
+# the record shards, summary.txt, gpu_tests.txt, nvrtc_scaling.txt and one
+# archive of the logs, which are written elsewhere meanwhile.
 LOGDIR=$(mktemp -d /tmp/dragon-label-logs.XXXXXX)
 BUILD=${BUILD:-build-gpu}
 BUDGET=${BUDGET:-420}
@@ -56,6 +59,13 @@ DRAGON=./$BUILD/dragon
 note "dragon: $("$DRAGON" data label --help >/dev/null 2>&1 && echo ok || echo 'cannot run')"
 # The float64 references of large workloads run their outer loops on all cores.
 export DRAGON_CFLAGS="-fopenmp"
+
+if [ -n "${GPU_TESTS:-}" ]; then
+  [ -x "$BUILD/dragon_tests" ] || build_logged "$BUILD/dragon_tests" ${DG_COMMIT:+DG_COMMIT=$DG_COMMIT}
+  DRAGON_BIN=$DRAGON timeout 240 "./$BUILD/dragon_tests" gpu_ >"$LOGDIR/gpu_tests.txt" 2>&1
+  note "gpu tests: exit $?; $(tail -1 "$LOGDIR/gpu_tests.txt")"
+  cp "$LOGDIR/gpu_tests.txt" "$OUTDIR/"
+fi
 
 if [ -n "${SCALING:-}" ]; then
   [ -x "$BUILD/bench_nvrtc" ] || build_logged "$BUILD/bench_nvrtc" ${DG_COMMIT:+DG_COMMIT=$DG_COMMIT}
