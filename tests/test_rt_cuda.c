@@ -13,7 +13,9 @@
  * on; the empty kernel's launch latency.
  */
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -188,6 +190,58 @@ DG_TEST(cuda_nvrtc_processes) {
     CHECK_EQ(sts[i].code == DG_OK, i != 4);
     rt_cubin_free(&out[i]);
   }
+  rt_nvrtc_set_processes(0);
+}
+
+static const char *const slow_src =
+    "extern \"C\" __global__ void slow(float *x) {\n  float v = x[threadIdx.x];\n"
+    "#pragma unroll\n  for (int i = 0; i < 512; i++) v = v * 1.0001f + __sinf(v + i);\n"
+    "  x[threadIdx.x] = v;\n}\n";
+
+typedef struct {
+  const char *src;
+  bool ok;
+  atomic_int *step; /* the first thread: compile, tell, wait a moment, exit */
+} compile_job;
+
+static void *compile_in_thread(void *arg) {
+  compile_job *j = arg;
+  rt_cubin b;
+  dg_status st;
+  j->ok = rt_nvrtc_compile(j->src, "t", "sm_90", &b, &st);
+  rt_cubin_free(&b);
+  if (j->step) {
+    atomic_store(j->step, 1);
+    while (atomic_load(j->step) < 2) usleep(1000);
+    usleep(50 * 1000); /* the other thread's compilation is under way */
+  }
+  return NULL;
+}
+
+/* A worker outlives the thread whose compilation started it: the threads
+ * that compile come and go within a round of the tuner, and a worker
+ * forked by one of them died with it (PR_SET_PDEATHSIG), taking with it
+ * the compilation another thread had sent it. */
+DG_TEST(cuda_nvrtc_processes_outlive_threads) {
+  if (!have_nvrtc()) return;
+  rt_nvrtc_set_processes(1);
+  for (int round = 0; round < 2; round++) {
+    atomic_int step;
+    atomic_init(&step, 0);
+    compile_job first = {vadd_src, false, &step}, second = {slow_src, false, NULL};
+    pthread_t a, b;
+    CHECK(pthread_create(&a, NULL, compile_in_thread, &first) == 0);
+    while (atomic_load(&step) < 1) usleep(1000);
+    CHECK(pthread_create(&b, NULL, compile_in_thread, &second) == 0);
+    usleep(20 * 1000);
+    atomic_store(&step, 2); /* the first thread exits while the second compiles */
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    CHECK_MSG(first.ok && second.ok, "round %d: %d %d", round, first.ok, second.ok);
+  }
+  char why[512];
+  rt_nvrtc_processes_error(why, sizeof why);
+  CHECK_MSG(rt_nvrtc_processes() == 1, "no NVRTC worker: %s", why);
   rt_nvrtc_set_processes(0);
 }
 

@@ -13,10 +13,15 @@
  *
  * Workers are started on demand, up to the number allowed, and kept for
  * the life of the process: an exec'd worker pays NVRTC's start-up (the
- * library and its built-in headers) once, not per compilation. A worker
- * that crashes or hangs costs its compilation alone ("the compiler process
- * was killed by SIGSEGV"); worker.c starts its replacement. Where no worker
- * can start, the compilation runs in this process as before.
+ * library and its built-in headers) once, not per compilation. They are
+ * started by one thread of their own that never exits: a worker dies with
+ * the thread that forked it (PR_SET_PDEATHSIG), and started from a
+ * compiling thread it was killed when that thread's round ended (128
+ * candidates of the labelling windows of 2026-12-02 were lost so, "the
+ * compiler process died: killed by SIGKILL"). A worker that crashes or
+ * hangs costs its compilation alone ("the compiler process died: killed by
+ * SIGSEGV") and is replaced by the spawner. Where no worker can start, the
+ * compilation runs in this process as before.
  *
  * The result is the one rt_nvrtc_compile_here gives in this process: the
  * same options, the same CUBIN, the same log and messages.
@@ -80,7 +85,14 @@ static struct {
   rt_worker_pool **idle;
   int n_idle, cap_idle;
   char spawn_err[512]; /* why the last worker could not start ("" if none failed) */
-} g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false, 0, 0, NULL, 0, 0, ""};
+  /* Workers are started by one thread that lives as long as the process:
+   * a worker dies with the thread that forked it (PR_SET_PDEATHSIG), and
+   * the threads that compile come and go with each round. */
+  pthread_cond_t spawn_cv;
+  int want_spawn; /* workers asked of the spawner */
+  bool spawner_up;
+} g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, false, 0, 0, NULL, 0, 0, "",
+       PTHREAD_COND_INITIALIZER, 0, false};
 
 static void configure_locked(void) {
   if (g.configured) return;
@@ -118,34 +130,72 @@ void rt_nvrtc_processes_error(char *out, size_t n) {
   pthread_mutex_unlock(&g.mu);
 }
 
+static void push_idle_locked(rt_worker_pool *p) {
+  if (g.n_idle == g.cap_idle) {
+    g.cap_idle = g.cap_idle ? 2 * g.cap_idle : 16;
+    g.idle = dg_realloc(g.idle, (size_t)g.cap_idle * sizeof *g.idle);
+  }
+  g.idle[g.n_idle++] = p;
+}
+
+/* The spawner: starts the workers asked for, one at a time, and never
+ * exits. A worker that cannot start ends the tries: from then on the
+ * compilations run in this process. */
+static void *spawner(void *arg) {
+  (void)arg;
+  pthread_mutex_lock(&g.mu);
+  for (;;) {
+    while (g.want_spawn == 0) pthread_cond_wait(&g.spawn_cv, &g.mu);
+    g.want_spawn--;
+    pthread_mutex_unlock(&g.mu);
+    /* a compilation's own limit is enforced in the worker (NVRTC's flow
+     * callback); this deadline only catches a worker that hangs */
+    rt_worker_opts o = {1, 1, 900, NULL, NULL, "nvrtc"};
+    rt_worker_pool *p = NULL;
+    dg_status st;
+    bool ok = rt_worker_pool_new(&o, &p, &st);
+    pthread_mutex_lock(&g.mu);
+    if (ok) {
+      push_idle_locked(p);
+    } else {
+      snprintf(g.spawn_err, sizeof g.spawn_err, "%s", st.msg);
+      g.live--;
+      g.allowed = g.live;
+    }
+    pthread_cond_broadcast(&g.cv);
+  }
+  return NULL;
+}
+
 /* An idle worker, a new one, or NULL: none allowed or none could start (then
  * the caller compiles in this process). */
 static rt_worker_pool *acquire(void) {
   pthread_mutex_lock(&g.mu);
   configure_locked();
   for (;;) {
-    if (g.allowed <= 0) break;
-    if (g.n_idle > 0) {
+    if (g.n_idle > 0 && g.allowed > 0) {
       rt_worker_pool *p = g.idle[--g.n_idle];
       pthread_mutex_unlock(&g.mu);
       return p;
     }
+    if (g.allowed <= 0) break;
     if (g.live < g.allowed) {
+      if (!g.spawner_up) {
+        pthread_t th;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        g.spawner_up = pthread_create(&th, &at, spawner, NULL) == 0;
+        pthread_attr_destroy(&at);
+        if (!g.spawner_up) {
+          snprintf(g.spawn_err, sizeof g.spawn_err, "nvrtc workers: no thread to start them");
+          g.allowed = 0;
+          break;
+        }
+      }
       g.live++;
-      pthread_mutex_unlock(&g.mu);
-      /* a compilation's own limit is enforced in the worker (NVRTC's flow
-       * callback); this deadline only catches a worker that hangs */
-      rt_worker_opts o = {1, 1, 900, NULL, NULL, "nvrtc"};
-      rt_worker_pool *p = NULL;
-      dg_status st;
-      if (rt_worker_pool_new(&o, &p, &st)) return p;
-      pthread_mutex_lock(&g.mu);
-      snprintf(g.spawn_err, sizeof g.spawn_err, "%s", st.msg);
-      g.live--;
-      g.allowed = g.live; /* no more tries: compile here from now on */
-      pthread_cond_broadcast(&g.cv);
-      if (g.live == 0) break;
-      continue;
+      g.want_spawn++;
+      pthread_cond_signal(&g.spawn_cv);
     }
     pthread_cond_wait(&g.cv, &g.mu);
   }
@@ -153,14 +203,15 @@ static rt_worker_pool *acquire(void) {
   return NULL;
 }
 
-static void release(rt_worker_pool *p) {
+/* Back to the idle ones; a worker that died is dropped instead (its
+ * replacement, if worker.c started one, goes with it) and the spawner
+ * starts a new one when one is needed. */
+static void release(rt_worker_pool *p, bool healthy) {
+  if (!healthy) rt_worker_pool_free(p);
   pthread_mutex_lock(&g.mu);
-  if (g.n_idle == g.cap_idle) {
-    g.cap_idle = g.cap_idle ? 2 * g.cap_idle : 16;
-    g.idle = dg_realloc(g.idle, (size_t)g.cap_idle * sizeof *g.idle);
-  }
-  g.idle[g.n_idle++] = p;
-  pthread_cond_signal(&g.cv);
+  if (healthy) push_idle_locked(p);
+  else g.live--;
+  pthread_cond_broadcast(&g.cv);
   pthread_mutex_unlock(&g.mu);
 }
 
@@ -240,7 +291,8 @@ bool rt_nvrtc_compile_pooled(const char *src, const char *name, const char *arch
     decode_reply(&wr, fname, out, st, &compiled);
   }
   if (!compiled && out->seconds == 0) out->seconds = dg_now() - t0;
+  bool healthy = wr.outcome == RT_WORKER_REPLIED;
   rt_worker_result_free(&wr);
-  release(p);
+  release(p, healthy);
   return compiled;
 }
