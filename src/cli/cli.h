@@ -95,6 +95,14 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
                        const char *prior, int k, const train_decode_opts *o, uint64_t seed,
                        char **texts, int64_t *tokens, dg_str *errs);
 
+/* The GPU measurement of a command that judges GPU schedules: --target
+ * cuda (target "cuda": a GPU is required), c (none), or NULL (cuda where a
+ * GPU is seen, else the C emulation, with a note why appended to notes).
+ * False with st set only when cuda was asked for and cannot measure. */
+struct search_cuda_measure;
+bool cli_gpu_open(const char *target, int threads, struct search_cuda_measure *gm, bool *have,
+                  dg_str *notes, dg_status *st);
+
 /* A text file's contents, NUL-terminated; errors name the file. */
 char *cli_read_text(const char *path, dg_status *st);
 

@@ -207,20 +207,13 @@ int cmd_eval(int argc, char **argv) {
     if (!cli_model_open(&cm, "--model", model_arg, tokp, true, &st)) goto fail;
     model_name(model_arg, name, sizeof name);
   }
-  bool want_gpu = target ? strcmp(target, "cuda") == 0 : rt_cuda_available(&st);
-  dg_status_ok(&st);
-  if (want_gpu) {
-    gm.threads = (int)threads;
-    if (search_cuda_measure_init(&gm, &st)) {
-      have_gpu = true;
-    } else if (target) {
-      dg_status_prefix(&st, "--target cuda");
-      goto fail;
-    } else {
-      fprintf(stderr, "dragon eval: no GPU measurement (%s): checked in the C emulation, not timed\n",
-              st.msg);
-      dg_status_ok(&st);
-    }
+  {
+    dg_str notes;
+    dg_str_init(&notes);
+    bool ok = cli_gpu_open(target, (int)threads, &gm, &have_gpu, &notes, &st);
+    if (notes.len) fprintf(stderr, "dragon eval:%s", notes.s + 1);
+    dg_str_free(&notes);
+    if (!ok) goto fail;
   }
   writer_ctx w = {&cm, &dopts, graphs, graphs_path};
   eval_run_opts eo = {(const char *const *)specs, n, write_one, &w, have_gpu ? &gm : NULL,

@@ -148,20 +148,7 @@ int cmd_optimize(int argc, char **argv) {
   if (prior_path && !(prior = cli_read_text(prior_path, &st))) goto fail;
 
   /* the GPU, where asked or seen */
-  bool want_gpu = target ? strcmp(target, "cuda") == 0 : rt_cuda_available(&st);
-  dg_status_ok(&st);
-  if (want_gpu) {
-    gm.threads = (int)threads;
-    if (search_cuda_measure_init(&gm, &st)) {
-      have_gpu = true;
-    } else if (target) {
-      dg_status_prefix(&st, "--target cuda");
-      goto fail;
-    } else {
-      dg_str_printf(&errs, "  no GPU measurement (%s): checked in the C emulation instead\n", st.msg);
-      dg_status_ok(&st);
-    }
-  }
+  if (!cli_gpu_open(target, (int)threads, &gm, &have_gpu, &errs, &st)) goto fail;
 
   /* the model */
   model_arg = cli_model_arg(model_arg);

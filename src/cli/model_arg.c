@@ -3,11 +3,14 @@
  * beside it unless named), loading both with the check that they belong
  * together, and reading a text file argument; the model as a writer of
  * graphs under the mask (cli_model). Used by every command that runs the
- * model (sample-model, optimize, eval). */
+ * model (sample-model, optimize, eval); and the GPU that judges their
+ * graphs (--target). */
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "dragon/rt_cuda.h"
+#include "dragon/search.h"
 #include "dragon/train.h"
 
 static bool is_dir(const char *p) {
@@ -126,4 +129,25 @@ const char *cli_model_arg(const char *arg) {
   if (arg) return arg;
   const char *e = getenv("DRAGON_MODEL");
   return e && *e ? e : CLI_DEFAULT_MODEL;
+}
+
+bool cli_gpu_open(const char *target, int threads, search_cuda_measure *gm, bool *have,
+                  dg_str *notes, dg_status *st) {
+  *have = false;
+  dg_status_ok(st);
+  bool want = target ? strcmp(target, "cuda") == 0 : rt_cuda_available(st);
+  dg_status_ok(st);
+  if (!want) return true;
+  gm->threads = threads;
+  if (search_cuda_measure_init(gm, st)) {
+    *have = true;
+    return true;
+  }
+  if (target) {
+    dg_status_prefix(st, "--target cuda");
+    return false;
+  }
+  dg_str_printf(notes, "  no GPU measurement (%s): checked in the C emulation, not timed\n", st->msg);
+  dg_status_ok(st);
+  return true;
 }
