@@ -120,6 +120,10 @@ typedef struct {
   struct search_cuda_measure *gpu;   /* NULL: checked on the CPU, not timed */
   double min_gain;                   /* over the prior; <= 0: 1.03 */
   int threads;                       /* <= 0: every core */
+  /* the samples alone, no baseline to fall back on: for a caller that
+   * judges samples and needs the baseline only for its time (dragon eval
+   * without a GPU); then false when no sample passes */
+  bool no_baseline;
 } eval_pick_opts;
 
 typedef struct {

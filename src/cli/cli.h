@@ -103,6 +103,11 @@ struct search_cuda_measure;
 bool cli_gpu_open(const char *target, int threads, struct search_cuda_measure *gm, bool *have,
                   dg_str *notes, dg_status *st);
 
+/* An output directory, created with its parents where missing; a text
+ * written into one atomically (dg_write_file_atomic). */
+bool cli_out_dir(const char *dir, dg_status *st);
+bool cli_write_in(const char *dir, const char *name, const char *text, dg_status *st);
+
 /* A text file's contents, NUL-terminated; errors name the file. */
 char *cli_read_text(const char *path, dg_status *st);
 

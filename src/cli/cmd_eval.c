@@ -8,7 +8,6 @@
  * the same way. No training workload is ever a task: the command refuses
  * the train split and any workload the splits file puts in it.
  */
-#include <errno.h>
 #include <jansson.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -223,24 +222,14 @@ int cmd_eval(int argc, char **argv) {
   table = eval_result_table(&res, name, split_name);
   fputs(table, stdout);
   {
-    char dir[1200], path[1400];
-    if (out_dir) {
-      snprintf(dir, sizeof dir, "%s", out_dir);
-    } else {
-      if (mkdir("eval", 0777) != 0 && errno != EEXIST) {
-        dg_fail(&st, DG_ERR_IO, "eval: cannot create: %s", strerror(errno));
-        goto fail;
-      }
-      snprintf(dir, sizeof dir, "eval/%s", name);
-    }
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
-      dg_fail(&st, DG_ERR_IO, "%s: cannot create: %s", dir, strerror(errno));
+    char dir[1200], name_json[300], name_md[300];
+    if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);
+    else snprintf(dir, sizeof dir, "eval/%s", name);
+    snprintf(name_json, sizeof name_json, "%s.json", split_name);
+    snprintf(name_md, sizeof name_md, "%s.md", split_name);
+    if (!cli_out_dir(dir, &st) || !cli_write_in(dir, name_json, json, &st) ||
+        !cli_write_in(dir, name_md, table, &st))
       goto fail;
-    }
-    snprintf(path, sizeof path, "%s/%s.json", dir, split_name);
-    if (!dg_write_file_atomic(path, json, strlen(json), &st)) goto fail;
-    snprintf(path, sizeof path, "%s/%s.md", dir, split_name);
-    if (!dg_write_file_atomic(path, table, strlen(table), &st)) goto fail;
     if (!quiet) fprintf(stderr, "wrote %s/%s.json and %s.md\n", dir, split_name, split_name);
   }
   goto done;

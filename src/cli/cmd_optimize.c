@@ -14,7 +14,6 @@
  * (stdout, or OUT/graph.tsel), and with --out the trace JSON, the CUDA
  * source and the report, which goes to stderr as well.
  */
-#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -59,12 +58,6 @@ static char *cuda_source(const dg_func *f, const char *trace_json, const char *a
   sched_free(s);
   sched_trace_free(tr);
   return src;
-}
-
-static bool write_out(const char *dir, const char *name, const char *text, dg_status *st) {
-  char path[4096];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  return dg_write_file_atomic(path, text, strlen(text), st);
 }
 
 static const char *kind_name(const eval_pick *p, char *buf, size_t n) {
@@ -240,8 +233,8 @@ int cmd_optimize(int argc, char **argv) {
   if (pick.graph) {
     fputs(pick.graph, stdout);
     if (out_dir) {
-      if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
-        dg_fail(&st, DG_ERR_IO, "--out %s: cannot create: %s", out_dir, strerror(errno));
+      if (!cli_out_dir(out_dir, &st)) {
+        dg_status_prefix(&st, "--out");
         goto fail;
       }
       dg_status cst;
@@ -252,10 +245,10 @@ int cmd_optimize(int argc, char **argv) {
         dg_str_printf(&no, "// no CUDA source: %s\n", cst.msg);
         src = dg_str_take(&no);
       }
-      bool ok = write_out(out_dir, "graph.tsel", pick.graph, &st) &&
-                write_out(out_dir, "trace.json", pick.trace_json, &st) &&
-                write_out(out_dir, "kernel.cu", src, &st) &&
-                write_out(out_dir, "report.txt", report.s, &st);
+      bool ok = cli_write_in(out_dir, "graph.tsel", pick.graph, &st) &&
+                cli_write_in(out_dir, "trace.json", pick.trace_json, &st) &&
+                cli_write_in(out_dir, "kernel.cu", src, &st) &&
+                cli_write_in(out_dir, "report.txt", report.s, &st);
       free(src);
       if (!ok) goto fail;
     }

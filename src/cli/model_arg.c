@@ -5,6 +5,7 @@
  * graphs under the mask (cli_model). Used by every command that runs the
  * model (sample-model, optimize, eval); and the GPU that judges their
  * graphs (--target). */
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -150,4 +151,25 @@ bool cli_gpu_open(const char *target, int threads, search_cuda_measure *gm, bool
   dg_str_printf(notes, "  no GPU measurement (%s): checked in the C emulation, not timed\n", st->msg);
   dg_status_ok(st);
   return true;
+}
+
+bool cli_out_dir(const char *dir, dg_status *st) {
+  char buf[4096];
+  snprintf(buf, sizeof buf, "%s", dir);
+  for (char *p = buf + 1; *p; p++) { /* its parents first, as mkdir -p */
+    if (*p != '/') continue;
+    *p = 0;
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+      return dg_fail(st, DG_ERR_IO, "%s: cannot create: %s", buf, strerror(errno));
+    *p = '/';
+  }
+  if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+    return dg_fail(st, DG_ERR_IO, "%s: cannot create: %s", buf, strerror(errno));
+  return true;
+}
+
+bool cli_write_in(const char *dir, const char *name, const char *text, dg_status *st) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  return dg_write_file_atomic(path, text, strlen(text), st);
 }

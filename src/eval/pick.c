@@ -50,18 +50,18 @@ bool eval_pick_best(const char *const *samples, int n, const char *prior,
   bool timed = o->gpu != NULL;
 
   dg_status bst;
-  char *base = baseline_graph(o->kernel, o->spec, &bst);
+  dg_status_ok(&bst);
+  char *base = o->no_baseline ? NULL : baseline_graph(o->kernel, o->spec, &bst);
   /* items: the baseline (or nothing), the prior, the samples */
   int n_items = 0, i_base = -1, i_prior = -1, i0 = 0;
   eval_item *items = dg_calloc((size_t)n + 2, sizeof *items);
-  char names[3][32] = {"baseline", "prior", ""};
   if (base) {
     i_base = n_items;
-    items[n_items++] = (eval_item){base, names[0], o->kernel, o->spec, NULL};
+    items[n_items++] = (eval_item){base, "baseline", o->kernel, o->spec, NULL};
   }
   if (prior) {
     i_prior = n_items;
-    items[n_items++] = (eval_item){prior, names[1], o->kernel, o->spec, NULL};
+    items[n_items++] = (eval_item){prior, "prior", o->kernel, o->spec, NULL};
   }
   i0 = n_items;
   char (*sample_names)[32] = dg_calloc((size_t)(n ? n : 1), sizeof *sample_names);
@@ -131,7 +131,7 @@ bool eval_pick_best(const char *const *samples, int n, const char *prior,
     ok = false;
     snprintf(out->why, sizeof out->why, "%s, and the baseline did not pass either", passed);
     dg_fail(st, DG_ERR_RUNTIME, "no schedule passed, not even the baseline: %s",
-            bs ? bs->reason : bst.msg);
+            bs ? bs->reason : o->no_baseline ? "no baseline was asked for" : bst.msg);
   }
   if (ok && timed && base_ok && out->kind != EVAL_PICK_BASELINE && bs->secs < out->secs) {
     char was[sizeof out->why];

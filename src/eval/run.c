@@ -39,7 +39,8 @@ static void run_task(const eval_run_opts *o, int i, eval_task *t, dg_status *st)
     t->gate = EVAL_GATE_PARSE;
     snprintf(t->reason, sizeof t->reason, "no graph: %.480s", wst.msg);
   } else {
-    eval_pick_opts po = {f, o->specs[i], o->gpu, 0, o->threads};
+    /* the baseline only for its time: without a GPU it is not scored */
+    eval_pick_opts po = {f, o->specs[i], o->gpu, 0, o->threads, o->gpu == NULL};
     eval_pick p;
     const char *one[] = {graph};
     dg_status pst;
