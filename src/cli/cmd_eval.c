@@ -10,7 +10,6 @@
  */
 #include <jansson.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "dragon/data.h"
