@@ -20,6 +20,10 @@
 #             cores, so that one compiles while another measures (a
 #             round waits for its slowest compile: one process kept 5 of
 #             16 cores compiling, three kept 6, bench/RESULTS.md)
+#   THREADS   compiling threads a process (default: the cores over SHARDS;
+#             more keeps the cores busy while rounds wait for their
+#             slowest compile: the compiler processes run at a lower
+#             priority than the GPU workers)
 #   SHARDS    labelling processes (default: PER_GPU on every GPU), process
 #             g on GPU g % GPUs and shard g/SHARDS of the split
 #   LABEL_ARGS  more flags for `dragon data label` (e.g. --trials-min 32)
@@ -100,7 +104,7 @@ mkdir -p data/records
 NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 [ "$NGPU" -ge 1 ] || { note "no GPU"; exit 1; }
 SHARDS=${SHARDS:-$((NGPU * ${PER_GPU:-4}))}
-THREADS=$(($(nproc) / SHARDS))
+THREADS=${THREADS:-$(($(nproc) / SHARDS))}
 [ "$THREADS" -ge 1 ] || THREADS=1
 t0=$(date +%s)
 for ((g = 0; g < SHARDS; g++)); do
@@ -113,11 +117,24 @@ done
 wait
 note "labelling: $(($(date +%s) - t0)) s; $(cat "$LOGDIR"/label*.out | tr '\n' ' ')"
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
+# Each process's records are packed on their own first, then merged into
+# one shard for OUTDIR (few files come back); where the merge fails the
+# per-process shards go to OUTDIR instead.
+mkdir -p "$LOGDIR/shards"
 for ((g = 0; g < SHARDS; g++)); do
   "$DRAGON" db pack --db "/tmp/label-db$g" --except data/records \
-    --out "$OUTDIR/records-$stamp-$SPLIT-$g.jsonl.zst" >>"$LOGDIR/pack.log" 2>&1
+    --out "$LOGDIR/shards/records-$stamp-$SPLIT-$g.jsonl.zst" >>"$LOGDIR/pack.log" 2>&1
   note "pack $g: exit $? $(tail -1 "$LOGDIR/pack.log")"
 done
+if "$DRAGON" db merge --db /tmp/label-all "$LOGDIR/shards" >>"$LOGDIR/pack.log" 2>&1 &&
+  "$DRAGON" db pack --db /tmp/label-all --except data/records \
+    --out "$OUTDIR/records-$stamp-$SPLIT.jsonl.zst" >>"$LOGDIR/pack.log" 2>&1; then
+  note "one shard: $(tail -1 "$LOGDIR/pack.log")"
+  rm -rf "$LOGDIR/shards"
+else
+  note "merging the shards failed ($(tail -1 "$LOGDIR/pack.log")): one shard a process"
+  mv "$LOGDIR"/shards/*.jsonl.zst "$OUTDIR/"
+fi
 tail -n 3 "$LOGDIR"/label*.log
 cp "$LOGDIR/summary.txt" "$OUTDIR/"
 # the per-workload lines and every other log in one archive
