@@ -70,6 +70,7 @@ DG_TEST(cuda_nvrtc_time_limit) {
   if (!rt_nvrtc_can_cancel()) {
     SKIP("this NVRTC cannot stop a compilation (before CUDA 12.8)");
   }
+  bool cached = rt_nvrtc_cache_set(false); /* every call compiles */
   /* a body NVVM takes a while over: 512 unrolled dependent updates */
   dg_str src;
   dg_str_init(&src);
@@ -88,6 +89,7 @@ DG_TEST(cuda_nvrtc_time_limit) {
   CHECK(b.size > 64);
   rt_cubin_free(&b);
   dg_str_free(&src);
+  rt_nvrtc_cache_set(cached);
 }
 
 DG_TEST(cuda_nvrtc_f16_header) {
@@ -136,6 +138,7 @@ DG_TEST(cuda_nvrtc_processes) {
   const char *archs[] = {"sm_90", "compute_90"};
   rt_cubin here[2], there[2], bh, bt;
   dg_status st, sh, stt;
+  bool cached = rt_nvrtc_cache_set(false); /* every call compiles */
   rt_nvrtc_set_processes(0);
   for (int a = 0; a < 2; a++) {
     CHECK(rt_nvrtc_compile(vadd_src, "vadd", archs[a], &here[a], &st));
@@ -191,6 +194,7 @@ DG_TEST(cuda_nvrtc_processes) {
     rt_cubin_free(&out[i]);
   }
   rt_nvrtc_set_processes(0);
+  rt_nvrtc_cache_set(cached);
 }
 
 static const char *const slow_src =
@@ -224,6 +228,7 @@ static void *compile_in_thread(void *arg) {
  * the compilation another thread had sent it. */
 DG_TEST(cuda_nvrtc_processes_outlive_threads) {
   if (!have_nvrtc()) return;
+  bool cached = rt_nvrtc_cache_set(false); /* both rounds compile */
   rt_nvrtc_set_processes(1);
   for (int round = 0; round < 2; round++) {
     atomic_int step;
@@ -243,6 +248,90 @@ DG_TEST(cuda_nvrtc_processes_outlive_threads) {
   rt_nvrtc_processes_error(why, sizeof why);
   CHECK_MSG(rt_nvrtc_processes() == 1, "no NVRTC worker: %s", why);
   rt_nvrtc_set_processes(0);
+  rt_nvrtc_cache_set(cached);
+}
+
+typedef struct {
+  const char *src, *arch;
+  rt_cubin b;
+  bool ok;
+} cache_job;
+
+static void *cache_compile(void *arg) {
+  cache_job *j = arg;
+  dg_status st;
+  j->ok = rt_nvrtc_compile(j->src, "c", j->arch, &j->b, &st);
+  return NULL;
+}
+
+/* A source is compiled once: again (on this thread or on several at once)
+ * it comes from the cache with the same bytes; another architecture, name
+ * or source compiles; a failure is never kept. */
+DG_TEST(cuda_nvrtc_cache) {
+  if (!have_nvrtc()) return;
+  bool was = rt_nvrtc_cache_set(true);
+  rt_nvrtc_cache_clear();
+  int64_t hits, misses;
+  rt_cubin a, b, c;
+  dg_status st;
+  CHECK(rt_nvrtc_compile(slow_src, "c", "sm_90", &a, &st));
+  CHECK(rt_nvrtc_compile(slow_src, "c", "sm_90", &b, &st));
+  rt_nvrtc_cache_stats(&hits, &misses);
+  CHECK_EQ(hits, 1);
+  CHECK_EQ(misses, 1);
+  CHECK_EQ(a.size, b.size);
+  CHECK(memcmp(a.image, b.image, a.size) == 0);
+  CHECK_STREQ(a.log, b.log);
+  CHECK(b.seconds < a.seconds);
+  rt_cubin_free(&b);
+  /* another architecture, another name, another source */
+  CHECK(rt_nvrtc_compile(slow_src, "c", "compute_90", &b, &st) && b.is_ptx);
+  rt_cubin_free(&b);
+  CHECK(rt_nvrtc_compile(slow_src, "d", "sm_90", &b, &st));
+  rt_cubin_free(&b);
+  CHECK(rt_nvrtc_compile(vadd_src, "c", "sm_90", &b, &st));
+  rt_nvrtc_cache_stats(&hits, &misses);
+  CHECK_EQ(hits, 1);
+  CHECK_EQ(misses, 4);
+  CHECK(b.size != a.size || memcmp(a.image, b.image, a.size) != 0);
+  rt_cubin_free(&b);
+  /* a failure, twice: compiled twice */
+  static const char *const bad = "extern \"C\" __global__ void k(float *p) { p[0] = nope; }\n";
+  CHECK(!rt_nvrtc_compile(bad, "c", "sm_90", &c, &st));
+  rt_cubin_free(&c);
+  CHECK(!rt_nvrtc_compile(bad, "c", "sm_90", &c, &st));
+  CHECK_ERR(st, "nope");
+  rt_cubin_free(&c);
+  rt_nvrtc_cache_stats(&hits, &misses);
+  CHECK_EQ(misses, 6);
+  /* four threads at once on a new source: one compiles, three wait */
+  rt_nvrtc_cache_clear();
+  enum { T = 4 };
+  cache_job jobs[T];
+  pthread_t th[T];
+  for (int i = 0; i < T; i++) {
+    jobs[i] = (cache_job){slow_src, "sm_90", {0}, false};
+    CHECK(pthread_create(&th[i], NULL, cache_compile, &jobs[i]) == 0);
+  }
+  for (int i = 0; i < T; i++) pthread_join(th[i], NULL);
+  rt_nvrtc_cache_stats(&hits, &misses);
+  CHECK_EQ(misses, 1);
+  CHECK_EQ(hits, T - 1);
+  for (int i = 0; i < T; i++) {
+    CHECK(jobs[i].ok);
+    CHECK_EQ(jobs[i].b.size, a.size);
+    CHECK(jobs[i].b.image && memcmp(jobs[i].b.image, a.image, a.size) == 0);
+    rt_cubin_free(&jobs[i].b);
+  }
+  /* off: every call compiles */
+  rt_nvrtc_cache_set(false);
+  rt_nvrtc_cache_clear();
+  CHECK(rt_nvrtc_compile(slow_src, "c", "sm_90", &b, &st));
+  rt_cubin_free(&b);
+  rt_nvrtc_cache_stats(&hits, &misses);
+  CHECK_EQ(hits + misses, 0);
+  rt_cubin_free(&a);
+  rt_nvrtc_cache_set(was);
 }
 
 /* Kernel i: a uniquely named kernel; `broken` plants an error in one. */

@@ -76,6 +76,16 @@ bool rt_nvrtc_compile(const char *src, const char *name, const char *arch, rt_cu
  * NVRTC library cannot cancel (before CUDA 12.8) there is no limit. */
 bool rt_nvrtc_compile_within(const char *src, const char *name, const char *arch, double limit_s,
                              rt_cubin *out, dg_status *st);
+/* A source compiled once in this process (same name and architecture) is
+ * not compiled again: its image comes from a bounded cache, and a
+ * compilation of it running on another thread is waited for
+ * (nvrtc_cache.c; DRAGON_NVRTC_CACHE=0 turns it off). Failures are not
+ * kept. The counts since the start or the last clear: */
+void rt_nvrtc_cache_stats(int64_t *hits, int64_t *misses);
+void rt_nvrtc_cache_clear(void);
+/* Turns the cache on or off (over DRAGON_NVRTC_CACHE); returns whether it
+ * was on. */
+bool rt_nvrtc_cache_set(bool on);
 /* Whether the NVRTC library can stop a compilation (false if absent). */
 bool rt_nvrtc_can_cancel(void);
 

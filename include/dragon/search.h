@@ -460,6 +460,7 @@ typedef struct search_cuda_measure {
    * (a job is running) or for a compile (none is ready to run). */
   struct {
     int64_t candidates, lowered, compiled, ran, passed;
+    int64_t cached; /* of the compiled, how many came from the NVRTC cache */
     double t_lower;        /* thread-seconds lowering and emitting CUDA */
     double t_compile;      /* thread-seconds in NVRTC */
     double t_gpu_wait;     /* waiting for a worker's result */

@@ -289,6 +289,8 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
     out->t_gpu_wait = gm.stats.t_gpu_wait;
     out->t_compile_wait = gm.stats.t_compile_wait;
     out->t_worker = gm.stats.t_worker;
+    out->compiled = gm.stats.compiled;
+    out->cached = gm.stats.cached;
   }
   search_cost_model_free(model);
   search_cuda_measure_free(&gm);

@@ -134,6 +134,15 @@ bool rt_nvrtc_compile_here(const char *src, const char *name, const char *arch, 
  * otherwise *done is false and nothing was touched. */
 bool rt_nvrtc_compile_pooled(const char *src, const char *name, const char *arch, double limit_s,
                              rt_cubin *out, dg_status *st, bool *done);
+/* In a worker process where one is allowed, in this one otherwise: what
+ * rt_nvrtc_compile_within does with a source the cache does not hold
+ * (nvrtc.c). */
+bool rt_nvrtc_compile_uncached(const char *src, const char *name, const char *arch,
+                               double limit_s, rt_cubin *out, dg_status *st);
+/* The cache of compiled sources in front of it (nvrtc_cache.c); arch
+ * non-NULL. */
+bool rt_nvrtc_compile_cached(const char *src, const char *name, const char *arch, double limit_s,
+                             rt_cubin *out, dg_status *st);
 /* The "nvrtc" handler of exec'd workers and its start-up. */
 bool rt_nvrtc_job_handle(void *ctx, const void *job, size_t len, dg_str *reply);
 void rt_nvrtc_worker_init(void);

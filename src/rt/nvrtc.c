@@ -129,6 +129,11 @@ bool rt_nvrtc_compile_within(const char *src, const char *name, const char *arch
     rt_build_arch(dev_arch, sizeof dev_arch); /* the device's, or the one default */
     arch = dev_arch;
   }
+  return rt_nvrtc_compile_cached(src, name, arch, limit_s, out, st);
+}
+
+bool rt_nvrtc_compile_uncached(const char *src, const char *name, const char *arch,
+                               double limit_s, rt_cubin *out, dg_status *st) {
   bool done = false;
   bool ok = rt_nvrtc_compile_pooled(src, name, arch, limit_s, out, st, &done);
   return done ? ok : rt_nvrtc_compile_here(src, name, arch, limit_s, out, st);

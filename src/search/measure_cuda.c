@@ -285,6 +285,8 @@ void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, i
   /* NVRTC serialises the compilations of one process: each compiling
    * thread gets a compiler process of its own */
   rt_nvrtc_set_processes(threads);
+  int64_t hits0 = 0, hits1 = 0;
+  rt_nvrtc_cache_stats(&hits0, NULL);
   rt_tasks *tasks = rt_tasks_start(n, threads, cand_prepare, &r);
   int resolved = 0;
   while (resolved < n) {
@@ -311,6 +313,8 @@ void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, i
     }
   }
   rt_tasks_free(tasks);
+  rt_nvrtc_cache_stats(&hits1, NULL);
+  m->stats.cached += hits1 - hits0;
   for (int i = 0; i < n; i++) {
     if (!rr.done[i]) {
       fail(&out[i], "GPU measurement: the job was lost");

@@ -123,10 +123,10 @@ static void print_round(const search_tune_opts *o, const search_tune_result *out
      * lowering and NVRTC, wall time for the two waits) */
     const search_cuda_measure *gm = o->measure_ctx;
     fprintf(o->progress, "  [gpu: %lld/%lld passed; lower %.1f  nvrtc %.1f thr-s; wait gpu %.1f"
-            "  wait nvrtc %.1f  worker %.1f s]",
+            "  wait nvrtc %.1f  worker %.1f s; %lld cached]",
             (long long)gm->stats.passed, (long long)gm->stats.candidates, gm->stats.t_lower,
             gm->stats.t_compile, gm->stats.t_gpu_wait, gm->stats.t_compile_wait,
-            gm->stats.t_worker);
+            gm->stats.t_worker, (long long)gm->stats.cached);
   }
   fputc('\n', o->progress);
   fflush(o->progress);
