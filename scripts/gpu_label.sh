@@ -109,7 +109,7 @@ THREADS=${THREADS:-$(($(nproc) / SHARDS))}
 t0=$(date +%s)
 for ((g = 0; g < SHARDS; g++)); do
   # shellcheck disable=SC2086
-  CUDA_VISIBLE_DEVICES=$((g % NGPU)) timeout -s INT -k 20 $((BUDGET + 90)) "$DRAGON" data label \
+  CUDA_VISIBLE_DEVICES=$((g % NGPU)) timeout -s INT -k 20 $((BUDGET + 60)) "$DRAGON" data label \
     --db "/tmp/label-db$g" --records data/records --split "$SPLIT" --shard "$g/$SHARDS" \
     --budget-s "$BUDGET" --target cuda --threads "$THREADS" ${LABEL_ARGS:-} \
     >"$LOGDIR/label$g.out" 2>"$LOGDIR/label$g.log" &
@@ -121,11 +121,13 @@ stamp=$(date -u +%Y%m%dT%H%M%SZ)
 # one shard for OUTDIR (few files come back); where the merge fails the
 # per-process shards go to OUTDIR instead.
 mkdir -p "$LOGDIR/shards"
+# (at once: a pack reads every committed shard, about 10 s each)
 for ((g = 0; g < SHARDS; g++)); do
   "$DRAGON" db pack --db "/tmp/label-db$g" --except data/records \
-    --out "$LOGDIR/shards/records-$stamp-$SPLIT-$g.jsonl.zst" >>"$LOGDIR/pack.log" 2>&1
-  note "pack $g: exit $? $(tail -1 "$LOGDIR/pack.log")"
+    --out "$LOGDIR/shards/records-$stamp-$SPLIT-$g.jsonl.zst" >"$LOGDIR/pack$g.log" 2>&1 &
 done
+wait
+for ((g = 0; g < SHARDS; g++)); do note "pack $g: $(tail -1 "$LOGDIR/pack$g.log")"; done
 if "$DRAGON" db merge --db /tmp/label-all "$LOGDIR/shards" >>"$LOGDIR/pack.log" 2>&1 &&
   "$DRAGON" db pack --db /tmp/label-all --except data/records \
     --out "$OUTDIR/records-$stamp-$SPLIT.jsonl.zst" >>"$LOGDIR/pack.log" 2>&1; then
