@@ -210,6 +210,25 @@ DG_TEST(data_label_cli_merges_and_packs) {
   rc = dg_test_run_dragon(args, NULL, &out);
   CHECK_MSG(rc == 0 && strstr(out, "nothing new"), "rc %d: %s", rc, out);
   free(out);
+  /* the warm start done once (db model) and loaded by a run in its place */
+  snprintf(args, sizeof args, "db model --db %s --out %s", ldir("cli_label"), ldir("cli_model"));
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "wrote the cost model") && strstr(out, "3 records with"),
+            "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args,
+           "data label --db %s --cost-model %s --splits %s --target cpu --first 1 --trials-min 3 "
+           "--trials-max 3 --population 16 --repeats 1 --max-work 1e6",
+           ldir("cli_fresh"), ldir("cli_model"), splits);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "samples, loaded in") && !strstr(out, "warm start"),
+            "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args, "data label --db %s --cost-model %s/nope --splits %s --target cpu",
+           ldir("cli_fresh"), dg_test_tmpdir(), splits);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 1 && strstr(out, "nope/data.bin"), "rc %d: %s", rc, out);
+  free(out);
   /* bad flags get usage errors naming them */
   rc = dg_test_run_dragon("data label --db /tmp/x --shard 3/2", NULL, &out);
   CHECK(rc == 2 && strstr(out, "--shard"));

@@ -143,6 +143,7 @@ typedef struct {
   int repeats;         /* 3: timed runs per candidate */
   uint64_t seed;
   int warm_records;    /* 20000: the cost model starts from the db's last records */
+  const char *cost_model; /* or from this saved model (`dragon db model`), NULL: none */
   double compile_limit_s; /* 60: NVRTC seconds before a candidate is stopped */
   FILE *progress;      /* one line per workload; NULL: quiet */
 } data_label_opts;

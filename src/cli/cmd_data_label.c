@@ -18,7 +18,7 @@
 
 int cmd_data_label(int argc, char **argv) {
   const char *splits_path = DATA_SPLIT_FILE, *split_name = "train", *db_dir = NULL;
-  const char *target = "cuda", *shard = NULL, *records = NULL;
+  const char *target = "cuda", *shard = NULL, *records = NULL, *cost_model = NULL;
   int64_t first = 0, skip = 0, trials_min = 64, trials_max = 192, threads = 0, population = 256;
   int64_t seed = 1, repeats = 3;
   double budget = 0, plateau = 0.02, max_work = -1, compile_limit = 60;
@@ -48,6 +48,9 @@ int cmd_data_label(int argc, char **argv) {
       {"--seed", CLI_OPT_INT, &seed, 0, INT64_MAX, "random seed"},
       {"--compile-limit", CLI_OPT_F64, &compile_limit, 0, 0,
        "NVRTC seconds before a candidate is stopped (0: none)"},
+      {"--cost-model", CLI_OPT_STR, &cost_model, 0, 0,
+       "start from this saved cost model (`dragon db model`) instead of fitting one on the "
+       "database's records"},
       {"--no-pipeline", CLI_OPT_FLAG, &no_pipeline, 0, 0,
        "leave out the software-pipeline sketches (default: kept where the lowering pipelines)"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no progress lines"},
@@ -159,6 +162,7 @@ int cmd_data_label(int argc, char **argv) {
     o.repeats = (int)repeats;
     o.seed = (uint64_t)seed;
     o.compile_limit_s = compile_limit;
+    o.cost_model = cost_model;
     o.progress = quiet ? NULL : stderr;
     if (!quiet)
       fprintf(stderr, "labelling %zu %s workloads of %s (shard %ld/%ld) on %s, %s\n", specs.len,

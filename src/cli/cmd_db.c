@@ -6,6 +6,9 @@
  *                  other databases (search_db_merge_shard, search_db_merge)
  *   pack --out F   the records and baselines not yet in the shards of
  *                  --except DIR, as one new shard (search_db_write_shard)
+ *   model --out DIR    the cost model fitted on the database's last records
+ *                  (search_cost_model_fit_db) and saved, for runs to start
+ *                  from (`dragon data label --cost-model`)
  *   export --tvm OUT   TVM's database_workload.json and
  *                  database_tuning_record.json (search_db_export_tvm)
  *   recall         the cost model's ranking quality on the database: every
@@ -136,6 +139,29 @@ static int db_merge(search_db *db, char **src, int n) {
   return rc;
 }
 
+/* model --out DIR: the warm start of a labelling run, done once. */
+static int db_model(search_db *db, const char *out, int64_t max_records, int64_t threads,
+                    int64_t seed) {
+  search_xgb_opts xo;
+  search_xgb_opts_default(&xo);
+  /* a job of its own: XGBoost trains on the cores the replays use (the
+   * default of one thread suits a model retrained beside compilers) */
+  xo.nthread = (int)threads;
+  search_cost_model *m = search_cost_model_new(&xo, (uint64_t)seed);
+  dg_status st;
+  int used = 0;
+  double t0 = dg_now();
+  int rc = CLI_OK;
+  if (!search_cost_model_fit_db(m, db, (int)max_records, (int)threads, &used, &st) ||
+      !search_cost_model_save(m, out, &st))
+    rc = cli_report("db", &st);
+  else
+    printf("wrote the cost model to %s: %d records with features, fitted in %.1f s\n", out, used,
+           dg_now() - t0);
+  search_cost_model_free(m);
+  return rc;
+}
+
 /* pack --out FILE [--except DIR]: what db holds beyond the shards of DIR. */
 static int db_pack(search_db *db, const char *out, const char *except) {
   dg_status st;
@@ -176,19 +202,23 @@ static int db_pack(search_db *db, const char *out, const char *except) {
 
 int cmd_db(int argc, char **argv) {
   const char *db_dir = NULL, *tvm = NULL, *out = NULL, *except = NULL;
-  int64_t seed = 1;
+  int64_t seed = 1, max_records = 20000, threads = 0;
   const cli_opt opts[] = {
       {"--db", CLI_OPT_STR, &db_dir, 0, 0, "tuning database directory"},
       {"--tvm", CLI_OPT_STR, &tvm, 0, 0, "export: the output directory for TVM's files"},
       {"--seed", CLI_OPT_INT, &seed, 0, INT64_MAX, "recall: the cost model's seed"},
-      {"--out", CLI_OPT_STR, &out, 0, 0, "pack: the shard to write (*.jsonl.zst)"},
+      {"--out", CLI_OPT_STR, &out, 0, 0,
+       "pack: the shard to write (*.jsonl.zst); model: the model's directory"},
+      {"--max-records", CLI_OPT_INT, &max_records, 0, INT32_MAX,
+       "model: fit on the database's last N records (0: all)"},
+      {"--threads", CLI_OPT_INT, &threads, 0, 1024, "model: threads replaying traces (0: all cores)"},
       {"--except", CLI_OPT_STR, &except, 0, 0,
        "pack: leave out what these shards (a file or a directory of them) hold"},
   };
   const cli_spec spec = {
       "db",
       "best SPEC --db DIR | export --db DIR --tvm OUT | recall --db DIR | merge SRC... --db DIR\n"
-      "       | pack --db DIR --out FILE [--except DIR]",
+      "       | pack --db DIR --out FILE [--except DIR] | model --db DIR --out DIR",
       "Queries a tuning database (the directory `dragon tune --db` writes) and moves\n"
       "its records.\n"
       "  best SPEC   the fastest valid record of a workload and its trace JSON\n"
@@ -201,7 +231,10 @@ int cmd_db(int argc, char **argv) {
       "              that the database lacks; an unreadable shard is reported and\n"
       "              skipped (exit 1)\n"
       "  pack        writes the records and baselines that the shards of --except\n"
-      "              lack as one new shard (zstd, checksummed; nothing when none)",
+      "              lack as one new shard (zstd, checksummed; nothing when none)\n"
+      "  model       fits the XGBoost cost model on the last --max-records records\n"
+      "              (the warm start of `dragon data label`) and saves it to --out, for\n"
+      "              labelling runs to load with --cost-model instead",
       opts, (int)DG_ARRAY_LEN(opts), 1, -1};
   char **pos;
   int npos;
@@ -211,15 +244,15 @@ int cmd_db(int argc, char **argv) {
   const char *action = pos[0];
   bool is_best = strcmp(action, "best") == 0, is_export = strcmp(action, "export") == 0,
        is_recall = strcmp(action, "recall") == 0, is_merge = strcmp(action, "merge") == 0,
-       is_pack = strcmp(action, "pack") == 0;
-  if (!is_best && !is_export && !is_recall && !is_merge && !is_pack) {
-    fprintf(stderr, "dragon db: unknown action '%s' (best, export, recall, merge, pack)\n",
+       is_pack = strcmp(action, "pack") == 0, is_model = strcmp(action, "model") == 0;
+  if (!is_best && !is_export && !is_recall && !is_merge && !is_pack && !is_model) {
+    fprintf(stderr, "dragon db: unknown action '%s' (best, export, recall, merge, pack, model)\n",
             action);
     free(pos);
     return CLI_USAGE;
   }
   bool pos_ok = is_best ? npos == 2 : is_merge ? npos >= 2 : npos == 1;
-  if (!db_dir || !pos_ok || (is_export && !tvm) || (is_pack && !out)) {
+  if (!db_dir || !pos_ok || (is_export && !tvm) || ((is_pack || is_model) && !out)) {
     fprintf(stderr, "dragon db: usage: dragon db %s\n", spec.synopsis);
     free(pos);
     return CLI_USAGE;
@@ -247,6 +280,8 @@ int cmd_db(int argc, char **argv) {
     rc = db_merge(db, pos + 1, npos - 1);
   } else if (is_pack) {
     rc = db_pack(db, out, except);
+  } else if (is_model) {
+    rc = db_model(db, out, max_records, threads, seed);
   } else {
     rc = db_recall(db, seed);
   }

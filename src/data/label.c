@@ -153,7 +153,17 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
   search_xgb_opts xo;
   search_xgb_opts_default(&xo);
   search_cost_model *model = search_cost_model_new(&xo, o->seed);
-  if (o->warm_records > 0 && search_db_record_count(o->db) > 0) {
+  if (o->cost_model) {
+    double tw = dg_now();
+    if (!search_cost_model_load(model, o->cost_model, st)) {
+      search_cost_model_free(model);
+      search_cuda_measure_free(&gm);
+      return false;
+    }
+    if (o->progress)
+      fprintf(o->progress, "cost model: %s, %d samples, loaded in %.1f s\n", o->cost_model,
+              search_cost_model_samples(model), dg_now() - tw);
+  } else if (o->warm_records > 0 && search_db_record_count(o->db) > 0) {
     double tw = dg_now();
     int used = 0;
     if (!search_cost_model_fit_db(model, o->db, o->warm_records, o->threads, &used, st)) {
