@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dragon/search.h"
 #include "dragon/tsel.h"
 #include "dragon/wl.h"
 
@@ -17,7 +18,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static dg_func *kernel;
   dg_status st;
-  if (!kernel) kernel = wl_build("GMM/0", &st);
+  if (!kernel) {
+    tsel_set_postprocessor(search_postproc_cuda, NULL);
+    kernel = wl_build("GMM/0", &st);
+  }
   DG_ASSERT(kernel);
   char *s = malloc(size + 1);
   if (!s) return 0;

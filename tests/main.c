@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "dragon/search.h"
+#include "dragon/tsel.h"
 #include "test.h"
 
 #define X(name) void test_##name(void);
@@ -103,6 +105,7 @@ static void cleanup(void) {
 
 int main(int argc, char **argv) {
   const char *filter = argc > 1 ? argv[1] : NULL;
+  tsel_set_postprocessor(search_postproc_cuda, NULL); /* as dragon's main does */
   atexit(cleanup);
   int passed = 0, failed = 0, skipped = 0;
   double t_all = dg_now();

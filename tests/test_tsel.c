@@ -442,6 +442,22 @@ DG_TEST(tsel_targets_and_postproc) {
   free(p2);
   tsel_graph_free(g2);
   sched_trace_free(t2);
+  /* a program that hands in no postprocessors: lift spells the tail out
+   * (lossless), lower refuses the fold and says why */
+  tsel_set_postprocessor(NULL, NULL);
+  g2 = tsel_lift(t, "GMM/0", NULL, NULL, &st);
+  CHECK(g2);
+  p2 = tsel_print(g2);
+  CHECK(strstr(p2, "postproc default") == NULL && strstr(p2, "t1 postproc\n") != NULL);
+  sched_trace *t3 = tsel_lower(g2, &st);
+  CHECK(t3 && sched_trace_equal(t3, t));
+  sched_trace_free(t3);
+  free(p2);
+  tsel_graph_free(g2);
+  CHECK(!tsel_lower(g, &st));
+  CHECK_ERR(st, "2:4: t1 postproc default");
+  CHECK_ERR(st, "no default postprocessors are set");
+  tsel_set_postprocessor(search_postproc_cuda, NULL);
   sched_trace_free(t);
   tsel_graph_free(g);
   ir_func_free(f);

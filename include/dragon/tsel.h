@@ -59,6 +59,16 @@ bool tsel_record_parse(const char *json, tsel_record *out, dg_status *st);
 
 /* ---- lift and lower ---------------------------------------------------------- */
 
+/* `postproc default` stands for what the default CUDA postprocessors record
+ * on the graph's kernel. Those belong to the search (search_postproc_cuda),
+ * a stage above this one, so the program hands them in once at start-up:
+ * until then lift folds nothing (the postprocessing tail stays spelled
+ * out, still lossless) and lower refuses `postproc default`, saying so.
+ * fn runs EnterPostproc and the postprocessors on s; it must be
+ * thread-safe. */
+typedef bool (*tsel_postproc_fn)(sched *s, void *ctx, dg_status *st);
+void tsel_set_postprocessor(tsel_postproc_fn fn, void *ctx);
+
 /* Trace -> canonical graph whose header names kernel_spec. With a kernel,
  * why/expect lines are added (tsel_explain; rec may be NULL). Fails only
  * for traces whose handles are not serial in order of definition or are

@@ -3,6 +3,8 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "dragon/search.h"
+#include "dragon/tsel.h"
 
 static const struct {
   const char *name;
@@ -39,6 +41,8 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+  /* what TSEL's `postproc default` stands for */
+  tsel_set_postprocessor(search_postproc_cuda, NULL);
   if (argc < 2) {
     usage(stderr);
     return CLI_USAGE;

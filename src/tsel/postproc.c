@@ -1,17 +1,37 @@
 /* postproc.c: the `postproc default` fold: EnterPostproc and exactly the
- * instructions that the default CUDA postprocessors (search/) record when
- * replayed on the kernel. The one fold that needs the kernel: lift folds
- * only after checking that replaying the trace's head and postprocessing
- * reproduces the whole trace; lower expands it the same way. */
-#include "dragon/search.h"
+ * instructions that the default CUDA postprocessors record when replayed on
+ * the kernel. The one fold that needs the kernel: lift folds only after
+ * checking that replaying the trace's head and postprocessing reproduces
+ * the whole trace; lower expands it the same way. The postprocessors are
+ * the search's (search/, a later stage): the program hands them in
+ * (tsel_set_postprocessor), so this stage depends on none above it. */
+#include <stdatomic.h>
+
 #include "dragon/wl.h"
 #include "tsel/tsel_impl.h"
 
+/* Set once at start-up, read by any thread. */
+static struct {
+  _Atomic(tsel_postproc_fn) fn;
+  _Atomic(void *) ctx;
+} postproc;
+
+void tsel_set_postprocessor(tsel_postproc_fn fn, void *ctx) {
+  atomic_store(&postproc.ctx, ctx);
+  atomic_store(&postproc.fn, fn);
+}
+
 sched_trace *tsel_postproc_expand(const sched_trace *head, const dg_func *kernel, dg_status *st) {
+  tsel_postproc_fn fn = atomic_load(&postproc.fn);
+  if (!fn) {
+    dg_fail(st, DG_ERR_INVALID,
+            "no default postprocessors are set in this program (tsel_set_postprocessor)");
+    return NULL;
+  }
   sched *s = sched_new(kernel, 0);
   sched_trace *out = NULL;
   if (sched_replay(s, head, false, true, st)) {
-    if (search_postproc_cuda(s, NULL, st)) out = sched_trace_clone(sched_get_trace(s));
+    if (fn(s, atomic_load(&postproc.ctx), st)) out = sched_trace_clone(sched_get_trace(s));
     else dg_status_prefix(st, "the default postprocessors reject this schedule");
   }
   sched_free(s);
@@ -23,7 +43,7 @@ int tsel_postproc_default_at(const sched_trace *t, const char *kernel_spec,
   int p = -1;
   for (int i = 0; i < t->n && p < 0; i++)
     if (t->insts[i].kind == SCHED_INST_ENTER_POSTPROC) p = i;
-  if (p < 0) return -1;
+  if (p < 0 || !atomic_load(&postproc.fn)) return -1;
   dg_status st;
   dg_func *own = NULL;
   if (!kernel) {
