@@ -13,14 +13,14 @@
 # build-gpu/dragon` on any machine with the same packages; the binary runs
 # here). Without one it is built here with every core.
 #
-#   BUDGET    seconds of labelling (default 420)
+#   BUDGET    seconds of labelling (default 400)
 #   SPLIT     the split to label (default train)
-#   PER_GPU   labelling processes per GPU (default 4): they share the GPU
+#   PER_GPU   labelling processes per GPU (default 8): they share the GPU
 #             (its workers take turns, one measurement at a time) and the
 #             cores, so that one compiles while another measures (a
 #             round waits for its slowest compile: one process kept 5 of
 #             16 cores compiling, three kept 6, bench/RESULTS.md)
-#   THREADS   compiling threads a process (default: the cores over SHARDS;
+#   THREADS   compiling threads a process (default: 1.5 x the cores over SHARDS;
 #             more keeps the cores busy while rounds wait for their
 #             slowest compile: the compiler processes run at a lower
 #             priority than the GPU workers)
@@ -49,7 +49,7 @@ cd "$(dirname "$0")/.." || exit 1
 # archive of the logs, which are written elsewhere meanwhile.
 LOGDIR=$(mktemp -d /tmp/dragon-label-logs.XXXXXX)
 BUILD=${BUILD:-build-gpu}
-BUDGET=${BUDGET:-420}
+BUDGET=${BUDGET:-400}
 SPLIT=${SPLIT:-train}
 . scripts/log_steps.sh
 . scripts/debs_env.sh
@@ -122,8 +122,8 @@ else
 fi
 NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 [ "$NGPU" -ge 1 ] || { note "no GPU"; exit 1; }
-SHARDS=${SHARDS:-$((NGPU * ${PER_GPU:-4}))}
-THREADS=${THREADS:-$(($(nproc) / SHARDS))}
+SHARDS=${SHARDS:-$((NGPU * ${PER_GPU:-8}))}
+THREADS=${THREADS:-$((3 * $(nproc) / (2 * SHARDS)))}
 [ "$THREADS" -ge 1 ] || THREADS=1
 t0=$(date +%s)
 for ((g = 0; g < SHARDS; g++)); do
