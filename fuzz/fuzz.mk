@@ -6,9 +6,9 @@
 # build-fuzz/corpus/fuzz_NAME, seeded (read-only) from tests/fuzz/NAME/ and
 # tests/data/kernels/; crashing inputs are saved to tests/fuzz/NAME/, where
 # the test suite replays them (the loaders' targets, fuzz_checkpoint,
-# fuzz_safetensors, fuzz_token_shard, fuzz_hf_tokenizer, fuzz_db and
-# fuzz_db_shard, through their own code: tests/test_reliability.c includes
-# them). FUZZ_BUILD moves the build and the corpora elsewhere.
+# fuzz_safetensors, fuzz_token_shard, fuzz_hf_tokenizer, fuzz_db,
+# fuzz_db_shard and fuzz_cost_model, through their own code:
+# tests/test_reliability.c includes them). FUZZ_BUILD moves the build and the corpora elsewhere.
 #   make fuzz                          every target, FUZZ_SECONDS each
 #   make fuzz FUZZ_TARGETS=fuzz_kernel_text FUZZ_SECONDS=600 FUZZ_JOBS=4
 #   make fuzz BUILD=build-rel FUZZ_BUILD=build-rel-fuzz FUZZ_TARGETS=fuzz_db

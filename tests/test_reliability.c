@@ -787,6 +787,9 @@ DG_TEST(rel_cc_stale_dirs_removed) {
 #define LLVMFuzzerTestOneInput fuzz_one_db_shard
 #include "../fuzz/fuzz_db_shard.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_one_cost_model
+#include "../fuzz/fuzz_cost_model.c"
+#undef LLVMFuzzerTestOneInput
 
 /* Every input in tests/fuzz/NAME/ through the fuzzer's own function, each
  * in a child process (with its scratch files in the test's directory): it
@@ -840,3 +843,4 @@ DG_TEST(rel_fuzz_token_shard_inputs) { replay("token_shard", fuzz_one_token_shar
 DG_TEST(rel_fuzz_hf_tokenizer_inputs) { replay("hf_tokenizer", fuzz_one_hf_tokenizer); }
 DG_TEST(rel_fuzz_db_inputs) { replay("db", fuzz_one_db); }
 DG_TEST(rel_fuzz_db_shard_inputs) { replay("db_shard", fuzz_one_db_shard); }
+DG_TEST(rel_fuzz_cost_model_inputs) { replay("cost_model", fuzz_one_cost_model); }
