@@ -70,7 +70,7 @@ DG_TEST(space_tc_sketches) {
   dg_func *f = wl_build(small_gemm, &st);
   CHECK_MSG(f, "%s", st.msg);
   search_space sp;
-  search_space_opts o = {.seed = 4};
+  search_space_opts o = {.seed = 4, .no_software_pipeline = true}; /* the unpipelined pair */
   CHECK_MSG(search_space_generate(f, &o, &sp, &st), "%s", st.msg);
   CHECK_EQ(sp.n, 2);
   CHECK_EQ(sp.n_fallbacks, 0);
@@ -253,7 +253,7 @@ DG_TEST(space_tc_other_gemm_forms) {
     dg_func *f = wl_build(cases[c].spec, &st);
     CHECK_MSG(f, "%s", st.msg);
     search_space sp;
-    search_space_opts o = {.seed = 1};
+    search_space_opts o = {.seed = 1, .no_software_pipeline = true}; /* the unpipelined pair */
     CHECK_MSG(search_space_generate(f, &o, &sp, &st), "%s", st.msg);
     CHECK_MSG(sp.n == 2 && sp.n_fallbacks == 0 && sp.n_undone == 0, "%s: %d sketches, %s %s",
               cases[c].spec, sp.n, sp.fallback, sp.undone);
@@ -340,7 +340,7 @@ DG_TEST(space_tc_hand_schedule_is_a_sample) {
   dg_func *f = wl_build("gemm:m=4096,n=4096,k=4096,trans_a=0,trans_b=0,dtype=f16", &st);
   CHECK_MSG(f, "%s", st.msg);
   search_space sp;
-  search_space_opts o = {.seed = 1};
+  search_space_opts o = {.seed = 1, .no_software_pipeline = true}; /* the unpipelined pair */
   CHECK_MSG(search_space_generate(f, &o, &sp, &st), "%s", st.msg);
   CHECK_EQ(sp.n, 2);
   /* i [by 32, bx 1, warps 2, 4, 1], j [1, 32, 2, 4, 1], k [64, 4, 1];

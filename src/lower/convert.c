@@ -263,6 +263,15 @@ done:
   return c->failed ? NULL : out;
 }
 
+/* A statement that is a software-pipelined loop: in the body of another
+ * pipelined loop it stands for three parts, the prologue, body and
+ * epilogue it becomes (TVM's InjectSoftwarePipeline rewrites inner loops
+ * first and flattens the block of a nested pipeline into the outer's
+ * parts). */
+static bool nested_pipeline(const dg_stmt *s) {
+  return s->kind == DG_STMT_FOR && ir_anns_get(&s->anns, "software_pipeline_stage");
+}
+
 /* A loop's software-pipeline annotations (software_pipeline_stage/order,
  * software_pipeline_async_stages): 1 with *stage, *order (n entries) and
  * *async (n_async) set, 0 when it has none, -1 (c->failed) when they are
@@ -287,10 +296,16 @@ static int pipeline_anns(lw_conv *c, const dg_stmt *s, const dg_ann **stage, con
     return convfail(c, "loop %s is software-pipelined but is not a serial loop", name), -1;
   int n = (*stage)->nints;
   int nb = s->body && s->body->kind == DG_STMT_SEQ ? s->body->n : 1;
-  if (!s->body || s->body->kind != DG_STMT_SEQ || nb != n)
+  int parts = 0;
+  for (int i = 0; s->body && i < nb; i++)
+    parts += nested_pipeline(s->body->kind == DG_STMT_SEQ ? s->body->stmts[i] : s->body) ? 3 : 1;
+  /* one entry per statement (a nested loop one part, pipelined whole by
+   * the outer loop) or TVM's count of the flattened parts */
+  if (!s->body || s->body->kind != DG_STMT_SEQ || (parts != n && nb != n))
     return convfail(c, "loop %s: its software pipeline annotations name %d statements, its body "
-                       "has %d (TVM's InjectSoftwarePipeline needs a sequence of as many)",
-                    name, n, nb), -1;
+                       "has %d (TVM's InjectSoftwarePipeline needs a sequence of as many, a "
+                       "nested pipelined loop counting as its prologue, body and epilogue)",
+                    name, n, parts), -1;
   return 1;
 }
 
@@ -300,10 +315,18 @@ static lw_stmt *conv_pipeline_body(lw_conv *c, const dg_stmt *s, int *len) {
   dg_func *f = c->p->f;
   const dg_stmt *b = s->body;
   lw_stmt **xs = DG_ANEWN(f->arena, lw_stmt *, b->n);
-  for (int i = 0; i < b->n; i++) {
+  const dg_ann *pst = ir_anns_get(&s->anns, "software_pipeline_stage");
+  bool flat = pst->nints != b->n; /* TVM's count: nested loops flattened */
+  for (int i = 0, j = 0; i < b->n; i++) {
     xs[i] = lower_conv_stmt(c, b->stmts[i]);
     if (c->failed) return NULL;
-    len[i] = !xs[i] ? 0 : xs[i]->kind == LW_SEQ ? xs[i]->n : 1;
+    len[j++] = !xs[i] ? 0 : xs[i]->kind == LW_SEQ ? xs[i]->n : 1;
+    /* a nested pipelined loop: one statement, the loop, and two empty
+     * entries that the pipeline pass fills with its body and epilogue */
+    if (flat && nested_pipeline(b->stmts[i])) {
+      len[j++] = 0;
+      len[j++] = 0;
+    }
   }
   return lw_seq(f, xs, b->n);
 }

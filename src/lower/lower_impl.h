@@ -59,6 +59,11 @@ bool lower_convert_kernel(lw_program *p, lw_kernel *k, const dg_stmt *root_stmt,
 typedef struct lw_conv lw_conv;
 lw_stmt *lower_cross_thread_reduction(lw_conv *c, const dg_stmt *loop, bool *matched,
                                       dg_status *st);
+/* local_stage.c: ManifestSharedMemoryLocalStage, on the scheduled kernel
+ * (p->f) before the launches are converted: blocks annotated
+ * tirx.manifest_shared_memory_local_stage get a register stage in front
+ * (a local buffer of the root). */
+bool lower_manifest_local_stage(lw_program *p, dg_status *st);
 /* compact.c */
 bool lower_compact_buffers(lw_program *p, lw_kernel *k, dg_status *st);
 /* pipeline.c: software-pipelined loops (after compaction, before the

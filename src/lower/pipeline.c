@@ -305,6 +305,22 @@ static bool split_parts(pipe *x) {
   x->n = l->pipe_n;
   for (int i = 0; i < x->n; i++) {
     if (at + l->pipe_len[i] > nflat) break;
+    const lw_stmt *nest = l->pipe_len[i] == 1 ? flat[at] : NULL;
+    if (nest && nest->kind == LW_SEQ && nest->pipe_n == 3 && i + 2 < x->n &&
+        l->pipe_len[i + 1] == 0 && l->pipe_len[i + 2] == 0) {
+      /* a nested pipeline's result: its prologue, body and epilogue are
+       * parts i, i + 1, i + 2 (TVM flattens the nested block) */
+      for (int q = 0, off = 0; q < 3; off += nest->pipe_len[q], q++) {
+        x->part[i + q] = lw_seq(x->p->f, nest->stmts + off, nest->pipe_len[q]);
+        x->stage[i + q] = l->pipe_stage[i + q];
+        x->order[i + q] = l->pipe_order[i + q];
+        x->async[i + q] = stage_is_async(l, x->stage[i + q]);
+        if (x->stage[i + q] > x->max_stage) x->max_stage = x->stage[i + q];
+      }
+      at++;
+      i += 2;
+      continue;
+    }
     x->part[i] = lw_seq(x->p->f, (lw_stmt **)flat + at, l->pipe_len[i]);
     at += l->pipe_len[i];
     x->stage[i] = l->pipe_stage[i];
@@ -556,7 +572,31 @@ static lw_stmt *build(pipe *x) {
   for (int64_t t = e0; t < e1; t++) epi[t - e0] = emit_iteration(x, NULL, t);
   parts[np++] = lw_seq(f, epi, (int)(e1 - e0));
   if (x->unconsumed_async && x->p->async_copy) parts[np++] = lw_async_wait(f, 0, x->async_bufs, x->n_async_bufs);
-  return lw_seq(f, parts, np);
+  /* the three pieces' lengths kept on the sequence (pipe_n 3), for a
+   * pipelined loop around this one whose parts they are; a sequence put
+   * in any other place is flattened and loses them */
+  int len[3];
+  lw_stmt *pro_s = parts[0], *body_s = E > M ? parts[1] : NULL;
+  lw_stmt *epi_s = lw_seq(f, parts + (E > M ? 2 : 1), np - (E > M ? 2 : 1));
+  lw_stmt *three[3] = {pro_s, body_s, epi_s};
+  int total = 0;
+  for (int q = 0; q < 3; q++) {
+    len[q] = !three[q] ? 0 : three[q]->kind == LW_SEQ ? three[q]->n : 1;
+    total += len[q];
+  }
+  lw_stmt *out = lw_seq(f, NULL, 0);
+  out->stmts = DG_ANEWN(f->arena, lw_stmt *, total > 0 ? total : 1);
+  for (int q = 0; q < 3; q++) {
+    if (!three[q]) continue;
+    if (three[q]->kind == LW_SEQ)
+      for (int j = 0; j < three[q]->n; j++) out->stmts[out->n++] = three[q]->stmts[j];
+    else
+      out->stmts[out->n++] = three[q];
+  }
+  out->pipe_n = 3;
+  out->pipe_len = DG_ANEWN(f->arena, int, 3);
+  memcpy(out->pipe_len, len, sizeof len);
+  return out;
 }
 
 static lw_stmt *pipeline_loop(lw_program *p, lw_kernel *k, const lw_stmt *l, dg_status *st) {

@@ -1,7 +1,8 @@
 /* program.c: lower_program, the driver: a scheduled kernel split into
  * device launches (TVM's SplitHostDevice: every statement of the root block
  * is one launch), the root's global allocations turned into device
- * allocations of the program, and the passes run on every launch in TVM's
+ * allocations of the program, shared copies given their register stages
+ * (local_stage.c, on the blocks), and the passes run on every launch in TVM's
  * order (software pipelining after compaction, before the launch's limits
  * are checked, so that they count the multi-buffered stages), then the
  * GPU's limits checked.
@@ -176,6 +177,11 @@ static lw_program *lower(const dg_func *in, const lower_opts *o, bool check, dg_
   for (int i = 0; i < p->f->n_params; i++) lower_names_add(p, p->f->params[i]->name);
   for (int i = 0; i < root->n_allocs; i++) lower_names_add(p, root->allocs[i]->name);
   collect_names_stmt(p, root->body);
+  /* TVM runs ManifestSharedMemoryLocalStage on block-level TIR, before
+   * CompactBufferAllocation and InjectSoftwarePipeline: here on the
+   * kernel's blocks, before conversion, so that the stages are launch
+   * statements like the others and their buffers root allocations */
+  if (!lower_manifest_local_stage(p, st)) goto fail;
   if (root->init || root->predicate || root->n_iters) {
     dg_fail(st, DG_ERR_INVALID, "lower: the root block has iteration variables, a predicate "
                                 "or an init");

@@ -313,7 +313,38 @@ static bool place_shared(sched *s, int cache, int at, bool align, dg_status *st)
  * are moved under k0 after the Bind (until then they are whole-buffer
  * copies at the root); the cooperative-fetch marks come last, as
  * RewriteCooperativeFetch reads the thread extents bound before them. */
-static bool tc_sketch(sched *s, int block, const tc_gemm *g, bool shared_out, dg_status *st) {
+static bool annotate_ints(sched *s, int rv, const char *key, const int64_t *v, int n,
+                          dg_status *st) {
+  sched_val it[8];
+  DG_ASSERT(n <= 8);
+  for (int i = 0; i < n; i++) it[i] = (sched_val){.kind = SV_INT, .i = v[i]};
+  sched_val val = {.kind = SV_ARRAY, .items = it, .n = n};
+  return sched_annotate(s, rv, key, &val, st);
+}
+
+/* AddSoftwarePipeline (use_software_pipeline, WMMA groups): the shared
+ * read caches get their register stage and double buffer; k1 prefetches
+ * the fragments one iteration ahead (stages 0, 0, 1 over the two fragment
+ * loads and the compute); k0, whose body is then the two register stages,
+ * the two shared stores and the inner pipeline's prologue, body and
+ * epilogue, runs the register loads of tile k0 + 1 before the inner body
+ * of tile k0 and the shared stores and the next inner prologue after it. */
+static bool add_software_pipeline(sched *s, int sa, int sb, int k0, int k1, dg_status *st) {
+  static const int64_t inner_stage[] = {0, 0, 1}, inner_order[] = {0, 1, 2};
+  static const int64_t outer_stage[] = {0, 0, 0, 0, 0, 1, 1}, outer_order[] = {0, 3, 1, 4, 5, 2, 6};
+  const int caches[2] = {sa, sb};
+  for (int i = 0; i < 2; i++)
+    if (!annotate_int(s, caches[i], "tirx.manifest_shared_memory_local_stage", 1, st) ||
+        !annotate_int(s, caches[i], "double_buffer_scope", 0, st))
+      return false;
+  return annotate_ints(s, k1, "software_pipeline_stage", inner_stage, 3, st) &&
+         annotate_ints(s, k1, "software_pipeline_order", inner_order, 3, st) &&
+         annotate_ints(s, k0, "software_pipeline_stage", outer_stage, 7, st) &&
+         annotate_ints(s, k0, "software_pipeline_order", outer_order, 7, st);
+}
+
+static bool tc_sketch(sched *s, int block, const tc_gemm *g, bool shared_out, bool pipelined,
+                      dg_status *st) {
   sched_val structure = {.kind = SV_STR, .s = "SSSRRSRS"};
   if (!sched_annotate(s, block, "meta_schedule.tiling_structure", &structure, st)) return false;
   int loops[MAX_LOOPS];
@@ -398,7 +429,8 @@ static bool tc_sketch(sched *s, int block, const tc_gemm *g, bool shared_out, dg
                                             (int)DG_ARRAY_LEN(fetch_lens_f16), st));
   return ok &&
          cooperative_fetch(s, sa, fetch_lens_f16, (int)DG_ARRAY_LEN(fetch_lens_f16), st) &&
-         cooperative_fetch(s, sb, fetch_lens_f16, (int)DG_ARRAY_LEN(fetch_lens_f16), st);
+         cooperative_fetch(s, sb, fetch_lens_f16, (int)DG_ARRAY_LEN(fetch_lens_f16), st) &&
+         (!pipelined || add_software_pipeline(s, sa, sb, k[0], k[1], st));
 }
 
 int rule_mlt_tc_apply(space_ctx *c, sched *s, int block, sched **out, dg_status *st) {
@@ -416,13 +448,21 @@ int rule_mlt_tc_apply(space_ctx *c, sched *s, int block, sched **out, dg_status 
                b->name, intrin, why);
     return 1;
   }
-  /* the shared.dyn-output sketch is a copy made before any step */
-  sched *cp = space_copy(c, s, st);
-  if (!cp) return -1;
-  if (!tc_sketch(s, block, &g, false, st) || !tc_sketch(cp, block, &g, true, st)) {
-    sched_free(cp);
-    return -1;
-  }
-  out[1] = cp;
-  return 2;
+  /* the other sketches are copies made before any step: the shared.dyn
+   * output, and on sm_80+ both again with TVM's use_software_pipeline
+   * (AddSoftwarePipeline needs a reduction of more than one tile) */
+  bool piped = c->t->arch >= 80 && !c->no_software_pipeline && b->iters[g.red].extent > TILE;
+  int n = piped ? 4 : 2;
+  for (int i = 1; i < n; i++)
+    if (!(out[i] = space_copy(c, s, st))) {
+      for (int j = 1; j < i; j++) sched_free(out[j]);
+      return -1;
+    }
+  for (int i = 0; i < n; i++)
+    if (!tc_sketch(out[i], block, &g, i % 2 == 1, i >= 2, st)) {
+      for (int j = 1; j < n; j++) sched_free(out[j]);
+      out[0] = s;
+      return -1;
+    }
+  return n;
 }
