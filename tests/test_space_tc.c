@@ -431,3 +431,49 @@ DG_TEST(gpu_space_tc_samples) {
   search_space_free(&sp);
   ir_func_free(f);
 }
+
+DG_TEST(gpu_space_tc_pipelined_samples) {
+  /* samples of the pipelined tensor-core sketches alone (register stage,
+   * nested fragment pipeline) run on the GPU against the float64 reference */
+  dg_status st;
+  if (!rt_cuda_available(&st)) {
+    SKIP("no GPU: %s", st.msg);
+  }
+  static const char spec[] = "gemm:m=1024,n=1024,k=1024,trans_a=0,trans_b=0,dtype=f16";
+  dg_func *f = wl_build(spec, &st);
+  CHECK_MSG(f, "%s", st.msg);
+  search_space sp;
+  search_space_opts o = {.seed = 9};
+  CHECK_MSG(search_space_generate(f, &o, &sp, &st), "%s", st.msg);
+  dg_rng rng;
+  dg_rng_seed(&rng, 9);
+  enum { WANT = 4 };
+  int n = 0;
+  for (int tries = 0; tries < 400 && n < WANT; tries++) {
+    sched *s = NULL;
+    draw(f, &sp, &rng, &s, 1);
+    if (!s) continue;
+    char *js = json_of(sched_get_trace(s));
+    sched_free(s);
+    if (!strstr(js, "manifest_shared_memory_local_stage")) {
+      free(js);
+      continue;
+    }
+    char path[400], args[600], *out = NULL;
+    snprintf(path, sizeof path, "%s/tc_piped_%d.json", dg_test_tmpdir(), n);
+    FILE *fp = fopen(path, "w");
+    CHECK(fp);
+    fputs(js, fp);
+    fclose(fp);
+    free(js);
+    snprintf(args, sizeof args, "run '%s' --trace %s --target cuda --repeat 5", spec, path);
+    int rc = dg_test_run_dragon(args, NULL, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "check     pass"), "pipelined sample %d: rc %d\n%s", n, rc,
+              out);
+    free(out);
+    n++;
+  }
+  CHECK_EQ(n, WANT);
+  search_space_free(&sp);
+  ir_func_free(f);
+}
