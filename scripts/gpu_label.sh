@@ -102,6 +102,18 @@ if ! grep -q "^check *pass" "$LOGDIR/gate_pipelined.log"; then
   tail -5 "$LOGDIR/gate_pipelined.log"
   LABEL_ARGS="${LABEL_ARGS:-} --no-pipeline"
 fi
+# The same for the pipelined tensor-core sketches (register stage, nested
+# fragment pipeline), on an f16 GEMM.
+TC_SPEC="gemm:m=1024,n=1024,k=1024,trans_a=0,trans_b=0,dtype=f16"
+"$DRAGON" sample "$TC_SPEC" --count 40 --seed 9 2>/dev/null |
+  grep manifest_shared_memory_local_stage | head -1 >"$LOGDIR/gate_tc_pipelined.json"
+run_logged gate_tc_pipelined 60 "$DRAGON" run "$TC_SPEC" --trace "$LOGDIR/gate_tc_pipelined.json" \
+  --target cuda --repeat 5
+if ! grep -q "^check *pass" "$LOGDIR/gate_tc_pipelined.log"; then
+  note "gate: the pipelined tensor-core sample FAILED; labelling without pipeline sketches"
+  tail -5 "$LOGDIR/gate_tc_pipelined.log"
+  case "${LABEL_ARGS:-}" in *--no-pipeline*) ;; *) LABEL_ARGS="${LABEL_ARGS:-} --no-pipeline" ;; esac
+fi
 
 mkdir -p data/records
 # The cost model's warm start (features of the last 20,000 committed
