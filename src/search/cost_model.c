@@ -408,7 +408,8 @@ bool search_cost_model_load(search_cost_model *m, const char *dir, dg_status *st
   /* packed since version 1 was first saved raw; both load */
   static const unsigned char zstd_magic[4] = {0x28, 0xb5, 0x2f, 0xfd};
   if (len >= 4 && memcmp(buf, zstd_magic, 4) == 0) {
-    char *raw = dg_zstd_unpack(buf, len, p, 0, &len, st);
+    /* 2 GiB: 400,000 records' features, far past any warm start */
+    char *raw = dg_zstd_unpack(buf, len, p, (size_t)2 << 30, &len, st);
     free(buf);
     if (!raw) {
       free(p);
