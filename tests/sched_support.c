@@ -7,6 +7,17 @@
 #include "dragon/tsel.h"
 #include "sched_support.h"
 
+sched *ts_replay(const dg_func *f, const sched_trace *t) {
+  sched *s = sched_new(f, 1);
+  dg_status st;
+  if (!sched_replay(s, t, false, false, &st)) {
+    fprintf(stderr, "replay: %s\n", st.msg);
+    sched_free(s);
+    return NULL;
+  }
+  return s;
+}
+
 dg_func *ts_parse(const char *text) {
   dg_status st;
   dg_func *f = ir_parse(text, "test", &st);

@@ -17,6 +17,9 @@ bool ts_same_numbers(const dg_func *orig, const dg_func *g); /* seed 11 */
 /* s's trace -> JSON -> replay on a fresh schedule of orig gives an equal
  * kernel and the same JSON; prints why not. */
 bool ts_replays(const dg_func *orig, sched *s);
+/* t replayed exactly on a fresh schedule of f (postprocessing included);
+ * NULL after printing why it does not replay. */
+sched *ts_replay(const dg_func *f, const sched_trace *t);
 /* The scheduled kernel passes the verifier; prints why not. */
 bool ts_verified(sched *s);
 /* The scheduled kernel prints as `want`; prints both if not. */

@@ -19,6 +19,7 @@
 #include "dragon/sched.h"
 #include "dragon/search.h"
 #include "dragon/wl.h"
+#include "sched_support.h"
 #include "test.h"
 
 #define LOCAL_STAGE_KEY "tirx.manifest_shared_memory_local_stage"
@@ -47,16 +48,6 @@ static sched_trace *unpipelined(const sched_trace *t) {
   return c;
 }
 
-static sched *replay(const dg_func *f, const sched_trace *t) {
-  sched *s = sched_new(f, 1);
-  dg_status st;
-  if (!sched_replay(s, t, false, false, &st)) {
-    dg_test_fail(__FILE__, __LINE__, "replay: %s", st.msg);
-    sched_free(s);
-    return NULL;
-  }
-  return s;
-}
 
 /* Postprocessed pipelined tensor-core samples of f that VerifyGPUCode
  * accepts; returns how many (at most want). */
@@ -135,7 +126,7 @@ static void check_sample(const dg_func *f, sched *s) {
 
   /* the same sample unpipelined: other CUDA, no register stage */
   sched_trace *u = unpipelined(sched_get_trace(s));
-  sched *us = replay(f, u);
+  sched *us = ts_replay(f, u);
   CHECK(us);
   if (us) {
     char *usrc = cuda_of(sched_func(us));

@@ -19,6 +19,7 @@
 #include "dragon/sched.h"
 #include "dragon/search.h"
 #include "dragon/wl.h"
+#include "sched_support.h"
 #include "test.h"
 
 /* ---- traces ----------------------------------------------------------------------- */
@@ -65,17 +66,6 @@ static sched_trace *with_ann(const sched_trace *t, const char *key, const int64_
   return c;
 }
 
-/* t replayed exactly on f (postprocessing included); NULL after a failure. */
-static sched *replay(const dg_func *f, const sched_trace *t) {
-  sched *s = sched_new(f, 1);
-  dg_status st;
-  if (!sched_replay(s, t, false, false, &st)) {
-    dg_test_fail(__FILE__, __LINE__, "replay: %s", st.msg);
-    sched_free(s);
-    return NULL;
-  }
-  return s;
-}
 
 /* The extent of the pipelined loop of a scheduled kernel (0: none). */
 static int64_t pipelined_extent(const dg_stmt *s) {
@@ -302,7 +292,7 @@ DG_TEST(pipeline_cuda_differs_from_unpipelined) {
   sched *s = async_gemm_sample(f, 2);
   CHECK(s);
   sched_trace *plain_t = unpipelined(sched_get_trace(s));
-  sched *u = replay(f, plain_t);
+  sched *u = ts_replay(f, plain_t);
   CHECK(u);
   lw_program *pp = lowered(sched_func(s), true, &st);
   CHECK_MSG(pp, "%s", st.msg);
@@ -393,7 +383,7 @@ DG_TEST(pipeline_prologue_body_epilogue) {
     int64_t v[3] = {0, 0, stage};
     sched_trace *t = with_ann(sched_get_trace(s), "software_pipeline_stage", v, 3);
     CHECK(t);
-    sched *x = replay(f, t);
+    sched *x = ts_replay(f, t);
     CHECK(x);
     lower_opts o = {.skip_verify = true};
     lw_program *p = lower_program(sched_func(x), &o, &st);
@@ -420,7 +410,7 @@ DG_TEST(pipeline_prologue_body_epilogue) {
   /* the copies in the other order, B before A */
   int64_t order[3] = {1, 0, 2};
   sched_trace *t = with_ann(sched_get_trace(s), "software_pipeline_order", order, 3);
-  sched *x = replay(f, t);
+  sched *x = ts_replay(f, t);
   CHECK(x);
   rt_check chk;
   CHECK_MSG(rt_program_check_c(f, sched_func(x), 4, &chk, &st), "%s", st.msg);
@@ -431,7 +421,7 @@ DG_TEST(pipeline_prologue_body_epilogue) {
    * multi-buffered, no cp.async, no waits */
   int64_t none[1] = {7};
   t = with_ann(sched_get_trace(s), "software_pipeline_async_stages", none, 1);
-  x = replay(f, t);
+  x = ts_replay(f, t);
   CHECK(x);
   lw_program *p = lowered(sched_func(x), true, &st);
   CHECK_MSG(p, "%s", st.msg);
@@ -516,7 +506,7 @@ DG_TEST(pipeline_rejects_bad_annotations) {
     sched_trace *t0 = i == 2 ? with_ann(sched_get_trace(s), "software_pipeline_stage", stage0, 3)
                              : sched_trace_clone(sched_get_trace(s));
     sched_trace *t = with_ann(t0, bad[i].key, bad[i].v, bad[i].n);
-    sched *x = replay(f, t);
+    sched *x = ts_replay(f, t);
     CHECK(x);
     lw_program *p = lowered(sched_func(x), true, &st);
     CHECK_MSG(!p, "%zu lowered", i);
@@ -607,7 +597,7 @@ DG_TEST(pipeline_verify_counts_every_version) {
     }
     sched_trace *tp = sched_trace_clone(sched_get_trace(s));
     sched_trace *tu = unpipelined(tp);
-    sched *a = replay(f, tp), *b = replay(f, tu);
+    sched *a = ts_replay(f, tp), *b = ts_replay(f, tu);
     CHECK(a && b);
     search_postprocs ppa = {0}, ppb = {0};
     dg_status sa, sb;
@@ -665,7 +655,7 @@ DG_TEST(pipeline_shared_bytes_match_tvm) {
       CHECK_EQ(piped, max_stage(t) >= 0);
       for (int variant = 0; variant < (piped ? 2 : 1); variant++) {
         sched_trace *tv = variant ? unpipelined(t) : sched_trace_clone(t);
-        sched *s = replay(f, tv);
+        sched *s = ts_replay(f, tv);
         CHECK(s);
         lw_program *p = lowered(sched_func(s), false, &st);
         CHECK_MSG(p, "%s %zu: %s", spec, i, st.msg);
@@ -737,7 +727,7 @@ DG_TEST(pipeline_vthread_past_8_accepted) {
       sched_trace *t = sched_trace_from_json(js, &st);
       free(js);
       CHECK(t);
-      sched *s = replay(f, t);
+      sched *s = ts_replay(f, t);
       CHECK(s);
       if (widest_vthread(sched_func(s)->body) > 8) {
         CHECK_MSG(lower_check(sched_func(s), NULL, &st), "%s %zu: %s", spec, k, st.msg);
@@ -860,7 +850,7 @@ DG_TEST(pipeline_wmma_gemm) {
     free(js);
     json_decref(doc);
     CHECK_MSG(t, "%s", st.msg);
-    sched *x = replay(f, t);
+    sched *x = ts_replay(f, t);
     CHECK(x);
     lw_program *p = lowered(sched_func(x), true, &st);
     if (!p) { /* the sample's tiles do not fit twice */

@@ -395,6 +395,22 @@ DG_TEST(space_tc_hand_schedule_is_a_sample) {
   ir_func_free(f);
 }
 
+/* A sample's trace JSON run by `dragon run --target cuda` and checked
+ * against the float64 reference; the test fails, naming it, if not. */
+static void run_on_gpu(const char *spec, const char *js, const char *what, int i) {
+  char path[400], args[600], *out = NULL;
+  snprintf(path, sizeof path, "%s/tc_%s_%d.json", dg_test_tmpdir(), what, i);
+  FILE *fp = fopen(path, "w");
+  CHECK(fp);
+  if (!fp) return;
+  fputs(js, fp);
+  fclose(fp);
+  snprintf(args, sizeof args, "run '%s' --trace %s --target cuda --repeat 5", spec, path);
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "check     pass"), "%s sample %d: rc %d\n%s", what, i, rc, out);
+  free(out);
+}
+
 DG_TEST(gpu_space_tc_samples) {
   /* samples of the 1024^3 f16 GEMM's tensor-core space run on the GPU
    * against the float64 reference */
@@ -414,18 +430,9 @@ DG_TEST(gpu_space_tc_samples) {
   int n = draw(f, &sp, &rng, s, 6);
   CHECK_EQ(n, 6);
   for (int i = 0; i < n; i++) {
-    char path[400], args[600], *out = NULL;
-    snprintf(path, sizeof path, "%s/tc_sample_%d.json", dg_test_tmpdir(), i);
     char *js = json_of(sched_get_trace(s[i]));
-    FILE *fp = fopen(path, "w");
-    CHECK(fp);
-    fputs(js, fp);
-    fclose(fp);
+    run_on_gpu(spec, js, "sample", i);
     free(js);
-    snprintf(args, sizeof args, "run '%s' --trace %s --target cuda --repeat 5", spec, path);
-    int rc = dg_test_run_dragon(args, NULL, &out);
-    CHECK_MSG(rc == 0 && strstr(out, "check     pass"), "sample %d: rc %d\n%s", i, rc, out);
-    free(out);
     sched_free(s[i]);
   }
   search_space_free(&sp);
@@ -459,19 +466,8 @@ DG_TEST(gpu_space_tc_pipelined_samples) {
       free(js);
       continue;
     }
-    char path[400], args[600], *out = NULL;
-    snprintf(path, sizeof path, "%s/tc_piped_%d.json", dg_test_tmpdir(), n);
-    FILE *fp = fopen(path, "w");
-    CHECK(fp);
-    fputs(js, fp);
-    fclose(fp);
+    run_on_gpu(spec, js, "pipelined", n++);
     free(js);
-    snprintf(args, sizeof args, "run '%s' --trace %s --target cuda --repeat 5", spec, path);
-    int rc = dg_test_run_dragon(args, NULL, &out);
-    CHECK_MSG(rc == 0 && strstr(out, "check     pass"), "pipelined sample %d: rc %d\n%s", n, rc,
-              out);
-    free(out);
-    n++;
   }
   CHECK_EQ(n, WANT);
   search_space_free(&sp);
