@@ -154,6 +154,9 @@ bool dg_mkdirs(const char *path, dg_status *st);
 bool dg_zstd_pack(const void *data, size_t n, int level, dg_str *out, dg_status *st);
 char *dg_zstd_unpack(const void *bytes, size_t n, const char *name, size_t max_len, size_t *len,
                      dg_status *st);
+/* A text file, plain or zstd (by its frame magic), NUL-terminated; errors
+ * name the path. */
+char *dg_read_text(const char *path, size_t max_len, size_t *len, dg_status *st);
 
 /* `key = value` text (kv.c), the one reader of config files: '#'
  * comments, blank lines skipped, key and value trimmed; fn gets each pair

@@ -3,7 +3,9 @@
  * checksum at a given level, and a reader of every frame of a buffer that
  * names the file in its errors and refuses a stream that is empty, not
  * zstd, corrupt, truncated or larger than a limit once decompressed.
- * Single-threaded compression, so the same bytes give the same file. */
+ * Single-threaded compression, so the same bytes give the same file.
+ * dg_read_text reads a file that may be either: zstd (known by its frame
+ * magic) is unpacked, anything else is returned as it is. */
 #include <string.h>
 #include <zstd.h>
 
@@ -68,4 +70,22 @@ char *dg_zstd_unpack(const void *bytes, size_t n, const char *name, size_t max_l
   if (!out.s) dg_str_puts(&out, "");
   *len = out.len;
   return dg_str_take(&out);
+}
+
+char *dg_read_text(const char *path, size_t max_len, size_t *len, dg_status *st) {
+  static const unsigned char zmagic[4] = {0x28, 0xb5, 0x2f, 0xfd};
+  size_t n;
+  char *bytes = dg_read_file(path, &n, st);
+  if (!bytes || n < 4 || memcmp(bytes, zmagic, 4) != 0) {
+    if (bytes && max_len && n > max_len) {
+      free(bytes);
+      dg_fail(st, DG_ERR_PARSE, "%s: more than %zu MiB", path, max_len >> 20);
+      return NULL;
+    }
+    if (bytes) *len = n;
+    return bytes;
+  }
+  char *text = dg_zstd_unpack(bytes, n, path, max_len, len, st);
+  free(bytes);
+  return text;
 }

@@ -392,7 +392,7 @@ static bool example_parse(json_t *o, const char *where, example_fields *ex, dg_s
 static bool examples_each(const char *path, bool (*fn)(const example_fields *, void *, dg_status *),
                           void *ctx, dg_status *st) {
   size_t len;
-  char *text = dg_read_file(path, &len, st);
+  char *text = dg_read_text(path, 0, &len, st);
   if (!text) return false;
   bool ok = true;
   int lineno = 0;
