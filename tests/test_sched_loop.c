@@ -224,3 +224,37 @@ DG_TEST(sched_reorder_rejects_mixed_loops) {
   sched_free(s);
   ir_func_free(f);
 }
+
+/* Split refuses a loop nest deeper than SCHED_MAX_LOOP_DEPTH (every walk
+ * of a nest keeps its loops in a bounded stack): a graph a model wrote
+ * with 32-part tiles of every loop is refused at the split that would go
+ * past it, with its reason, and the schedule is left as it was. */
+DG_TEST(sched_split_refuses_deep_nests) {
+  dg_func *f = ts_parse(MATMUL);
+  CHECK(f);
+  sched *s = sched_new(f, 1);
+  dg_status st;
+  int b = sched_get_block(s, "C", NULL, &st);
+  int l[3];
+  CHECK_EQ(sched_get_loops(s, b, l, 3, &st), 3);
+  sched_val ones[32];
+  for (int k = 0; k < 32; k++) ones[k] = ts_int(1);
+  ones[0] = TS_NONE; /* 1 x ... x 1 x 12 */
+  int parts[32];
+  /* 3 loops -> 34: within the limit */
+  CHECK_EQ(sched_split(s, l[0], ones, 32, true, false, parts, &st), 32);
+  char *before = ir_print(sched_func(s));
+  /* 34 -> 65: refused, nothing changed */
+  int more[32];
+  CHECK(sched_split(s, l[1], ones, 32, true, false, more, &st) < 0);
+  CHECK_ERR(st, "would nest 65 loops, more than 48");
+  char *after = ir_print(sched_func(s));
+  CHECK_STREQ(after, before);
+  free(before);
+  free(after);
+  /* a smaller split still fits */
+  CHECK_EQ(sched_split(s, l[1], ones, 8, true, false, more, &st), 8);
+  CHECK(ts_same_numbers(f, sched_func(s)));
+  sched_free(s);
+  ir_func_free(f);
+}

@@ -45,6 +45,11 @@ struct sched_val {
   int n;
 };
 
+/* The deepest loop nest (loops from the root to any statement, across
+ * blocks) that split may make: the walks of a nest keep its loops in
+ * fixed stacks of 64. MetaSchedule's deepest sketches nest about 35. */
+#define SCHED_MAX_LOOP_DEPTH 48
+
 /* ---- instruction kinds ----------------------------------------------------- */
 
 typedef enum {

@@ -36,6 +36,59 @@ static dg_stmt **slot_of(dg_func *f, dg_stmt *l) {
   return p.slots[p.n - 1];
 }
 
+/* Loops nested around a statement and inside one (across blocks), for the
+ * depth limit of split: every walk of a loop nest keeps its loops in a
+ * bounded stack. */
+static int loops_above(const dg_stmt *s, const dg_stmt *target, int above) {
+  if (!s) return -1;
+  if (s == target) return above;
+  switch (s->kind) {
+    case DG_STMT_FOR:
+      return loops_above(s->body, target, above + 1);
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++) {
+        int d = loops_above(s->stmts[i], target, above);
+        if (d >= 0) return d;
+      }
+      return -1;
+    case DG_STMT_IF: {
+      int d = loops_above(s->then_s, target, above);
+      return d >= 0 ? d : loops_above(s->else_s, target, above);
+    }
+    case DG_STMT_BLOCK: {
+      int d = loops_above(s->block->init, target, above);
+      return d >= 0 ? d : loops_above(s->block->body, target, above);
+    }
+    default:
+      return -1;
+  }
+}
+
+static int loops_below(const dg_stmt *s) {
+  if (!s) return 0;
+  int d = 0, k0;
+  switch (s->kind) {
+    case DG_STMT_FOR:
+      return 1 + loops_below(s->body);
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++) {
+        int k = loops_below(s->stmts[i]);
+        if (k > d) d = k;
+      }
+      return d;
+    case DG_STMT_IF:
+      d = loops_below(s->then_s);
+      k0 = loops_below(s->else_s);
+      return d > k0 ? d : k0;
+    case DG_STMT_BLOCK:
+      d = loops_below(s->block->init);
+      k0 = loops_below(s->block->body);
+      return d > k0 ? d : k0;
+    default:
+      return 0;
+  }
+}
+
 bool prim_split(prim_call *c, dg_status *st) {
   sched *s = c->s;
   dg_func *f = s->f;
@@ -50,6 +103,11 @@ bool prim_split(prim_call *c, dg_status *st) {
   if (!plain_loop(l, "split", st)) return false;
   int n = in->n_inputs - 1;
   if (n > 32) return dg_fail(st, DG_ERR_INVALID, "at most 32 factors");
+  int depth = loops_above(f->body, l, 0) + n + loops_below(l->body);
+  if (depth > SCHED_MAX_LOOP_DEPTH)
+    return dg_fail(st, DG_ERR_INVALID,
+                   "splitting loop %s into %d would nest %d loops, more than %d", l->loop_var->name,
+                   n, depth, SCHED_MAX_LOOP_DEPTH);
   int64_t fac[32];
   int infer = -1;
   int64_t prod = 1;
