@@ -65,6 +65,39 @@ DG_TEST(sample_kv_matches_forward) {
   nn_model_free(&m);
 }
 
+/* A row taken back to an earlier position (with the logits it had there)
+ * and fed other tokens gives the logits of the full forward over the new
+ * sequence: the positions past the rewind are overwritten, not mixed in. */
+DG_TEST(sample_kv_rewind) {
+  dg_status st;
+  dg_status_ok(&st);
+  nn_model m;
+  CHECK(random_model(&m, false, &st));
+  enum { T = 16, V = 40, AT = 6 };
+  CHECK(nn_model_reserve(&m, 1, T, &st));
+  int32_t a[T], b[T];
+  for (int t = 0; t < T; t++) a[t] = (t * 7 + 3) % V, b[t] = t < AT ? a[t] : (t * t + 5) % V;
+  nn_kv_cache c;
+  CHECK(nn_kv_init(&c, &m, 1, T, &st));
+  nn_kv_feed(&c, 0, a, AT);
+  float saved[V];
+  memcpy(saved, nn_kv_logits(&c, 0), sizeof saved);
+  nn_kv_feed(&c, 0, a + AT, T - AT); /* a's tail, then back to AT */
+  nn_kv_rewind(&c, 0, AT, saved);
+  CHECK(memcmp(nn_kv_logits(&c, 0), saved, sizeof saved) == 0);
+  nn_forward(&m, b, NULL, NULL, 1, T);
+  double worst = 0;
+  for (int t = AT; t < T; t++) {
+    nn_kv_feed(&c, 0, &b[t], 1);
+    const float *got = nn_kv_logits(&c, 0), *want = m.acts.logits + (size_t)t * V;
+    for (int j = 0; j < V; j++)
+      if (fabs((double)got[j] - want[j]) > worst) worst = fabs((double)got[j] - want[j]);
+  }
+  CHECK_MSG(worst <= 1e-5, "rewound logits differ from the full forward by %g", worst);
+  nn_kv_free(&c);
+  nn_model_free(&m);
+}
+
 DG_TEST(sample_greedy_and_top_k_one) {
   enum { V = 50 };
   float z[V];

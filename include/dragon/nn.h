@@ -232,6 +232,10 @@ float nn_update(nn_model *m, int64_t step);
 
 /* The reference's layers, exported so that other back ends and tests can
  * check against them one at a time. */
+/* The reference's one dot product (every forward matmul and the KV-cache
+ * decoder's, so that the two agree bitwise): eight running sums, one a
+ * lane, combined pairwise in a fixed order. */
+float nn_dot(const float *x, const float *w, int n);
 /* out (N, C) = inp * rstd * w, rstd (N) = (mean(inp^2) + eps)^(-1/2). */
 void nn_rmsnorm_forward(float *out, float *rstd, const float *inp,
                         const float *w, int N, int C, float eps);
@@ -325,6 +329,11 @@ void nn_kv_reset(nn_kv_cache *c, int b);
  * [0, V)); the row's logits are then those after the last one. */
 void nn_kv_feed(nn_kv_cache *c, int b, const int32_t *tokens, int n);
 const float *nn_kv_logits(const nn_kv_cache *c, int b);
+/* Takes row b back to its first pos positions (pos <= the positions it
+ * holds), with logits (V floats) as its next-token logits: those the row
+ * had at pos, kept by the caller. The positions past pos are overwritten
+ * by the next feed. */
+void nn_kv_rewind(nn_kv_cache *c, int b, int pos, const float *logits);
 
 typedef struct {
   float temperature;  /* <= 0: greedy */

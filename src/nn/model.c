@@ -283,16 +283,22 @@ void nn_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *
 }
 
 /* out (N, OUT) = inp (N, IN) . w (OUT, IN)^T */
+/* Eight running sums, one a lane, then combined pairwise: an order the
+ * compiler may vectorise without reassociating, the same everywhere. */
+float nn_dot(const float *x, const float *w, int n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; j++) acc[j] += x[i + j] * w[i + j];
+  for (int j = 0; i < n; i++, j++) acc[j] += x[i] * w[i];
+  return ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]));
+}
+
 static void matmul_forward(float *out, const float *inp, const float *w, int N, int IN, int OUT) {
   OMP_FOR
   for (int n = 0; n < N; n++) {
     const float *x = inp + (size_t)n * IN;
-    for (int o = 0; o < OUT; o++) {
-      const float *wr = w + (size_t)o * IN;
-      float s = 0;
-      for (int i = 0; i < IN; i++) s += x[i] * wr[i];
-      out[(size_t)n * OUT + o] = s;
-    }
+    for (int o = 0; o < OUT; o++) out[(size_t)n * OUT + o] = nn_dot(x, w + (size_t)o * IN, IN);
   }
 }
 

@@ -75,6 +75,13 @@ void nn_kv_reset(nn_kv_cache *c, int b) {
   c->pos[b] = 0;
 }
 
+void nn_kv_rewind(nn_kv_cache *c, int b, int pos, const float *logits) {
+  DG_ASSERT(b >= 0 && b < c->B && pos >= 0 && pos <= c->pos[b]);
+  c->pos[b] = pos;
+  int V = c->m->cfg.vocab_size;
+  memcpy(c->logits + (size_t)b * V, logits, sizeof(float) * (size_t)V);
+}
+
 const float *nn_kv_logits(const nn_kv_cache *c, int b) {
   DG_ASSERT(b >= 0 && b < c->B);
   return c->logits + (size_t)b * c->m->cfg.vocab_size;
@@ -82,12 +89,7 @@ const float *nn_kv_logits(const nn_kv_cache *c, int b) {
 
 /* out (OUT) = x (IN) . w (OUT, IN)^T, summed as model.c's matmul_forward. */
 static void matvec(float *out, const float *x, const float *w, int IN, int OUT) {
-  for (int o = 0; o < OUT; o++) {
-    const float *wr = w + (size_t)o * IN;
-    float s = 0;
-    for (int i = 0; i < IN; i++) s += x[i] * wr[i];
-    out[o] = s;
-  }
+  for (int o = 0; o < OUT; o++) out[o] = nn_dot(x, w + (size_t)o * IN, IN);
 }
 
 static void feed_one(nn_kv_cache *c, int b, int32_t token) {
