@@ -210,7 +210,7 @@ DG_TEST(optimize_cli_random_model_graphs_all_check) {
            model, dg_test_tmpdir());
   int rc = dg_test_run_dragon(args, NULL, &out);
   CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
-  CHECK_MSG(strstr(out, "(constrained decoding)") && strstr(out, "round 1  "), "%s", out);
+  CHECK_MSG(strstr(out, "(constrained decoding, line guard)") && strstr(out, "round 1  "), "%s", out);
   /* every sample parsed, named the kernel and type-checked */
   CHECK_MSG(!strstr(out, ": parse: ") && !strstr(out, ": header: ") && !strstr(out, ": check: "), "%s", out);
   char path[800];

@@ -23,6 +23,7 @@
 #include <jansson.h>
 #include <string.h>
 
+#include "dragon/eval.h"
 #include "dragon/intrin.h"
 #include "dragon/sched.h"
 #include "dragon/search.h"
@@ -1177,6 +1178,134 @@ DG_TEST(tsel_prefix_masked_random_model_decodes) {
   }
   CHECK_EQ(garbage, runs);
   CHECK_MSG(most >= 5 && masks >= 1000, "at most %d edits, %ld masks", most, masks);
+  tsel_mask_free(mask);
+}
+
+/* A guard of the test's own: refuses, the first time it is shown them,
+ * the graphs whose edit count is in refuse_at (that line is taken back and
+ * written again), or every graph (always); counts its calls. */
+typedef struct {
+  int calls, refused;
+  int refuse_at[4], n_refuse;
+  bool shown[256];
+  bool always;
+} planted_guard;
+
+static int edit_lines(const char *text) {
+  int n = 0;
+  for (const char *p = text; *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p))
+    n += p[0] == 't' && p[1] >= '1' && p[1] <= '9';
+  return n;
+}
+
+static bool planted_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed) {
+  (void)postprocessed;
+  planted_guard *g = ctx;
+  g->calls++;
+  CHECKR(strlen(text) == len, false);
+  if (g->always) return false;
+  int n = edit_lines(text);
+  for (int i = 0; i < g->n_refuse; i++)
+    if (n == g->refuse_at[i] && n < 256 && !g->shown[n]) {
+      g->shown[n] = true;
+      g->refused++;
+      return false;
+    }
+  return true;
+}
+
+/* The line guard of constrained decoding: a refused line is taken back and
+ * written again (the graph still checks, and its lines were each passed),
+ * a guard that refuses everything is given up after max_backtracks (the
+ * graph is still complete), and the real guard (eval_guard_line: replay,
+ * and the build once postprocessed) leaves a graph that passes the gates
+ * up to the build unless it gave up (or the token budget ended the graph:
+ * the checker's completion is not guarded). */
+DG_TEST(tsel_prefix_guard_takes_lines_back) {
+  tok_tokenizer *tok = trained_tokenizer();
+  CHECK(tok);
+  int V = tok_vocab_size(tok);
+  dg_status st;
+  tsel_mask *mask = tsel_mask_new(tok, &st);
+  CHECK_OK(st);
+  const char *spec = "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32";
+  dg_func *k = wl_build(spec, &st);
+  CHECK_MSG(k, "%s", st.msg);
+  char *ktext = kernel_text(spec, k);
+  tok_ids prompt = {0};
+  CHECK(train_prompt_encode(tok, ktext, NULL, &prompt, &st));
+  int real_passed = 0, real_runs = 0, gave_up = 0, planted_refusals = 0;
+  for (uint64_t seed = 1; seed <= 3; seed++) {
+    nn_model m;
+    CHECK(random_model(&m, V, 900 + seed, &st));
+    train_decode_opts o;
+    train_decode_opts_default(&o);
+    o.sample.max_tokens = 400;
+    o.explain = false;
+    /* refused once at 2 and at 3 edits: two lines taken back */
+    planted_guard pg = {.refuse_at = {2, 3}, .n_refuse = 2};
+    o.guard = planted_guard_fn;
+    o.guard_ctx = &pg;
+    train_decode_stats ds;
+    char *g = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, spec, TSEL_TARGET_CUDA, &o, seed,
+                                 &ds, &st);
+    CHECK_MSG(g, "%s", st.msg);
+    char why[600];
+    CHECK_MSG(graph_checks(g, k, TSEL_TARGET_CUDA, why, sizeof why), "%s\n%s", why, g);
+    /* each refusal took its line back (unless the token budget ended the
+     * graph first, both lines were shown and refused once) */
+    int edits = edit_lines(g);
+    CHECK_MSG(ds.n_backtracks == pg.refused && pg.refused <= 2 &&
+                  (ds.budget_completed || pg.refused == (edits >= 2) + (edits >= 3)),
+              "%d edits: %d taken back, %d refused", edits, ds.n_backtracks, pg.refused);
+    planted_refusals += pg.refused;
+    CHECK(ds.n_guarded == pg.calls && !ds.guard_gave_up && ds.complete);
+    free(g);
+    /* a guard that refuses everything: given up after max_backtracks */
+    planted_guard never = {.always = true};
+    o.guard_ctx = &never;
+    o.max_backtracks = 5;
+    o.line_retries = 2;
+    o.sample.max_tokens = 1500;
+    g = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, spec, TSEL_TARGET_CUDA, &o, seed, &ds,
+                           &st);
+    CHECK_MSG(g, "%s", st.msg);
+    CHECK(graph_checks(g, k, TSEL_TARGET_CUDA, why, sizeof why));
+    /* (a line written again may also run into the token budget first) */
+    CHECK_MSG((ds.guard_gave_up || ds.budget_completed) && ds.n_backtracks <= 5 &&
+                  never.calls == ds.n_backtracks + ds.guard_gave_up,
+              "gave up %d, %d taken back, %d calls", ds.guard_gave_up, ds.n_backtracks, never.calls);
+    gave_up += ds.guard_gave_up;
+    free(g);
+    /* the real guard */
+    eval_guard eg = {k, spec};
+    o.guard = eval_guard_line;
+    o.guard_ctx = &eg;
+    o.max_backtracks = 64;
+    o.line_retries = 4;
+    o.sample.max_tokens = 400;
+    g = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, spec, TSEL_TARGET_CUDA, &o, seed, &ds,
+                           &st);
+    CHECK_MSG(g, "%s", st.msg);
+    /* every line of a graph the model finished was guarded */
+    if (!ds.guard_gave_up && !ds.budget_completed) {
+      CHECK(ds.n_guarded > 0);
+      eval_score_opts so = {.kernel = k, .spec = spec, .last = EVAL_GATE_BUILD};
+      eval_score sc;
+      CHECK_MSG(eval_score_tsel(g, "guarded", &so, &sc), "%s: %s\n%s", eval_gate_name(sc.failed), sc.reason, g);
+      eval_score_free(&sc);
+      real_passed++;
+    }
+    real_runs++;
+    free(g);
+    nn_model_free(&m);
+  }
+  CHECK_MSG(real_passed > 0, "the real guard gave up on all %d random models", real_runs);
+  CHECK(gave_up > 0);              /* the limit was reached at least once */
+  CHECK(planted_refusals >= 2);     /* and planted refusals were met */
+  tok_ids_free(&prompt);
+  free(ktext);
+  ir_func_free(k);
   tsel_mask_free(mask);
 }
 

@@ -82,6 +82,16 @@ bool eval_score_tsel(const char *text, const char *name, const eval_score_opts *
                      eval_score *out);
 void eval_score_free(eval_score *s);
 
+/* The line guard of constrained decoding (train_decode_opts.guard, ctx an
+ * eval_guard): the graph written so far through the gates up to the
+ * replay and, once it has its `postproc` edit, up to the build (lowered
+ * and VerifyGPUCode, nothing compiled). */
+typedef struct {
+  const dg_func *kernel;
+  const char *spec;
+} eval_guard;
+bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed);
+
 /* One graph of a batch: its text and the kernel it is for. */
 typedef struct {
   const char *text;

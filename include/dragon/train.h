@@ -207,9 +207,22 @@ typedef struct {
   nn_sample_opts sample; /* temperature, top_k, top_p; max_tokens: tokens after the prompt */
   bool unconstrained;    /* no mask: the forced header, then plain sampling (for comparison) */
   bool explain;          /* why and expect lines may follow the edits */
+  /* The line guard (constrained decoding only; NULL: none): called with
+   * the graph's committed text each time an edit line is complete
+   * (postprocessed: the graph has its `postproc` edit). A line it refuses
+   * is taken back (the checker and the KV cache return to the line's
+   * start) and written again, sampled at retry_temperature at least; a
+   * line refused line_retries times takes the line before it back too.
+   * After max_backtracks lines taken back the guard is no longer asked. */
+  bool (*guard)(void *ctx, const char *text, size_t len, bool postprocessed);
+  void *guard_ctx;
+  int line_retries;        /* default 4 */
+  int max_backtracks;      /* default 64 */
+  float retry_temperature; /* default 1.0 */
 } train_decode_opts;
 
-/* nn_sample_opts_default with max_tokens 2048; constrained; explain. */
+/* nn_sample_opts_default with max_tokens 2048; constrained; explain; no
+ * guard (line_retries 4, max_backtracks 64, retry_temperature 1). */
 void train_decode_opts_default(train_decode_opts *o);
 
 typedef struct {
@@ -218,6 +231,10 @@ typedef struct {
   bool complete;           /* the text is a complete graph (always, when constrained) */
   int n_masks;
   double mask_secs;        /* time spent in tsel_mask_compute */
+  int n_guarded;           /* lines the guard was asked about */
+  int n_backtracks;        /* lines taken back */
+  bool guard_gave_up;      /* max_backtracks reached: the rest was not guarded */
+  double guard_secs;       /* time spent in the guard */
 } train_decode_stats;
 
 /* Generates a graph for the kernel with the model (the C reference, KV

@@ -144,6 +144,11 @@ const char *tsel_prefix_forced(const tsel_prefix *p);
 const char *tsel_prefix_text(const tsel_prefix *p, size_t *len);
 /* Edits read so far. */
 int tsel_prefix_edit_count(const tsel_prefix *p);
+/* The header and the complete edit lines read so far (a graph that
+ * parses and checks; valid while the checker lives), and whether one of
+ * them is the `postproc` edit (the schedule's edits are then written). */
+const char *tsel_prefix_committed(const tsel_prefix *p, size_t *len);
+bool tsel_prefix_postprocessed(const tsel_prefix *p);
 /* A copy of the checker in its state (free it with tsel_prefix_free), and
  * the way back to it: cheap, they share what was computed. */
 tsel_prefix *tsel_prefix_save(const tsel_prefix *p);

@@ -60,13 +60,18 @@ sched_trace *cli_load_trace(const char *path, dg_status *st);
  * and the instruction. */
 sched *cli_schedule(const dg_func *f, const char *trace_path, dg_status *st);
 
-/* A model argument (model_arg.c): a run directory (its latest checkpoint)
- * or a model file; the tokenizer is tokp, or tokenizer.bin beside it;
+/* A model argument (model_arg.c): a model directory (its model.safetensors
+ * or model.safetensors.zst, as `dragon train export` writes them), a run
+ * directory (its latest checkpoint) or a model file (a checkpoint, or a
+ * .safetensors file with dragon's config, zstd-packed or not); the
+ * tokenizer is tokp, or tokenizer.bin beside it;
  * flag ("--ckpt") names it in messages.
  * cli_model_paths names the files (caller frees both); cli_model_load
  * loads them and checks that they belong together (on failure nothing is
  * left to free; on success free m with nn_model_free, *tok with tok_free,
  * *model_path with free). */
+#define CLI_MODEL_FILE "model.safetensors"
+bool cli_is_safetensors(const char *path);
 bool cli_model_paths(const char *flag, const char *arg, const char *tokp, char **model, char **tok,
                      dg_status *st);
 bool cli_model_load(const char *flag, const char *arg, const char *tokp, nn_model *m,
@@ -80,20 +85,29 @@ const char *cli_model_arg(const char *arg);
  * constrained, the token mask (tsel.h). cli_model_write writes k graphs
  * for a kernel (the prompt: its text, and the prior if not NULL) with seeds
  * seed, seed + 1, ...: texts[i] is NULL where decoding failed, its reason
- * appended to errs; returns the seconds spent, adds the tokens fed. */
+ * appended to errs; returns the seconds spent, adds the tokens fed and the
+ * lines the guard took back (stats, may be NULL). Constrained decoding is
+ * guarded (eval_guard_line) unless no_guard. */
 typedef struct {
   nn_model m;
   tok_tokenizer *tok;
   tsel_mask *mask;
   char *path;
   bool loaded;
+  bool no_guard; /* constrained decoding without the line guard (eval_guard_line) */
 } cli_model;
 bool cli_model_open(cli_model *cm, const char *flag, const char *arg, const char *tokp,
                     bool constrained, dg_status *st);
 void cli_model_close(cli_model *cm); /* also on a zeroed or failed one */
+typedef struct {
+  int64_t tokens;     /* fed to the model */
+  int64_t backtracks; /* lines the guard took back */
+  int gave_up;        /* graphs whose guard ran out of backtracks */
+  double guard_secs;
+} cli_write_stats;
 double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const char *kernel_text,
                        const char *prior, int k, const train_decode_opts *o, uint64_t seed,
-                       char **texts, int64_t *tokens, dg_str *errs);
+                       char **texts, cli_write_stats *ws, dg_str *errs);
 
 /* The GPU measurement of a command that judges GPU schedules: --target
  * cuda (target "cuda": a GPU is required), c (none), or NULL (cuda where a

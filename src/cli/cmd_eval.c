@@ -24,6 +24,7 @@ typedef struct {
   const train_decode_opts *dopts;
   json_t *graphs; /* --graphs: spec -> graph text */
   const char *graphs_path;
+  cli_write_stats ws; /* the model's, over every task */
 } writer_ctx;
 
 static char *write_one(void *ctx, const dg_func *f, const char *spec, uint64_t seed,
@@ -41,7 +42,9 @@ static char *write_one(void *ctx, const dg_func *f, const char *spec, uint64_t s
   char *text = NULL;
   dg_str errs;
   dg_str_init(&errs);
-  cli_model_write(w->model, f, spec, kernel_text, NULL, 1, w->dopts, seed, &text, tokens, &errs);
+  int64_t before = w->ws.tokens;
+  cli_model_write(w->model, f, spec, kernel_text, NULL, 1, w->dopts, seed, &text, &w->ws, &errs);
+  *tokens += w->ws.tokens - before;
   if (!text) dg_fail(st, DG_ERR_RUNTIME, "%s", errs.len ? errs.s : "decoding failed");
   dg_str_free(&errs);
   free(kernel_text);
@@ -94,7 +97,7 @@ int cmd_eval(int argc, char **argv) {
              *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE;
   int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048;
   double temperature = 0;
-  bool quiet = false;
+  bool quiet = false, no_guard = false;
   const cli_opt opts[] = {
       {"--split", CLI_OPT_STR, &split_name, 0, 0, "the held-out split: val, test, heldout_shape or heldout_family (default test)"},
       {"--limit", CLI_OPT_INT, &limit, 0, INT32_MAX, "the split's first N workloads (default 0: all)"},
@@ -107,6 +110,7 @@ int cmd_eval(int argc, char **argv) {
       {"--temperature", CLI_OPT_F64, &temperature, 0, 0, "sampling temperature of the first output (default 0: greedy)"},
       {"--max-tokens", CLI_OPT_INT, &max_tokens, 16, 1 << 16, "tokens per graph at most (default 2048)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
+      {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
       {"--splits", CLI_OPT_STR, &splits_path, 0, 0, "the splits file (default " DATA_SPLIT_FILE ")"},
       {"--out", CLI_OPT_STR, &out_dir, 0, 0, "where SPLIT.json and SPLIT.md go (default eval/MODEL)"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no line per task on stderr"},
@@ -203,6 +207,7 @@ int cmd_eval(int argc, char **argv) {
   } else {
     model_arg = cli_model_arg(model_arg);
     if (!cli_model_open(&cm, "--model", model_arg, tokp, true, &st)) goto fail;
+    cm.no_guard = no_guard;
     model_name(model_arg, name, sizeof name);
   }
   {
@@ -213,13 +218,19 @@ int cmd_eval(int argc, char **argv) {
     dg_str_free(&notes);
     if (!ok) goto fail;
   }
-  writer_ctx w = {&cm, &dopts, graphs, graphs_path};
+  writer_ctx w = {&cm, &dopts, graphs, graphs_path, {0}};
   eval_run_opts eo = {(const char *const *)specs, n, write_one, &w, have_gpu ? &gm : NULL,
                       (uint64_t)seed, (int)threads, quiet ? NULL : stderr};
   if (!eval_run(&eo, &res, &st)) goto fail;
   json = eval_result_json(&res, name, split_name, (uint64_t)seed, temperature);
   table = eval_result_table(&res, name, split_name);
   fputs(table, stdout);
+  if (!graphs)
+    printf("\ndecoding: %lld tokens; the line guard %s\n", (long long)w.ws.tokens,
+           no_guard ? "off" : "on");
+  if (!graphs && !no_guard)
+    printf("guard: %lld lines taken back, %d graphs past its backtrack limit, %.1f s\n",
+           (long long)w.ws.backtracks, w.ws.gave_up, w.ws.guard_secs);
   {
     char dir[1200], name_json[300], name_md[300];
     if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);

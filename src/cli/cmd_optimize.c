@@ -70,7 +70,7 @@ int cmd_optimize(int argc, char **argv) {
   const char *prior_path = NULL, *model_arg = NULL, *tokp = NULL, *target = NULL, *out_dir = NULL;
   int64_t samples = 4, rounds = 0, seed = 1, max_tokens = 2048, top_k = 0, threads = 0;
   double temperature = 0.8, top_p = 1.0, min_gain = 1.03;
-  bool unconstrained = false, no_explain = false;
+  bool unconstrained = false, no_explain = false, no_guard = false;
   const cli_opt opts[] = {
       {"--prior", CLI_OPT_STR, &prior_path, 0, 0, "a TSEL graph to refine instead of writing one"},
       {"--samples", CLI_OPT_INT, &samples, 0, 256, "graphs the model writes per round (default 4; 0: none)"},
@@ -87,6 +87,7 @@ int cmd_optimize(int argc, char **argv) {
       {"--min-gain", CLI_OPT_F64, &min_gain, 0, 0, "a refinement is kept when this many times faster than its prior (default 1.03)"},
       {"--unconstrained", CLI_OPT_FLAG, &unconstrained, 0, 0, "sample without the grammar and type mask (for comparison)"},
       {"--no-explain", CLI_OPT_FLAG, &no_explain, 0, 0, "stop each graph after its edits (no why/expect lines)"},
+      {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
   };
   const cli_spec spec = {
@@ -133,7 +134,7 @@ int cmd_optimize(int argc, char **argv) {
   dg_str_init(&report);
   dg_str_init(&errs);
   double t_start = dg_now(), t_model = 0, t_check = 0;
-  int64_t tokens = 0;
+  cli_write_stats ws = {0};
 
   if (!(f = cli_load_kernel(kernel_arg, &st))) goto fail;
   if (!(hspec = header_spec(kernel_arg, &st))) goto fail;
@@ -150,6 +151,7 @@ int cmd_optimize(int argc, char **argv) {
       dg_str_printf(&errs, "  no model: %s\n", st.msg);
       dg_status_ok(&st);
     }
+    ms.no_guard = no_guard;
   }
   train_decode_opts dopts;
   train_decode_opts_default(&dopts);
@@ -162,8 +164,10 @@ int cmd_optimize(int argc, char **argv) {
 
   dg_str_printf(&report, "kernel   %s\n", hspec);
   if (ms.loaded)
-    dg_str_printf(&report, "model    %s (%s decoding)\n", ms.path,
-                  unconstrained ? "unconstrained" : "constrained");
+    dg_str_printf(&report, "model    %s (%s)\n", ms.path,
+                  unconstrained ? "unconstrained decoding"
+                  : no_guard    ? "constrained decoding, no line guard"
+                                : "constrained decoding, line guard");
   else
     dg_str_printf(&report, "model    none\n");
   dg_str_printf(&report, "checks   %s\n",
@@ -180,7 +184,7 @@ int cmd_optimize(int argc, char **argv) {
     }
     if (k > 0)
       t_model += cli_model_write(&ms, f, hspec, kernel_text, cur_prior, k, &dopts,
-                                 (uint64_t)seed + (uint64_t)r * (uint64_t)k, texts, &tokens, &errs);
+                                 (uint64_t)seed + (uint64_t)r * (uint64_t)k, texts, &ws, &errs);
     if (have_pick) eval_pick_free(&pick);
     double t0 = dg_now();
     bool ok = eval_pick_best((const char *const *)texts, k, cur_prior, &po, &pick, &st);
@@ -222,8 +226,11 @@ int cmd_optimize(int argc, char **argv) {
       dg_str_puts(&report, "time     not measured (no GPU)\n");
     }
     dg_str_printf(&report, "spent    %.1f s: model %.1f s (%lld tokens, %.0f tokens/s), checks %.1f s\n",
-                  dg_now() - t_start, t_model, (long long)tokens,
-                  t_model > 0 ? (double)tokens / t_model : 0.0, t_check);
+                  dg_now() - t_start, t_model, (long long)ws.tokens,
+                  t_model > 0 ? (double)ws.tokens / t_model : 0.0, t_check);
+    if (ws.backtracks || ws.gave_up)
+      dg_str_printf(&report, "guard    %lld lines taken back (%.1f s)%s\n", (long long)ws.backtracks,
+                    ws.guard_secs, ws.gave_up ? "; the backtrack limit reached" : "");
   }
   if (errs.len) {
     dg_str_puts(&report, "notes\n");

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "cli/cli.h"
+#include "dragon/eval.h"
 #include "dragon/rt_cuda.h"
 #include "dragon/search.h"
 #include "dragon/train.h"
@@ -26,10 +27,21 @@ bool cli_model_paths(const char *flag, const char *arg, const char *tokp, char *
     return dg_fail(st, DG_ERR_IO, "%s %s: no such run directory or model file", flag, arg);
   char *dir;
   if (is_dir(arg)) {
-    char *sp;
-    int64_t step;
-    if (!train_run_latest(arg, model, &sp, &step, st)) return false;
-    free(sp);
+    /* a model directory (`dragon train export`): its safetensors file;
+     * else a run directory: its latest checkpoint */
+    char st_path[4096], packed[4200];
+    snprintf(st_path, sizeof st_path, "%s/" CLI_MODEL_FILE, arg);
+    snprintf(packed, sizeof packed, "%s.zst", st_path);
+    if (stat(st_path, &sb) == 0) {
+      *model = dg_strdup(st_path);
+    } else if (stat(packed, &sb) == 0) {
+      *model = dg_strdup(packed);
+    } else {
+      char *sp;
+      int64_t step;
+      if (!train_run_latest(arg, model, &sp, &step, st)) return false;
+      free(sp);
+    }
     dir = dg_strdup(arg);
   } else {
     *model = dg_strdup(arg);
@@ -50,6 +62,15 @@ bool cli_model_paths(const char *flag, const char *arg, const char *tokp, char *
   return true;
 }
 
+static bool ends_with(const char *s, const char *tail) {
+  size_t n = strlen(s), k = strlen(tail);
+  return n >= k && strcmp(s + n - k, tail) == 0;
+}
+
+bool cli_is_safetensors(const char *path) {
+  return ends_with(path, ".safetensors") || ends_with(path, ".safetensors.zst");
+}
+
 bool cli_model_load(const char *flag, const char *arg, const char *tokp, nn_model *m,
                     tok_tokenizer **tok, char **model_path, dg_status *st) {
   char *tok_path = NULL;
@@ -58,7 +79,17 @@ bool cli_model_load(const char *flag, const char *arg, const char *tokp, nn_mode
   if (!cli_model_paths(flag, arg, tokp, model_path, &tok_path, st)) return false;
   bool ok = false;
   if (!(*tok = tok_load(tok_path, st))) goto done;
-  if (!nn_checkpoint_load(m, *model_path, false, st)) goto done;
+  if (cli_is_safetensors(*model_path)) {
+    nn_config cfg;
+    if (!nn_safetensors_read_config(*model_path, &cfg, st) || !nn_model_init(m, &cfg, false, st))
+      goto done;
+    if (!nn_safetensors_import(m, *model_path, st)) {
+      nn_model_free(m);
+      goto done;
+    }
+  } else if (!nn_checkpoint_load(m, *model_path, false, st)) {
+    goto done;
+  }
   if (m->cfg.vocab_size != tok_vocab_size(*tok)) {
     dg_fail(st, DG_ERR_INVALID, "%s has a vocabulary of %d, %s one of %d: not the model's tokenizer",
             *model_path, m->cfg.vocab_size, tok_path, tok_vocab_size(*tok));
@@ -106,8 +137,14 @@ void cli_model_close(cli_model *cm) {
 
 double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const char *kernel_text,
                        const char *prior, int k, const train_decode_opts *o, uint64_t seed,
-                       char **texts, int64_t *tokens, dg_str *errs) {
+                       char **texts, cli_write_stats *ws, dg_str *errs) {
   double t0 = dg_now();
+  train_decode_opts go = *o;
+  eval_guard guard = {f, spec};
+  if (cm->mask && !cm->no_guard && !o->unconstrained) {
+    go.guard = eval_guard_line;
+    go.guard_ctx = &guard;
+  }
   tok_ids ids = {0};
   dg_status st;
   if (!train_prompt_encode(cm->tok, kernel_text, prior, &ids, &st)) {
@@ -118,8 +155,13 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
     train_decode_stats ds;
     memset(&ds, 0, sizeof ds);
     texts[i] = train_decode_graph(&cm->m, cm->tok, cm->mask, ids.data, (int)ids.len, f, spec,
-                                  TSEL_TARGET_CUDA, o, seed + (uint64_t)i, &ds, &st);
-    *tokens += ds.n_sampled + ds.n_forced;
+                                  TSEL_TARGET_CUDA, &go, seed + (uint64_t)i, &ds, &st);
+    if (ws) {
+      ws->tokens += ds.n_sampled + ds.n_forced;
+      ws->backtracks += ds.n_backtracks;
+      ws->gave_up += ds.guard_gave_up;
+      ws->guard_secs += ds.guard_secs;
+    }
     if (!texts[i]) dg_str_printf(errs, "  sample %d: decoding failed: %s\n", i + 1, st.msg);
   }
   tok_ids_free(&ids);

@@ -183,6 +183,20 @@ done:
   return ok;
 }
 
+bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed) {
+  const eval_guard *g = ctx;
+  (void)len;
+  eval_score_opts o;
+  memset(&o, 0, sizeof o);
+  o.kernel = g->kernel;
+  o.spec = g->spec;
+  o.last = postprocessed ? EVAL_GATE_BUILD : EVAL_GATE_REPLAY;
+  eval_score sc;
+  bool ok = eval_score_tsel(text, "graph", &o, &sc);
+  eval_score_free(&sc);
+  return ok;
+}
+
 void eval_score_free(eval_score *s) {
   sched_trace_free(s->trace);
   ir_func_free(s->scheduled);

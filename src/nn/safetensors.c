@@ -10,7 +10,8 @@
  * (JSON, dtypes, shapes, offsets in range, no gaps or overlaps, every
  * tensor present exactly once) before reading any data into a scratch copy,
  * and only then replaces the model's parameters. Reads F32, BF16, F16;
- * writes any of them. Does not read sharded (index.json) checkpoints.
+ * writes any of them. A zstd-packed file is read as the file it packs.
+ * Does not read sharded (index.json) checkpoints.
  */
 #include "dragon/nn.h"
 
@@ -130,12 +131,32 @@ typedef struct {
   FILE *f;
   int64_t size, data_start; /* data_start = 8 + N */
   json_t *root;
+  char *unpacked; /* a zstd-packed file, unpacked in memory (f reads it) */
 } st_file;
 
 static void st_close(st_file *sf) {
   if (sf->f) fclose(sf->f);
   json_decref(sf->root);
+  free(sf->unpacked);
   memset(sf, 0, sizeof *sf);
+}
+
+/* A zstd-packed file (model.safetensors.zst, as dragon ships its model)
+ * is read as the file it packs. */
+static bool st_open_packed(const char *path, st_file *sf, dg_status *st) {
+  size_t n, len;
+  char *z = dg_read_file(path, &n, st);
+  if (!z) return false;
+  sf->unpacked = dg_zstd_unpack(z, n, path, (size_t)16 << 30, &len, st);
+  free(z);
+  if (!sf->unpacked) return false;
+  sf->f = fmemopen(sf->unpacked, len ? len : 1, "rb");
+  if (!sf->f) {
+    st_close(sf);
+    return dg_fail(st, DG_ERR_IO, "%s: cannot read the unpacked file: %s", path, strerror(errno));
+  }
+  sf->size = (int64_t)len;
+  return true;
 }
 
 static bool st_open(const char *path, st_file *sf, dg_status *st) {
@@ -148,11 +169,19 @@ static bool st_open(const char *path, st_file *sf, dg_status *st) {
     return dg_fail(st, DG_ERR_IO, "%s: not a regular file", path);
   }
   sf->size = (int64_t)sb.st_size;
+  unsigned char magic[4];
+  static const unsigned char zmagic[4] = {0x28, 0xb5, 0x2f, 0xfd};
+  if (sf->size >= 4 && fread(magic, 1, 4, sf->f) == 4 && memcmp(magic, zmagic, 4) == 0) {
+    st_close(sf);
+    if (!st_open_packed(path, sf, st)) return false;
+  } else {
+    rewind(sf->f);
+  }
   unsigned char lenb[8];
   if (sf->size < 8 || fread(lenb, 1, 8, sf->f) != 8) {
     st_close(sf);
     return dg_fail(st, DG_ERR_PARSE, "%s: truncated: %lld bytes, too short for the 8-byte header length",
-                   path, (long long)sb.st_size);
+                   path, (long long)sf->size);
   }
   uint64_t hlen = 0;
   for (int b = 7; b >= 0; b--) hlen = hlen << 8 | lenb[b];

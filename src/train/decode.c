@@ -14,7 +14,19 @@
  *
  * A trailing space of forced text is left to the model (the mask allows
  * only tokens that start with it): the tokenizer joins a space to the word
- * after it (` tile`), and the model reads what it was trained on. */
+ * after it (` tile`), and the model reads what it was trained on.
+ *
+ * The mask knows types and kernel facts, not what replaying the schedule
+ * does (whether two loops are still nested where a fuse names them,
+ * whether the postprocessors accept the threads of a block). A guard
+ * given by the caller judges each complete edit line on the graph so far;
+ * a refused line is taken back: a stack holds, for the start of each
+ * accepted line, the checker's saved state, the KV cache's position and
+ * the logits there, so going back costs no model work. The line is then
+ * written again, sampled at retry_temperature at least (a greedy draw
+ * would write it again as it was); after line_retries refusals the line
+ * before it is taken back too, and after max_backtracks in all the guard
+ * is no longer asked (the gates after decoding still judge the graph). */
 #include <string.h>
 
 #include "dragon/train.h"
@@ -25,6 +37,11 @@ void train_decode_opts_default(train_decode_opts *o) {
   o->sample.max_tokens = 2048;
   o->unconstrained = false;
   o->explain = true;
+  o->guard = NULL;
+  o->guard_ctx = NULL;
+  o->line_retries = 4;
+  o->max_backtracks = 64;
+  o->retry_temperature = 1.0f;
 }
 
 typedef struct {
@@ -66,6 +83,58 @@ static char *unconstrained(decoder *d, tok_tokenizer *tok, const char *header, c
   }
   tok_ids_free(&e);
   return dg_str_take(&text);
+}
+
+/* The start of an accepted line: where a refused line goes back to. */
+typedef struct {
+  tsel_prefix *saved;
+  int pos, used, tries;
+  float *logits;
+} line_start;
+
+typedef struct {
+  line_start *v;
+  int n, cap, V;
+} line_stack;
+
+static void stack_push(line_stack *s, const tsel_prefix *p, const decoder *d) {
+  if (s->n == s->cap) {
+    s->cap = s->cap ? 2 * s->cap : 64;
+    s->v = dg_realloc(s->v, sizeof *s->v * (size_t)s->cap);
+  }
+  line_start *l = &s->v[s->n++];
+  l->saved = tsel_prefix_save(p);
+  l->pos = d->kv.pos[0];
+  l->used = d->used;
+  l->tries = 0;
+  l->logits = dg_malloc(sizeof(float) * (size_t)s->V);
+  memcpy(l->logits, nn_kv_logits(&d->kv, 0), sizeof(float) * (size_t)s->V);
+}
+
+static void stack_pop(line_stack *s) {
+  line_start *l = &s->v[--s->n];
+  tsel_prefix_free(l->saved);
+  free(l->logits);
+}
+
+static void stack_free(line_stack *s) {
+  while (s->n > 0) stack_pop(s);
+  free(s->v);
+}
+
+/* Takes the refused line back: to the start of the top line, or, once it
+ * has been refused line_retries times, to the start of an earlier one. */
+static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retries) {
+  line_start *l = &s->v[s->n - 1];
+  l->tries++;
+  while (l->tries > line_retries && s->n > 1) {
+    stack_pop(s);
+    l = &s->v[s->n - 1];
+    l->tries++;
+  }
+  tsel_prefix_restore(p, l->saved);
+  nn_kv_rewind(&d->kv, 0, l->pos, l->logits);
+  d->used = l->used;
 }
 
 char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
@@ -127,7 +196,38 @@ char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
   dg_str_init(&forced);
   tok_ids e = {0};
   bool ok = true, finish = false;
+  /* the guard: the start of every accepted line, the edits judged so far */
+  line_stack lines = {.V = V};
+  bool guarding = o->guard != NULL;
+  int judged = 0;
+  bool retrying = false;
+  nn_sample_opts retry = o->sample;
+  if (retry.temperature < o->retry_temperature) retry.temperature = o->retry_temperature;
+  if (guarding) stack_push(&lines, p, &d);
   while (ok && !finish) {
+    /* a newly complete edit line goes to the guard */
+    if (guarding && tsel_prefix_edit_count(p) > judged) {
+      size_t len;
+      const char *text = tsel_prefix_committed(p, &len);
+      double g0 = dg_now();
+      bool pass = o->guard(o->guard_ctx, text, len, tsel_prefix_postprocessed(p));
+      stats->guard_secs += dg_now() - g0;
+      stats->n_guarded++;
+      if (pass) {
+        judged = tsel_prefix_edit_count(p);
+        retrying = false;
+        stack_push(&lines, p, &d);
+      } else if (stats->n_backtracks >= o->max_backtracks) {
+        guarding = false;
+        stats->guard_gave_up = true;
+      } else {
+        stats->n_backtracks++;
+        take_back(&lines, p, &d, o->line_retries);
+        judged = tsel_prefix_edit_count(p);
+        retrying = true;
+      }
+      continue;
+    }
     /* forced text, less a trailing space */
     dg_str_clear(&forced);
     dg_str_puts(&forced, tsel_prefix_forced(p));
@@ -164,7 +264,7 @@ char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
         z[nz] = logits[j];
         ids[nz++] = j;
       }
-    int32_t t = ids[nn_sample_token(z, nz, &o->sample, &rng)];
+    int32_t t = ids[nn_sample_token(z, nz, retrying ? &retry : &o->sample, &rng)];
     stats->n_sampled++;
     if (t == end) break;
     size_t len;
@@ -190,6 +290,7 @@ char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
     result[len] = 0;
     stats->complete = true;
   }
+  stack_free(&lines);
   tok_ids_free(&e);
   dg_str_free(&fin);
   dg_str_free(&forced);

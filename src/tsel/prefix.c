@@ -1937,6 +1937,13 @@ const char *tsel_prefix_text(const tsel_prefix *p, size_t *len) {
 
 int tsel_prefix_edit_count(const tsel_prefix *p) { return p->s.c->n_edits; }
 
+const char *tsel_prefix_committed(const tsel_prefix *p, size_t *len) {
+  if (len) *len = p->s.c->len;
+  return p->s.c->text;
+}
+
+bool tsel_prefix_postprocessed(const tsel_prefix *p) { return p->s.c->post; }
+
 tsel_prefix *tsel_prefix_save(const tsel_prefix *p) {
   P *q = dg_calloc(1, sizeof *q);
   q->sh = p->sh;
