@@ -3,7 +3,8 @@
  *
  * The committed examples are rebuilt byte for byte from the committed
  * records; every committed training example names a train workload whose
- * kernel no sealed split holds; examples of a split never hold another
+ * kernel no sealed split holds (the pretraining examples too, which are
+ * deterministic and admitted); examples of a split never hold another
  * split's workload, even when the database holds them all; a planted bad
  * target is refused at its gate with its reason and the next record
  * becomes the target; refinement priors are slower than their target by
@@ -60,9 +61,9 @@ DG_TEST(data_examples_rebuild_byte_for_byte) {
   }
 }
 
-/* Every committed training example: a train workload, whose kernel (by
+/* Every example of the file names a train workload whose kernel (by
  * structural hash) is in no sealed split. */
-DG_TEST(data_examples_committed_train_holds_no_sealed_workload) {
+static void check_train_only(const char *path) {
   const data_splits *t = splits();
   CHECK(t);
   int64_t n = data_splits_count(t);
@@ -71,8 +72,8 @@ DG_TEST(data_examples_committed_train_holds_no_sealed_workload) {
   for (int64_t i = 0; i < n; i++)
     if (!data_split_is_training(data_splits_at(t, i)->split))
       DG_VEC_PUSH(&sealed, data_splits_at(t, i)->kernel_hash);
-  char *text = read_zst("data/examples/train.jsonl.zst");
-  CHECK(text);
+  char *text = read_zst(path);
+  CHECK_MSG(text, "%s", path);
   int lines = 0;
   for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
     json_t *j = json_loads(line, 0, NULL);
@@ -92,6 +93,68 @@ DG_TEST(data_examples_committed_train_holds_no_sealed_workload) {
   CHECK(lines > 0);
   free(text);
   DG_VEC_FREE(&sealed);
+}
+
+/* Every committed training example and every committed pretraining
+ * example: a train workload, whose kernel is in no sealed split. */
+DG_TEST(data_examples_committed_train_holds_no_sealed_workload) {
+  check_train_only("data/examples/train.jsonl.zst");
+  check_train_only("data/examples/pretrain.jsonl.zst");
+}
+
+/* Pretraining examples: the same bytes on one thread and on three; each a
+ * train workload's admitted design-space sample (parse, check, lower,
+ * replay and build again here); and the committed file begins with what
+ * its first workloads give (workload i draws from the seed and i alone). */
+DG_TEST(data_pretrain_deterministic_and_admitted) {
+  const data_splits *t = splits();
+  CHECK(t);
+  data_pretrain_opts o;
+  data_pretrain_opts_default(&o);
+  o.splits = t;
+  o.count = 24;
+  o.per = 2;
+  o.threads = 1;
+  dg_str a, b;
+  dg_str_init(&a);
+  dg_str_init(&b);
+  data_pretrain_stats sa, sb;
+  dg_status st;
+  CHECK(data_pretrain_examples(&o, &a, &sa, &st));
+  o.threads = 3;
+  CHECK(data_pretrain_examples(&o, &b, &sb, &st));
+  CHECK(a.len > 0 && a.len == b.len && memcmp(a.s, b.s, a.len) == 0);
+  CHECK_MSG(sa.workloads == 24 && sa.examples >= 40 && sa.refused == 0, "%lld examples, %lld refused: %s",
+            (long long)sa.examples, (long long)sa.refused, sa.first_refusal);
+  int n = 0;
+  char *copy = dg_strdup(a.s);
+  for (char *line = strtok(copy, "\n"); line; line = strtok(NULL, "\n"), n++) {
+    json_t *j = json_loads(line, 0, NULL);
+    CHECK(j);
+    const char *spec = json_string_value(json_object_get(j, "workload"));
+    const char *target = json_string_value(json_object_get(j, "target"));
+    CHECK(spec && target && strcmp(json_string_value(json_object_get(j, "task")), "pretrain") == 0);
+    const data_split_entry *e = data_splits_find(t, spec);
+    CHECK_MSG(e && e->split == DATA_SPLIT_TRAIN, "%s is not a train workload", spec);
+    dg_func *f = wl_build(spec, &st);
+    CHECK(f);
+    eval_score_opts eo = {.kernel = f, .spec = spec, .last = EVAL_GATE_BUILD};
+    eval_score sc;
+    CHECK_MSG(eval_score_tsel(target, spec, &eo, &sc), "%s: %s", eval_gate_name(sc.failed), sc.reason);
+    eval_score_free(&sc);
+    ir_func_free(f);
+    json_decref(j);
+  }
+  CHECK_EQ(n, (int)sa.examples);
+  free(copy);
+  /* the committed file (made with the defaults' seed and per) starts so */
+  char *committed = read_zst("data/examples/pretrain.jsonl.zst");
+  CHECK(committed);
+  CHECK_MSG(strlen(committed) > a.len && memcmp(committed, a.s, a.len) == 0,
+            "data/examples/pretrain.jsonl.zst does not begin with its first 24 workloads' examples");
+  free(committed);
+  dg_str_free(&a);
+  dg_str_free(&b);
 }
 
 /* The first cheap workload of split s in the committed file. */

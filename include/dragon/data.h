@@ -209,6 +209,38 @@ void data_build_opts_default(data_build_opts *o);
 bool data_build_examples(const data_build_opts *o, dg_str *out, data_build_stats *s,
                          dg_status *st);
 
+/* ---- pretraining examples ---- */
+
+/* Structure examples (pretrain.c, `dragon data pretrain`): for each of the
+ * first `count` workloads of the training split, `per` samples of its
+ * CUDA design space, lifted to TSEL with why/expect lines from compiler
+ * facts (nothing measured) and admitted through the one road up to the
+ * build. One JSON object a line, docs/training.md's format with task
+ * "pretrain". Deterministic for the splits, count, per and seed, whatever
+ * the threads. */
+typedef struct {
+  const data_splits *splits;
+  int64_t count;   /* workloads (1000) */
+  int per;         /* samples a workload (2) */
+  uint64_t seed;   /* 1 */
+  int threads;     /* 0: every core */
+  FILE *progress;  /* a line every 200 workloads; NULL: quiet */
+} data_pretrain_opts;
+
+typedef struct {
+  int64_t workloads, examples;
+  int64_t refused;      /* samples the road refused (first_refusal says why) */
+  int64_t unbuildable;  /* workloads without a kernel or a design space */
+  int64_t no_sample;    /* samples never drawn: every draw rejected */
+  char first_refusal[256];
+  double seconds;
+} data_pretrain_stats;
+
+void data_pretrain_opts_default(data_pretrain_opts *o);
+/* Appends the examples to out. False only for bad options. */
+bool data_pretrain_examples(const data_pretrain_opts *o, dg_str *out, data_pretrain_stats *s,
+                            dg_status *st);
+
 /* ---- the dataset card ---- */
 
 /* The card (card.c, `dragon data card`): records and their provenance,

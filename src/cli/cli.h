@@ -155,5 +155,6 @@ int cmd_data(int argc, char **argv);
 int cmd_data_label(int argc, char **argv);
 int cmd_data_build(int argc, char **argv);
 int cmd_data_card(int argc, char **argv);
+int cmd_data_pretrain(int argc, char **argv);
 
 #endif

@@ -207,6 +207,7 @@ int cmd_data(int argc, char **argv) {
       {"label", cmd_data_label, "tune a split's workloads with small budgets into one database"},
       {"build", cmd_data_build, "construction and refinement examples from the committed records"},
       {"card", cmd_data_card, "the dataset card: counts, speedups, provenance, and its plot"},
+      {"pretrain", cmd_data_pretrain, "structure examples: design-space samples of the training split, no measurement"},
   };
   if (argc >= 2)
     for (size_t i = 0; i < DG_ARRAY_LEN(subs); i++)
