@@ -1,34 +1,35 @@
 #!/usr/bin/env bash
-# gpu_sft.sh OUTDIR: supervised fine-tuning on the GPU machine (from the
-# repository root): the model-size sweep at a fixed token budget, then,
-# while time is left, the shipped size trained longer; the chosen run
-# comes back to be committed.
+# gpu_sft.sh OUTDIR: training the model on the GPU machine (from the
+# repository root), in runs named by RUNS, each under its own time limit;
+# the runs named by BRING come back as model directories (`dragon train
+# export --pack`: bf16 safetensors, zstd) to be judged (`dragon eval`) and
+# committed.
 #
-# Every run trains on the committed examples (DATA, zstd JSON lines) with
-# one tokenizer (trained by the first run on the examples, --vocab 2048,
-# and handed to the others), on the CUDA model (`dragon train sft --device
-# cuda`), each under its own time limit; a run that fails or runs out of
-# time is noted and the next one starts. Each config in configs/sft/ fixes
-# the model and the training keys (batch, steps, learning rate), so the
-# sweep's runs see the same examples in the same order for the same number
-# of steps. Validation loss is on the config's val_fraction of the
-# examples (drawn by a hash of their tokens).
+# A run is NAME=CONFIG[:DATA[:STEPS[:INIT]]]: configs/sft/CONFIG.cfg on
+# DATA (default: the labelled examples, data/examples/train.jsonl.zst; `pre`
+# stands for the structure examples, data/examples/pretrain.jsonl.zst) for
+# STEPS steps (default: the config's), starting from the weights of the
+# run INIT (a run named earlier: fine-tuning after pretraining) or from
+# random ones. Every run uses one tokenizer: the first run trains it on its
+# data (--vocab 2048) and the others are handed it. A run that fails or
+# runs out of time is noted and the next one starts; none starts past
+# DEADLINE seconds.
 #
-#   BUILD      where dragon is (default build-gpu; built here without it)
-#   DATA       examples (default data/examples/train.jsonl.zst)
-#   CONFIGS    the sweep, in order (default "m s l": the shipped size first)
-#   LIMIT      seconds a sweep run may take (default 150)
-#   SHIP       the config whose run comes back (default m)
-#   LONG_STEPS the shipped config again with this many steps, if DEADLINE
-#              allows (default 3000; 0: not run)
-#   DEADLINE   seconds from the start after which no run starts (default 420)
-#   DEVICE     cuda (default) or cpu (the C reference: a check of the
-#              script itself with a small config, anywhere)
+#   RUNS      default "m=m s=s l=l m-long=m::3000": the model-size sweep at
+#             a fixed token budget (the configs' 1,200 steps), then the
+#             middle size longer. "pre=m:pre:4000 m-ft=m::1500:pre
+#             m-scratch=m::1500" pretrains on the structure examples, then
+#             fine-tunes on the labels, beside a run on the labels alone.
+#   BRING     runs that come back (default: the last run)
+#   BUILD     where dragon is (default build-gpu; built here without it)
+#   LIMIT     seconds a run may take (default 150)
+#   DEADLINE  seconds from the start after which no run starts (default 420)
+#   DEVICE    cuda (default) or cpu (the C reference: a check of the script
+#             itself with a small config, anywhere)
 #
 # OUTDIR gets summary.txt, logs.tgz (every run's log.jsonl, config.txt and
-# progress) and the chosen run (the SHIP run of lower final validation
-# loss: its config, tokenizer, latest, log and model) as a tar archive cut
-# into 15 MiB pieces, ship.tar.00, .01, ... (`cat ship.tar.* | tar x`).
+# progress) and the runs of BRING as one tar archive of model directories
+# cut into 15 MiB pieces, models.tar.00, .01, ... (`cat models.tar.* | tar x`).
 set -uo pipefail
 OUTDIR=${1:?usage: scripts/gpu_sft.sh OUTDIR}
 mkdir -p "$OUTDIR"
@@ -36,13 +37,12 @@ OUTDIR=$(cd "$OUTDIR" && pwd)
 cd "$(dirname "$0")/.." || exit 1
 LOGDIR=$(mktemp -d /tmp/dragon-sft-logs.XXXXXX)
 BUILD=${BUILD:-build-gpu}
-DATA=${DATA:-data/examples/train.jsonl.zst}
-CONFIGS=${CONFIGS:-m s l}
+RUNS=${RUNS:-m=m s=s l=l m-long=m::3000}
 LIMIT=${LIMIT:-150}
-SHIP=${SHIP:-m}
-LONG_STEPS=${LONG_STEPS:-3000}
 DEADLINE=${DEADLINE:-420}
 DEVICE=${DEVICE:-cuda}
+LABELS=data/examples/train.jsonl.zst
+PRE=data/examples/pretrain.jsonl.zst
 t_start=$(date +%s)
 . scripts/log_steps.sh
 . scripts/debs_env.sh
@@ -54,9 +54,9 @@ note "$DEBS_NOTE"
 } >"$LOGDIR/machine.txt" 2>&1
 [ -x "$BUILD/dragon" ] || build_logged "$BUILD/dragon"
 DRAGON=./$BUILD/dragon
-RUNS=/tmp/dragon-sft-runs
-rm -rf "$RUNS"
-mkdir -p "$RUNS"
+DIRS=/tmp/dragon-sft-runs
+rm -rf "$DIRS"
+mkdir -p "$DIRS"
 
 # The final validation loss of a run directory, or "none".
 final_val() {
@@ -64,67 +64,59 @@ final_val() {
     sed -n 's/.*"val_loss": *\([0-9.eE+-]*\).*/\1/p' | grep . || echo none
 }
 
-# run NAME CONFIG LIMIT [ARGS...]: one training run into $RUNS/NAME.
 TOKENIZER=""
-run() {
-  local name=$1 cfg=$2 limit=$3
-  shift 3
-  local tokargs=(--vocab 2048)
-  [ -n "$TOKENIZER" ] && tokargs=(--tokenizer "$TOKENIZER")
-  local t=$(date +%s)
-  timeout -s INT -k 20 "$limit" "$DRAGON" train sft --device "$DEVICE" --data "$DATA" \
-    --config "configs/sft/$cfg.cfg" --out "$RUNS/$name" "${tokargs[@]}" "$@" \
-    >"$LOGDIR/$name.out" 2>"$LOGDIR/$name.log"
-  local rc=$?
-  [ -z "$TOKENIZER" ] && [ -f "$RUNS/$name/tokenizer.bin" ] && TOKENIZER=$RUNS/$name/tokenizer.bin
-  note "run $name ($cfg): exit $rc in $(($(date +%s) - t)) s; final val loss $(final_val "$RUNS/$name");" \
-    "$(grep -o 'steps 0\.\.[0-9]*.*' "$LOGDIR/$name.out" | head -1)" \
-    "$(grep -o '[0-9]* tok/s' "$LOGDIR/$name.log" | tail -1)"
-  [ $rc -eq 0 ] || tail -3 "$LOGDIR/$name.log"
-}
-
-for c in $CONFIGS; do
+last=""
+for spec in $RUNS; do
+  name=${spec%%=*}
+  IFS=: read -r cfg data steps init <<<"${spec#*=}"
+  [ "$data" = pre ] && data=$PRE
+  data=${data:-$LABELS}
   if [ $(($(date +%s) - t_start)) -ge "$DEADLINE" ]; then
-    note "run $c: not started (past the deadline of $DEADLINE s)"
+    note "run $name: not started (past the deadline of $DEADLINE s)"
     continue
   fi
-  run "$c" "$c" "$LIMIT"
-done
-if [ "$LONG_STEPS" -gt 0 ]; then
-  left=$((DEADLINE - ($(date +%s) - t_start)))
-  if [ "$left" -gt 60 ]; then
-    run "$SHIP-long" "$SHIP" "$left" --steps "$LONG_STEPS"
-  else
-    note "run $SHIP-long: not started ($left s left before the deadline)"
+  args=(--device "$DEVICE" --data "$data" --config "configs/sft/$cfg.cfg" --out "$DIRS/$name")
+  if [ -n "$TOKENIZER" ]; then args+=(--tokenizer "$TOKENIZER"); else args+=(--vocab 2048); fi
+  [ -n "$steps" ] && args+=(--steps "$steps")
+  if [ -n "$init" ]; then
+    if [ ! -f "$DIRS/$init/latest" ]; then
+      note "run $name: not started (run $init has no checkpoint)"
+      continue
+    fi
+    args+=(--init "$DIRS/$init/model_$(cat "$DIRS/$init/latest").bin")
   fi
-fi
+  t=$(date +%s)
+  timeout -s INT -k 20 "$LIMIT" "$DRAGON" train sft "${args[@]}" >"$LOGDIR/$name.out" 2>"$LOGDIR/$name.log"
+  rc=$?
+  [ -z "$TOKENIZER" ] && [ -f "$DIRS/$name/tokenizer.bin" ] && TOKENIZER=$DIRS/$name/tokenizer.bin
+  note "run $name ($cfg on $(basename "$data")${init:+ from $init}): exit $rc in $(($(date +%s) - t)) s;" \
+    "final val loss $(final_val "$DIRS/$name"); $(grep -o 'steps 0\.\.[0-9]*.*' "$LOGDIR/$name.out" | head -1)" \
+    "$(grep -o '[0-9]* tok/s' "$LOGDIR/$name.log" | tail -1)"
+  [ $rc -eq 0 ] || tail -3 "$LOGDIR/$name.log"
+  last=$name
+done
 
-# The shipped size's run of lower final validation loss comes back whole
-# (a run that never validated is never chosen).
-best=""
-best_loss=""
-for r in "$RUNS/$SHIP" "$RUNS/$SHIP-long"; do
-  l=$(final_val "$r")
-  [ "$l" = none ] && continue
-  [ -f "$r/latest" ] || continue
-  if [ -z "$best" ] || awk -v a="$l" -v b="$best_loss" 'BEGIN { exit !(a < b) }'; then
-    best=$r
-    best_loss=$l
+# The runs that come back, as packed model directories.
+mkdir -p "$LOGDIR/models"
+for name in ${BRING:-$last}; do
+  if [ -f "$DIRS/$name/latest" ] &&
+    "$DRAGON" train export --model "$DIRS/$name" --out "$LOGDIR/models/$name" --pack \
+      >"$LOGDIR/export-$name.log" 2>&1; then
+    note "brought: $name ($(tail -1 "$LOGDIR/export-$name.log"))"
+    cp "$DIRS/$name/log.jsonl" "$DIRS/$name/config.txt" "$LOGDIR/models/$name/"
+  else
+    note "brought: $name FAILED ($(tail -1 "$LOGDIR/export-$name.log" 2>/dev/null))"
   fi
 done
-if [ -n "$best" ]; then
-  step=$(cat "$best/latest")
-  tar cf "$LOGDIR/ship.tar" -C "$best" config.txt tokenizer.bin latest log.jsonl "model_$step.bin"
-  split -b 15M -d "$LOGDIR/ship.tar" "$OUTDIR/ship.tar."
-  note "shipped: $(basename "$best") at step $step, val loss $best_loss ($(du -h "$LOGDIR/ship.tar" | cut -f1))"
-else
-  note "shipped: nothing (no $SHIP run finished with a validation loss)"
+if [ -n "$(ls "$LOGDIR/models")" ]; then
+  tar cf "$LOGDIR/models.tar" -C "$LOGDIR/models" .
+  split -b 15M -d "$LOGDIR/models.tar" "$OUTDIR/models.tar."
+  rm -rf "$LOGDIR/models" "$LOGDIR/models.tar"
 fi
-for r in "$RUNS"/*/; do
+for r in "$DIRS"/*/; do
   n=$(basename "$r")
   mkdir -p "$LOGDIR/runs/$n"
   cp "$r/log.jsonl" "$r/config.txt" "$LOGDIR/runs/$n/" 2>/dev/null
 done
-rm -f "$LOGDIR/ship.tar"
 cp "$LOGDIR/summary.txt" "$OUTDIR/"
 tar czf "$OUTDIR/logs.tgz" -C "$LOGDIR" .

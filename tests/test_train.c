@@ -459,6 +459,47 @@ DG_TEST(train_overfit_kernels) {
   }
 }
 
+/* A new run started from a trained checkpoint (--init: fine-tuning after a
+ * first stage) starts where that model ended, far below a fresh start; a
+ * checkpoint of another model is refused with both models named, before
+ * the run directory is written. */
+DG_TEST(train_init_from_checkpoint) {
+  const char *ex = write_examples("init.jsonl"), *cfg = write_cfg("init.cfg", NULL);
+  train_sft_args a = {ex, cfg, NULL, 600, tmp_path("init_first"), false, 40, 0, true};
+  train_result first, second;
+  dg_status st;
+  dg_status_ok(&st);
+  CHECK_MSG(train_sft_run(&a, &first, &st), "%s", st.msg);
+  float fresh = first.losses[0], trained = first.losses[39];
+  CHECK(trained < fresh / 2);
+  char model[700], tok[700];
+  snprintf(model, sizeof model, "%s/model_40.bin", a.out_dir);
+  snprintf(tok, sizeof tok, "%s/tokenizer.bin", a.out_dir);
+  train_sft_args b = a;
+  b.out_dir = tmp_path("init_second");
+  b.tokenizer = tok;
+  b.init = model;
+  b.steps = 2;
+  CHECK_MSG(train_sft_run(&b, &second, &st), "%s", st.msg);
+  CHECK_MSG(second.losses[0] < fresh / 2 && second.losses[0] < 2 * trained + 0.5f,
+            "first loss %g from the checkpoint (it ended at %g; fresh %g)", (double)second.losses[0],
+            (double)trained, (double)fresh);
+  train_result_free(&first);
+  train_result_free(&second);
+  /* another model's checkpoint */
+  const char *wide = tmp_path("init_wide.cfg");
+  CHECK(write_text(wide, "base = tiny\nd_model = 32\nn_heads = 4\nn_kv_heads = 2\nhead_dim = 8\n"
+                         "ffn_hidden = 96\nmax_seq_len = 256\nseq_len = 256\nbatch = 3\nsteps = 2\n"));
+  train_sft_args c = b;
+  c.config = wide;
+  c.out_dir = tmp_path("init_wide");
+  CHECK(!train_sft_run(&c, &second, &st));
+  CHECK_ERR(st, "is not the run's");
+  char p[800];
+  snprintf(p, sizeof p, "%s/latest", c.out_dir);
+  CHECK(access(p, F_OK) != 0);
+}
+
 DG_TEST(train_resume_exact) {
   const char *ex = write_examples("resume.jsonl");
   const char *cfg = write_cfg("resume.cfg", NULL);

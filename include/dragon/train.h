@@ -277,6 +277,7 @@ typedef struct {
   int64_t stop_after;    /* > 0: end this session after so many steps (as if interrupted) */
   bool quiet;            /* no progress line */
   train_device device;   /* default (zero) the CPU */
+  const char *init;      /* a new run starts from this checkpoint's weights (NULL: random) */
 } train_sft_args;
 
 typedef struct {

@@ -10,7 +10,8 @@
 #include "dragon/train.h"
 
 static int sub_sft(int argc, char **argv) {
-  const char *data = NULL, *config = "tiny", *out = NULL, *tokenizer = NULL, *device = "cpu";
+  const char *data = NULL, *config = "tiny", *out = NULL, *tokenizer = NULL, *device = "cpu",
+             *init = NULL;
   bool resume = false, quiet = false;
   int64_t steps = 0, stop_after = 0, vocab = 1024;
   const cli_opt opts[] = {
@@ -23,6 +24,7 @@ static int sub_sft(int argc, char **argv) {
       {"--vocab", CLI_OPT_INT, &vocab, 262, 1 << 20, "vocabulary size when training the tokenizer"},
       {"--stop-after", CLI_OPT_INT, &stop_after, 0, 1000000000000, "end this session after N steps (checkpointed); 0: run to the end"},
       {"--device", CLI_OPT_STR, &device, 0, 0, "cpu (the C reference) or cuda (the GPU model; resumes either way)"},
+      {"--init", CLI_OPT_STR, &init, 0, 0, "a new run starts from this checkpoint's weights (fine-tuning after pretraining; give its --tokenizer)"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no progress lines on stderr"},
   };
   const cli_spec spec = {
@@ -50,7 +52,15 @@ static int sub_sft(int argc, char **argv) {
   dg_status_ok(&st);
   train_device dev;
   if (!train_device_parse(device, &dev, &st)) return cli_report("train sft", &st);
-  train_sft_args a = {data, config, tokenizer, (int)vocab, out, resume, steps, stop_after, quiet, dev};
+  if (init && resume) {
+    fprintf(stderr, "dragon train sft: --init starts a new run; a resumed run has its weights\n");
+    return CLI_USAGE;
+  }
+  if (init && !tokenizer) {
+    fprintf(stderr, "dragon train sft: --init needs the --tokenizer the model was trained with\n");
+    return CLI_USAGE;
+  }
+  train_sft_args a = {data, config, tokenizer, (int)vocab, out, resume, steps, stop_after, quiet, dev, init};
   if (!train_sft_run(&a, &res, &st)) {
     train_result_free(&res);
     return cli_report("train sft", &st);

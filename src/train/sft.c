@@ -395,6 +395,31 @@ static void run_free(run_state *r) {
   DG_VEC_FREE(&r->val_idx);
 }
 
+/* A new run's weights from a trained model (a checkpoint file): fine-tuning
+ * after a first stage. The model keys must be the run's, vocabulary
+ * included (give the run the first stage's tokenizer). */
+static bool init_from(const char *path, nn_model *m, dg_status *st) {
+  nn_model src;
+  if (!nn_checkpoint_load(&src, path, false, st)) {
+    dg_status_prefix(st, "--init");
+    return false;
+  }
+  const nn_config *x = &src.cfg, *y = &m->cfg;
+  bool same = x->vocab_size == y->vocab_size && x->d_model == y->d_model &&
+              x->n_layers == y->n_layers && x->n_heads == y->n_heads &&
+              x->n_kv_heads == y->n_kv_heads && x->head_dim == y->head_dim &&
+              x->ffn_hidden == y->ffn_hidden && x->max_seq_len == y->max_seq_len &&
+              x->rope_theta == y->rope_theta && x->norm_eps == y->norm_eps;
+  if (same) memcpy(m->params_mem, src.params_mem, sizeof(float) * m->num_params);
+  else
+    dg_fail(st, DG_ERR_INVALID,
+            "--init %s: its model (vocabulary %d, d_model %d, %d layers) is not the run's "
+            "(vocabulary %d, d_model %d, %d layers) or differs in another model key",
+            path, x->vocab_size, x->d_model, x->n_layers, y->vocab_size, y->d_model, y->n_layers);
+  nn_model_free(&src);
+  return same;
+}
+
 static bool load_new(const train_sft_args *a, run_state *r, dg_status *st) {
   char *latest = join(a->out_dir, "latest"), *cfgp = join(a->out_dir, "config.txt");
   bool busy = exists(latest) || exists(cfgp);
@@ -434,6 +459,7 @@ static bool load_new(const train_sft_args *a, run_state *r, dg_status *st) {
   if (!nn_model_init(&r->model, &r->cfg.model, true, st)) return false;
   r->have_model = true;
   nn_model_init_weights(&r->model, r->cfg.seed);
+  if (a->init && !init_from(a->init, &r->model, st)) return false;
   r->step0 = 0;
   r->prev_ckpt = -1;
   return true;
