@@ -66,6 +66,9 @@ static const char *kind_name(const eval_pick *p, char *buf, size_t n) {
   return buf;
 }
 
+/* The kernel of `dragon optimize` with no argument. */
+#define OPTIMIZE_DEFAULT_KERNEL "GMM/0"
+
 int cmd_optimize(int argc, char **argv) {
   const char *prior_path = NULL, *model_arg = NULL, *tokp = NULL, *target = NULL, *out_dir = NULL;
   int64_t samples = 4, rounds = 0, seed = 1, max_tokens = 2048, top_k = 0, threads = 0;
@@ -91,8 +94,9 @@ int cmd_optimize(int argc, char **argv) {
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
   };
   const cli_spec spec = {
-      "optimize", "KERNEL [--prior G.tsel] [--samples K] [--rounds R] [--target c|cuda] [--model DIR] [--out DIR]",
-      "Writes a schedule for KERNEL (a workload spec, an alias or a kernel-text file)\n"
+      "optimize", "[KERNEL] [--prior G.tsel] [--samples K] [--rounds R] [--target c|cuda] [--model DIR] [--out DIR]",
+      "Writes a schedule for KERNEL (a workload spec, an alias or a kernel-text file;\n"
+      "default " OPTIMIZE_DEFAULT_KERNEL ", a batched matmul of MetaSchedule's set)\n"
       "with the model, or refines the --prior graph, and keeps the best one that passes\n"
       "every gate: parse, header, type check, lowering to the trace, exact replay, the\n"
       "build (VerifyGPUCode), the numeric check against the float64 reference on fresh\n"
@@ -100,12 +104,12 @@ int cmd_optimize(int argc, char **argv) {
       "--min-gain; the untuned baseline is kept where it is faster). Without a model,\n"
       "or when no graph passes, the prior or the baseline is returned and the report\n"
       "says why. Prints the kept graph on stdout and the report on stderr.",
-      opts, DG_ARRAY_LEN(opts), 1, 1};
+      opts, DG_ARRAY_LEN(opts), 0, 1};
   char **pos;
   int npos;
   int rc = cli_parse(&spec, argc, argv, &pos, &npos);
   if (rc) return rc < 0 ? CLI_OK : rc;
-  const char *kernel_arg = pos[0];
+  const char *kernel_arg = npos > 0 ? pos[0] : OPTIMIZE_DEFAULT_KERNEL;
   free(pos);
   if (!(temperature >= 0 && temperature <= 1e6) || !(top_p > 0 && top_p <= 1) ||
       !(min_gain >= 1 && min_gain <= 100)) {
