@@ -227,6 +227,49 @@ DG_TEST(optimize_cli_random_model_graphs_all_check) {
   ir_func_free(f);
 }
 
+/* `dragon train export --pack` writes a model directory that --model
+ * reads (the same graphs as from the checkpoint: bf16 rounding aside, the
+ * random model's greedy choices are far apart); a directory whose packed
+ * model is corrupt is named in optimize's notes, and the baseline comes
+ * back. */
+DG_TEST(optimize_cli_exported_model_directory) {
+  dg_status st;
+  dg_func *f = wl_build(GMM, &st);
+  CHECK(f);
+  char *good = ts_graph_of("schedules/GMM.json", GMM, f);
+  CHECK(good);
+  char model[600];
+  CHECK(random_model_files(f, good, model, sizeof model));
+  char args[1600], *out = NULL;
+  snprintf(args, sizeof args, "train export --model %s --out %s/exported --pack", model, dg_test_tmpdir());
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "model.safetensors.zst") && strstr(out, "bf16"), "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args,
+           "optimize GMM/0 --target c --model %s/exported --samples 1 --max-tokens 300 --out %s/opt_exp",
+           dg_test_tmpdir(), dg_test_tmpdir());
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "exported/model.safetensors.zst (constrained decoding"), "rc %d: %s", rc,
+            out);
+  free(out);
+  /* the packed model, damaged */
+  char path[800];
+  snprintf(path, sizeof path, "%s/exported/model.safetensors.zst", dg_test_tmpdir());
+  size_t n;
+  char *bytes = dg_read_file(path, &n, &st);
+  CHECK(bytes && n > 100);
+  CHECK(dg_write_file_atomic(path, bytes, n / 3, &st));
+  free(bytes);
+  snprintf(args, sizeof args, "optimize GMM/0 --target c --model %s/exported --samples 1", dg_test_tmpdir());
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "no model: ") && strstr(out, "model.safetensors.zst") &&
+                strstr(out, "kept     the baseline"),
+            "rc %d: %s", rc, out);
+  free(out);
+  free(good);
+  ir_func_free(f);
+}
+
 /* Three small test-split workloads */
 #define W1 "softmax:m=3,n=4,dtype=f32"
 #define W2 "gemv:n=2,k=8,dtype=f32"

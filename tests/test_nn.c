@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "dragon/nn.h"
+#include "dragon/tokenizer.h"
 #include "test.h"
 
 /* ---- known values -------------------------------------------------------- */
@@ -753,6 +754,76 @@ DG_TEST(nn_safetensors_round_trip) {
     CHECK_NEAR(b.params_mem[j], a.params_mem[j], fabs(a.params_mem[j]) * (1.0 / 2048) + 1e-7);
   nn_model_free(&a);
   nn_model_free(&b);
+}
+
+/* A zstd-packed safetensors file (as dragon ships its model) reads as the
+ * file it packs; a packed file cut short or a corrupt frame is refused
+ * naming the file, and the model is left as it was. */
+DG_TEST(nn_safetensors_packed) {
+  dg_status st;
+  dg_status_ok(&st);
+  nn_config c = gc_config();
+  nn_model a, b;
+  CHECK(nn_model_init(&a, &c, false, &st));
+  CHECK(nn_model_init(&b, &c, false, &st));
+  random_params(&a, 23);
+  const char *p = tmp_path("packed.safetensors"), *z = tmp_path("packed.safetensors.zst");
+  CHECK(nn_safetensors_export(&a, p, NN_ST_F32, &st));
+  size_t len;
+  char *raw = slurp(p, &len);
+  CHECK(raw);
+  dg_str packed;
+  dg_str_init(&packed);
+  CHECK(dg_zstd_pack(raw, len, 3, &packed, &st));
+  CHECK(dg_write_file_atomic(z, packed.s, packed.len, &st));
+  nn_config d;
+  CHECK(nn_safetensors_read_config(z, &d, &st));
+  CHECK(memcmp(&c, &d, sizeof c) == 0);
+  CHECK_MSG(nn_safetensors_import(&b, z, &st), "%s", st.msg);
+  CHECK(memcmp(a.params_mem, b.params_mem, sizeof(float) * a.num_params) == 0);
+  /* cut short, then a byte of the frame changed */
+  memset(b.params_mem, 0, sizeof(float) * b.num_params);
+  CHECK(dg_write_file_atomic(z, packed.s, packed.len / 2, &st));
+  CHECK(!nn_safetensors_import(&b, z, &st));
+  CHECK_ERR(st, "packed.safetensors.zst");
+  packed.s[packed.len / 2] ^= 0x5a;
+  CHECK(dg_write_file_atomic(z, packed.s, packed.len, &st));
+  CHECK(!nn_safetensors_import(&b, z, &st));
+  CHECK_ERR(st, "packed.safetensors.zst");
+  for (size_t j = 0; j < b.num_params; j++) CHECK(b.params_mem[j] == 0);
+  dg_str_free(&packed);
+  free(raw);
+  nn_model_free(&a);
+  nn_model_free(&b);
+}
+
+/* The shipped model (models/little-dragon) loads: its config is the one
+ * its card names, its tokenizer is its vocabulary's, and its parameters
+ * are finite and not all alike. */
+DG_TEST(nn_shipped_model_loads) {
+  dg_status st;
+  dg_status_ok(&st);
+  const char *p = "models/little-dragon/model.safetensors.zst";
+  nn_config c;
+  CHECK_MSG(nn_safetensors_read_config(p, &c, &st), "%s", st.msg);
+  CHECK(c.d_model == 384 && c.n_layers == 8 && c.n_heads == 6 && c.n_kv_heads == 2 && c.head_dim == 64 &&
+        c.ffn_hidden == 1024 && c.max_seq_len == 3072);
+  nn_model m;
+  CHECK(nn_model_init(&m, &c, false, &st));
+  CHECK_MSG(nn_safetensors_import(&m, p, &st), "%s", st.msg);
+  CHECK_EQ((long long)m.num_params, 13886592LL);
+  tok_tokenizer *tok = tok_load("models/little-dragon/tokenizer.bin", &st);
+  CHECK_MSG(tok, "%s", st.msg);
+  CHECK_EQ(tok_vocab_size(tok), c.vocab_size);
+  double lo = 0, hi = 0;
+  for (size_t j = 0; j < m.num_params; j++) {
+    CHECK(isfinite(m.params_mem[j]));
+    if (m.params_mem[j] < lo) lo = m.params_mem[j];
+    if (m.params_mem[j] > hi) hi = m.params_mem[j];
+  }
+  CHECK(hi - lo > 0.1);
+  tok_free(tok);
+  nn_model_free(&m);
 }
 
 /* Rewrites an exported file: applies `edit` to the parsed header, keeps the

@@ -147,7 +147,7 @@ static bool st_open_packed(const char *path, st_file *sf, dg_status *st) {
   size_t n, len;
   char *z = dg_read_file(path, &n, st);
   if (!z) return false;
-  sf->unpacked = dg_zstd_unpack(z, n, path, (size_t)16 << 30, &len, st);
+  sf->unpacked = dg_zstd_unpack(z, n, path, (size_t)8 << 30, &len, st);
   free(z);
   if (!sf->unpacked) return false;
   sf->f = fmemopen(sf->unpacked, len ? len : 1, "rb");
