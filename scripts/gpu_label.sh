@@ -29,7 +29,10 @@
 #             process starts from it; without one it is fitted here first
 #   SHARDS    labelling processes (default: PER_GPU on every GPU), process
 #             g on GPU g % GPUs and shard g/SHARDS of the split
-#   LABEL_ARGS  more flags for `dragon data label` (e.g. --trials-min 32)
+#   LABEL_ARGS  flags for `dragon data label` (default "--trials-max 64
+#             --max-work 1e10": 64 measured candidates a workload, the policy
+#             bench/RESULTS.md's label-quality curve and trial costs chose for
+#             the train split; references above 1e10 operations deferred)
 #   DG_COMMIT the commit being run, where the tree has no git (recorded in
 #             every record by a binary built here)
 #   GPU_TESTS=1 first run the gpu_ tests ($BUILD/dragon_tests, carried or
@@ -51,6 +54,7 @@ LOGDIR=$(mktemp -d /tmp/dragon-label-logs.XXXXXX)
 BUILD=${BUILD:-build-gpu}
 BUDGET=${BUDGET:-400}
 SPLIT=${SPLIT:-train}
+LABEL_ARGS=${LABEL_ARGS---trials-max 64 --max-work 1e10}
 . scripts/log_steps.sh
 . scripts/debs_env.sh
 note "$DEBS_NOTE"
