@@ -357,19 +357,43 @@ DG_TEST(eval_cli_random_model_end_to_end) {
   char model[600];
   CHECK(random_model_files(f, good, model, sizeof model));
   char args[1600], *out = NULL;
-  snprintf(args, sizeof args, "eval --workloads '%s;%s' --model %s --max-tokens 300 --target c --out %s/ev2 --quiet",
-           W1, W2, model, dg_test_tmpdir());
+  snprintf(args, sizeof args,
+           "eval --workloads '%s;%s;%s' --model %s --max-tokens 300 --target c --threads 1 --out %s/ev2 --quiet",
+           W1, W2, W3, model, dg_test_tmpdir());
   int rc = dg_test_run_dragon(args, NULL, &out);
-  CHECK_MSG(rc == 0 && strstr(out, "model.bin on test: 2 tasks"), "rc %d: %s", rc, out);
+  CHECK_MSG(rc == 0 && strstr(out, "model.bin on test: 3 tasks"), "rc %d: %s", rc, out);
   free(out);
+  /* written three at once: the same outputs, gates and reasons (the
+   * writers share the model and take tokenizers and masks of their own) */
+  snprintf(args, sizeof args,
+           "eval --workloads '%s;%s;%s' --model %s --max-tokens 300 --target c --threads 3 --out %s/ev3 --quiet",
+           W1, W2, W3, model, dg_test_tmpdir());
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  free(out);
+  char p1[800], p3[800];
+  snprintf(p1, sizeof p1, "%s/ev2/test.json", dg_test_tmpdir());
+  snprintf(p3, sizeof p3, "%s/ev3/test.json", dg_test_tmpdir());
+  json_error_t e1;
+  json_t *j1 = json_load_file(p1, 0, &e1), *j3 = json_load_file(p3, 0, &e1);
+  CHECK(j1 && j3);
+  for (size_t i = 0; i < 3; i++) {
+    json_t *a = json_array_get(json_object_get(j1, "tasks"), i), *b = json_array_get(json_object_get(j3, "tasks"), i);
+    static const char *const keys[] = {"workload", "gate", "reason"};
+    for (size_t k = 0; k < 3; k++)
+      CHECK_STREQ(json_string_value(json_object_get(a, keys[k])), json_string_value(json_object_get(b, keys[k])));
+    CHECK_EQ(json_integer_value(json_object_get(a, "tokens")), json_integer_value(json_object_get(b, "tokens")));
+  }
+  json_decref(j1);
+  json_decref(j3);
   char jpath[800];
   snprintf(jpath, sizeof jpath, "%s/ev2/test.json", dg_test_tmpdir());
   json_error_t je;
   json_t *j = json_load_file(jpath, 0, &je);
   CHECK_MSG(j, "%s", je.text);
   json_t *tasks = json_object_get(j, "tasks");
-  CHECK_EQ(json_array_size(tasks), 2);
-  for (size_t i = 0; i < 2; i++) {
+  CHECK_EQ(json_array_size(tasks), 3);
+  for (size_t i = 0; i < 3; i++) {
     json_t *t = json_array_get(tasks, i);
     const char *gate = json_string_value(json_object_get(t, "gate"));
     /* constrained: nothing stops before the lowering */

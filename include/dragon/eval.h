@@ -183,6 +183,10 @@ typedef struct {
   uint64_t seed;                   /* task i's output is written with seed + i */
   int threads;                     /* the checks; <= 0: every core */
   FILE *progress;                  /* a line per task, or NULL */
+  /* tasks written at once (each on a thread of its own; write must then be
+   * thread-safe); <= 1: one after another. The outputs do not depend on
+   * it: task i is written with seed + i. */
+  int write_threads;
 } eval_run_opts;
 
 typedef struct {

@@ -87,7 +87,11 @@ const char *cli_model_arg(const char *arg);
  * seed, seed + 1, ...: texts[i] is NULL where decoding failed, its reason
  * appended to errs; returns the seconds spent, adds the tokens fed and the
  * lines the guard took back (stats, may be NULL). Constrained decoding is
- * guarded (eval_guard_line) unless no_guard. */
+ * guarded (eval_guard_line) unless no_guard. Thread-safe: the model is
+ * read only, and each call takes a tokenizer and a mask of its own from a
+ * pool (encoding and masking keep scratch state), made as needed; ws and
+ * errs are the caller's. */
+typedef struct cli_writer_slot cli_writer_slot;
 typedef struct {
   nn_model m;
   tok_tokenizer *tok;
@@ -95,6 +99,10 @@ typedef struct {
   char *path;
   bool loaded;
   bool no_guard; /* constrained decoding without the line guard (eval_guard_line) */
+  /* the pool: tokenizer copies (from tok_path) and their masks */
+  char *tok_path;
+  void *pool_lock;
+  cli_writer_slot *slots; /* every slot made beyond (tok, mask), each once */
 } cli_model;
 bool cli_model_open(cli_model *cm, const char *flag, const char *arg, const char *tokp,
                     bool constrained, dg_status *st);

@@ -9,6 +9,7 @@
  * the train split and any workload the splits file puts in it.
  */
 #include <jansson.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "cli/cli.h"
@@ -24,7 +25,8 @@ typedef struct {
   const train_decode_opts *dopts;
   json_t *graphs; /* --graphs: spec -> graph text */
   const char *graphs_path;
-  cli_write_stats ws; /* the model's, over every task */
+  cli_write_stats ws; /* the model's, over every task (under lock) */
+  pthread_mutex_t lock;
 } writer_ctx;
 
 static char *write_one(void *ctx, const dg_func *f, const char *spec, uint64_t seed,
@@ -42,9 +44,15 @@ static char *write_one(void *ctx, const dg_func *f, const char *spec, uint64_t s
   char *text = NULL;
   dg_str errs;
   dg_str_init(&errs);
-  int64_t before = w->ws.tokens;
-  cli_model_write(w->model, f, spec, kernel_text, NULL, 1, w->dopts, seed, &text, &w->ws, &errs);
-  *tokens += w->ws.tokens - before;
+  cli_write_stats ws = {0};
+  cli_model_write(w->model, f, spec, kernel_text, NULL, 1, w->dopts, seed, &text, &ws, &errs);
+  *tokens += ws.tokens;
+  pthread_mutex_lock(&w->lock);
+  w->ws.tokens += ws.tokens;
+  w->ws.backtracks += ws.backtracks;
+  w->ws.gave_up += ws.gave_up;
+  w->ws.guard_secs += ws.guard_secs;
+  pthread_mutex_unlock(&w->lock);
   if (!text) dg_fail(st, DG_ERR_RUNTIME, "%s", errs.len ? errs.s : "decoding failed");
   dg_str_free(&errs);
   free(kernel_text);
@@ -218,9 +226,12 @@ int cmd_eval(int argc, char **argv) {
     dg_str_free(&notes);
     if (!ok) goto fail;
   }
-  writer_ctx w = {&cm, &dopts, graphs, graphs_path, {0}};
+  writer_ctx w = {&cm, &dopts, graphs, graphs_path, {0}, PTHREAD_MUTEX_INITIALIZER};
+  /* the tasks' outputs are written at once, a core each (the model is
+   * read only; each writer takes a tokenizer and mask of its own) */
+  int writers = (int)(threads > 0 ? threads : rt_cpu_count());
   eval_run_opts eo = {(const char *const *)specs, n, write_one, &w, have_gpu ? &gm : NULL,
-                      (uint64_t)seed, (int)threads, quiet ? NULL : stderr};
+                      (uint64_t)seed, (int)threads, quiet ? NULL : stderr, writers};
   if (!eval_run(&eo, &res, &st)) goto fail;
   json = eval_result_json(&res, name, split_name, (uint64_t)seed, temperature);
   table = eval_result_table(&res, name, split_name);

@@ -6,6 +6,7 @@
  * model (sample-model, optimize, eval); and the GPU that judges their
  * graphs (--target). */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -113,26 +114,93 @@ char *cli_read_text(const char *path, dg_status *st) {
   return text;
 }
 
+/* A tokenizer and its mask for one writer at a time. */
+struct cli_writer_slot {
+  tok_tokenizer *tok;
+  tsel_mask *mask;
+  bool busy;
+  bool model_own; /* the model's tok and mask: freed with the model */
+  cli_writer_slot *next;
+};
+
 bool cli_model_open(cli_model *cm, const char *flag, const char *arg, const char *tokp,
                     bool constrained, dg_status *st) {
   memset(cm, 0, sizeof *cm);
-  if (!cli_model_load(flag, arg, tokp, &cm->m, &cm->tok, &cm->path, st)) return false;
+  char *mp = NULL;
+  if (!cli_model_paths(flag, arg, tokp, &mp, &cm->tok_path, st)) return false;
+  free(mp);
+  if (!cli_model_load(flag, arg, tokp, &cm->m, &cm->tok, &cm->path, st)) {
+    free(cm->tok_path);
+    cm->tok_path = NULL;
+    return false;
+  }
   cm->loaded = true;
+  pthread_mutex_t *lock = dg_malloc(sizeof *lock);
+  pthread_mutex_init(lock, NULL);
+  cm->pool_lock = lock;
   if (constrained && !(cm->mask = tsel_mask_new(cm->tok, st))) {
     cli_model_close(cm);
     return false;
   }
+  cm->slots = dg_calloc(1, sizeof *cm->slots);
+  *cm->slots = (cli_writer_slot){cm->tok, cm->mask, false, true, NULL};
   return true;
 }
 
 void cli_model_close(cli_model *cm) {
   tsel_mask_free(cm->mask);
+  for (cli_writer_slot *s = cm->slots, *next; s; s = next) {
+    next = s->next;
+    if (!s->model_own) {
+      tsel_mask_free(s->mask);
+      tok_free(s->tok);
+    }
+    free(s);
+  }
+  if (cm->pool_lock) {
+    pthread_mutex_destroy(cm->pool_lock);
+    free(cm->pool_lock);
+  }
   if (cm->loaded) {
     nn_model_free(&cm->m);
     tok_free(cm->tok);
   }
   free(cm->path);
+  free(cm->tok_path);
   memset(cm, 0, sizeof *cm);
+}
+
+/* A tokenizer and mask no other writer holds: the model's own first, then
+ * the pool's, made as needed (NULL with errs told, when that fails). */
+static cli_writer_slot *take_slot(cli_model *cm, dg_str *errs) {
+  pthread_mutex_lock(cm->pool_lock);
+  cli_writer_slot *got = NULL;
+  for (cli_writer_slot *s = cm->slots; s && !got; s = s->next)
+    if (!s->busy) got = s;
+  if (got) got->busy = true;
+  pthread_mutex_unlock(cm->pool_lock);
+  if (got) return got;
+  dg_status st;
+  cli_writer_slot *s = dg_calloc(1, sizeof *s);
+  if (!(s->tok = tok_load(cm->tok_path, &st)) ||
+      (cm->mask && !(s->mask = tsel_mask_new(s->tok, &st)))) {
+    tok_free(s->tok);
+    free(s);
+    dg_str_printf(errs, "  another writer's tokenizer: %s\n", st.msg);
+    return NULL;
+  }
+  s->busy = true;
+  pthread_mutex_lock(cm->pool_lock);
+  s->next = cm->slots->next; /* after the model's own */
+  cm->slots->next = s;
+  pthread_mutex_unlock(cm->pool_lock);
+  return s;
+}
+
+static void give_slot(cli_model *cm, cli_writer_slot *s) {
+  pthread_mutex_lock(cm->pool_lock);
+  s->busy = false;
+  pthread_mutex_unlock(cm->pool_lock);
 }
 
 double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const char *kernel_text,
@@ -147,14 +215,18 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
   }
   tok_ids ids = {0};
   dg_status st;
-  if (!train_prompt_encode(cm->tok, kernel_text, prior, &ids, &st)) {
+  /* the model's own tokenizer and mask, or a pool slot when in use */
+  cli_writer_slot *slot = take_slot(cm, errs);
+  if (!slot) return dg_now() - t0;
+  if (!train_prompt_encode(slot->tok, kernel_text, prior, &ids, &st)) {
     dg_str_printf(errs, "  %s: the prompt: %s\n", spec, st.msg);
+    give_slot(cm, slot);
     return dg_now() - t0;
   }
   for (int i = 0; i < k; i++) {
     train_decode_stats ds;
     memset(&ds, 0, sizeof ds);
-    texts[i] = train_decode_graph(&cm->m, cm->tok, cm->mask, ids.data, (int)ids.len, f, spec,
+    texts[i] = train_decode_graph(&cm->m, slot->tok, slot->mask, ids.data, (int)ids.len, f, spec,
                                   TSEL_TARGET_CUDA, &go, seed + (uint64_t)i, &ds, &st);
     if (ws) {
       ws->tokens += ds.n_sampled + ds.n_forced;
@@ -164,6 +236,7 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
     }
     if (!texts[i]) dg_str_printf(errs, "  sample %d: decoding failed: %s\n", i + 1, st.msg);
   }
+  give_slot(cm, slot);
   tok_ids_free(&ids);
   return dg_now() - t0;
 }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "dragon/eval.h"
+#include "dragon/rt_cuda.h"
 #include "dragon/search.h"
 #include "dragon/wl.h"
 
@@ -26,18 +27,53 @@ static void family_of(const char *spec, char *out, size_t n) {
   out[len] = 0;
 }
 
-static void run_task(const eval_run_opts *o, int i, eval_task *t, dg_status *st) {
+/* A task's output, written ahead (write_threads > 1). */
+typedef struct {
+  char *graph;
+  dg_status st;
+  int64_t tokens;
+  double t_write;
+  bool built; /* the spec built (else st says why) */
+} written;
+
+static void write_task(const eval_run_opts *o, int i, written *w) {
+  dg_status_ok(&w->st);
+  dg_func *f = wl_build(o->specs[i], &w->st);
+  if (!f) return;
+  w->built = true;
+  double t0 = dg_now();
+  w->graph = o->write(o->write_ctx, f, o->specs[i], o->seed + (uint64_t)i, &w->tokens, &w->st);
+  w->t_write = dg_now() - t0;
+  ir_func_free(f);
+}
+
+typedef struct {
+  const eval_run_opts *o;
+  written *w;
+} write_ctx;
+
+static void write_on_thread(void *p, int i) {
+  write_ctx *c = p;
+  write_task(c->o, i, &c->w[i]);
+}
+
+/* Judges task i's output (written now, or ahead in *ahead). */
+static void run_task(const eval_run_opts *o, int i, eval_task *t, written *ahead, dg_status *st) {
   dg_func *f = wl_build(o->specs[i], st);
   if (!f) return;
+  written now = {0};
+  if (!ahead) {
+    write_task(o, i, &now);
+    ahead = &now;
+  }
+  char *graph = ahead->graph;
+  ahead->graph = NULL;
+  t->tokens = ahead->tokens;
+  t->t_write = ahead->t_write;
   double t0 = dg_now();
-  dg_status wst;
-  dg_status_ok(&wst);
-  char *graph = o->write(o->write_ctx, f, o->specs[i], o->seed + (uint64_t)i, &t->tokens, &wst);
-  t->t_write = dg_now() - t0;
-  t0 = dg_now();
   if (!graph) {
     t->gate = EVAL_GATE_PARSE;
-    snprintf(t->reason, sizeof t->reason, "no graph: %.480s", wst.msg);
+    snprintf(t->reason, sizeof t->reason, "no graph: %.480s", ahead->st.msg);
   } else {
     /* the baseline only for its time: without a GPU it is not scored */
     eval_pick_opts po = {f, o->specs[i], o->gpu, 0, o->threads, o->gpu == NULL};
@@ -62,20 +98,40 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
   double t_start = dg_now();
   out->timed = o->gpu != NULL;
   out->tasks = dg_calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *out->tasks);
-  for (int i = 0; i < o->n; i++) {
+  /* the outputs first, on threads, where asked; then each judged in order */
+  written *ahead = NULL;
+  if (o->write_threads > 1 && o->n > 1) {
+    ahead = dg_calloc((size_t)o->n, sizeof *ahead);
+    write_ctx wc = {o, ahead};
+    rt_tasks *tk = rt_tasks_start(o->n, o->write_threads, write_on_thread, &wc);
+    int done = 0;
+    while (rt_tasks_next(tk, true) >= 0) {
+      done++;
+      if (o->progress && (done % 10 == 0 || done == o->n)) {
+        double el = dg_now() - t_start;
+        fprintf(o->progress, "written %d of %d (%.1f s, ETA %.0f s)\n", done, o->n, el,
+                el / done * (o->n - done));
+        fflush(o->progress);
+      }
+    }
+    rt_tasks_free(tk);
+  }
+  bool ok = true;
+  for (int i = 0; i < o->n && ok; i++) {
     eval_task *t = &out->tasks[i];
     t->spec = dg_strdup(o->specs[i]);
     family_of(t->spec, t->family, sizeof t->family);
-    run_task(o, i, t, st);
+    run_task(o, i, t, ahead ? &ahead[i] : NULL, st);
     out->n = i + 1;
     if (st->code != DG_OK) {
       dg_status_prefix(st, "task %d (%s)", i + 1, o->specs[i]);
       out->t_total = dg_now() - t_start;
-      return false;
+      ok = false;
+      break;
     }
-    bool ok = t->gate == EVAL_PASSED;
-    out->correct += ok;
-    double speedup = ok && t->secs > 0 && t->baseline_secs > 0 ? t->baseline_secs / t->secs : 0;
+    bool passed = t->gate == EVAL_PASSED;
+    out->correct += passed;
+    double speedup = passed && t->secs > 0 && t->baseline_secs > 0 ? t->baseline_secs / t->secs : 0;
     out->fast_2 += speedup >= 2;
     out->fast_10 += speedup >= 10;
     if (o->progress) {
@@ -86,8 +142,12 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
       fflush(o->progress);
     }
   }
+  if (ahead) {
+    for (int i = 0; i < o->n; i++) free(ahead[i].graph);
+    free(ahead);
+  }
   out->t_total = dg_now() - t_start;
-  return true;
+  return ok;
 }
 
 void eval_result_free(eval_result *r) {
