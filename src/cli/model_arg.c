@@ -203,41 +203,77 @@ static void give_slot(cli_model *cm, cli_writer_slot *s) {
   pthread_mutex_unlock(cm->pool_lock);
 }
 
+/* One sample of cli_model_write, on whichever thread runs it. */
+typedef struct {
+  cli_model *cm;
+  const dg_func *f;
+  const char *spec, *kernel_text, *prior;
+  const train_decode_opts *o;
+  uint64_t seed;
+  char **texts;
+  train_decode_stats *ds;
+  char (*why)[300]; /* a failed sample's reason */
+} write_job;
+
+static void write_sample(void *p, int i) {
+  write_job *j = p;
+  dg_str errs;
+  dg_str_init(&errs);
+  j->why[i][0] = 0;
+  cli_writer_slot *slot = take_slot(j->cm, &errs);
+  if (!slot) {
+    snprintf(j->why[i], sizeof j->why[i], "%.290s", errs.s ? errs.s : "no tokenizer");
+    dg_str_free(&errs);
+    return;
+  }
+  tok_ids ids = {0};
+  dg_status st;
+  if (!train_prompt_encode(slot->tok, j->kernel_text, j->prior, &ids, &st)) {
+    snprintf(j->why[i], sizeof j->why[i], "the prompt: %.260s", st.msg);
+  } else {
+    j->texts[i] = train_decode_graph(&j->cm->m, slot->tok, slot->mask, ids.data, (int)ids.len, j->f,
+                                     j->spec, TSEL_TARGET_CUDA, j->o, j->seed + (uint64_t)i, &j->ds[i],
+                                     &st);
+    if (!j->texts[i]) snprintf(j->why[i], sizeof j->why[i], "decoding failed: %.260s", st.msg);
+  }
+  tok_ids_free(&ids);
+  give_slot(j->cm, slot);
+  dg_str_free(&errs);
+}
+
 double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const char *kernel_text,
                        const char *prior, int k, const train_decode_opts *o, uint64_t seed,
                        char **texts, cli_write_stats *ws, dg_str *errs) {
   double t0 = dg_now();
+  if (k <= 0) return 0;
   train_decode_opts go = *o;
   eval_guard guard = {f, spec};
   if (cm->mask && !cm->no_guard && !o->unconstrained) {
     go.guard = eval_guard_line;
     go.guard_ctx = &guard;
   }
-  tok_ids ids = {0};
-  dg_status st;
-  /* the model's own tokenizer and mask, or a pool slot when in use */
-  cli_writer_slot *slot = take_slot(cm, errs);
-  if (!slot) return dg_now() - t0;
-  if (!train_prompt_encode(slot->tok, kernel_text, prior, &ids, &st)) {
-    dg_str_printf(errs, "  %s: the prompt: %s\n", spec, st.msg);
-    give_slot(cm, slot);
-    return dg_now() - t0;
+  /* the samples at once, a core each: sample i is written with seed + i,
+   * so the texts do not depend on the threads */
+  train_decode_stats *ds = dg_calloc((size_t)k, sizeof *ds);
+  char(*why)[300] = dg_calloc((size_t)k, sizeof *why);
+  write_job j = {cm, f, spec, kernel_text, prior, &go, seed, texts, ds, why};
+  for (int i = 0; i < k; i++) texts[i] = NULL;
+  int threads = rt_cpu_count();
+  rt_tasks *t = rt_tasks_start(k, threads < k ? threads : k, write_sample, &j);
+  while (rt_tasks_next(t, true) >= 0) {
   }
+  rt_tasks_free(t);
   for (int i = 0; i < k; i++) {
-    train_decode_stats ds;
-    memset(&ds, 0, sizeof ds);
-    texts[i] = train_decode_graph(&cm->m, slot->tok, slot->mask, ids.data, (int)ids.len, f, spec,
-                                  TSEL_TARGET_CUDA, &go, seed + (uint64_t)i, &ds, &st);
     if (ws) {
-      ws->tokens += ds.n_sampled + ds.n_forced;
-      ws->backtracks += ds.n_backtracks;
-      ws->gave_up += ds.guard_gave_up;
-      ws->guard_secs += ds.guard_secs;
+      ws->tokens += ds[i].n_sampled + ds[i].n_forced;
+      ws->backtracks += ds[i].n_backtracks;
+      ws->gave_up += ds[i].guard_gave_up;
+      ws->guard_secs += ds[i].guard_secs;
     }
-    if (!texts[i]) dg_str_printf(errs, "  sample %d: decoding failed: %s\n", i + 1, st.msg);
+    if (!texts[i]) dg_str_printf(errs, "  sample %d: %s\n", i + 1, why[i]);
   }
-  give_slot(cm, slot);
-  tok_ids_free(&ids);
+  free(ds);
+  free(why);
   return dg_now() - t0;
 }
 
