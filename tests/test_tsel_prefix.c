@@ -1309,6 +1309,59 @@ DG_TEST(tsel_prefix_guard_takes_lines_back) {
   tsel_mask_free(mask);
 }
 
+/* explain_after: the model writes the edits and stops, dragon writes the
+ * why/expect lines from the compiler's facts: the same edits as without
+ * it, and the lines tsel_explain gives that graph. */
+DG_TEST(tsel_prefix_explanations_written_after) {
+  tok_tokenizer *tok = trained_tokenizer();
+  CHECK(tok);
+  dg_status st;
+  tsel_mask *mask = tsel_mask_new(tok, &st);
+  CHECK_OK(st);
+  const char *spec = "softmax:m=33,n=1536,dtype=f32";
+  dg_func *k = wl_build(spec, &st);
+  CHECK(k);
+  char *ktext = kernel_text(spec, k);
+  tok_ids prompt = {0};
+  CHECK(train_prompt_encode(tok, ktext, NULL, &prompt, &st));
+  int explained = 0;
+  for (uint64_t seed = 1; seed <= 3; seed++) {
+    nn_model m;
+    CHECK(random_model(&m, tok_vocab_size(tok), 700 + seed, &st));
+    train_decode_opts o;
+    train_decode_opts_default(&o);
+    o.sample.max_tokens = 400;
+    o.explain = false;
+    char *edits = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, spec, TSEL_TARGET_CUDA, &o,
+                                     seed, NULL, &st);
+    CHECK_MSG(edits, "%s", st.msg);
+    CHECK(!strstr(edits, "\nwhy ") && !strstr(edits, "\nexpect "));
+    o.explain_after = true;
+    char *full = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, spec, TSEL_TARGET_CUDA, &o,
+                                    seed, NULL, &st);
+    CHECK_MSG(full, "%s", st.msg);
+    tsel_graph *g = tsel_parse(edits, NULL, &st);
+    CHECK(g);
+    if (tsel_explain(g, k, NULL, &st)) {
+      char *want = tsel_print(g);
+      CHECK_STREQ(full, want);
+      free(want);
+      explained += strstr(full, "\nexpect p1: ") != NULL;
+    } else {
+      CHECK_STREQ(full, edits); /* a graph that does not check is left as it is */
+    }
+    tsel_graph_free(g);
+    free(edits);
+    free(full);
+    nn_model_free(&m);
+  }
+  CHECK(explained > 0);
+  tok_ids_free(&prompt);
+  free(ktext);
+  ir_func_free(k);
+  tsel_mask_free(mask);
+}
+
 /* One random walk over the accepted bytes from start (NULL: the empty
  * text): it never reaches a state with no way on; now and then the
  * completion is taken, and it and the graph the walk ends in check. Now and

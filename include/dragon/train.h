@@ -206,7 +206,11 @@ void train_generator_free(train_generator *g);
 typedef struct {
   nn_sample_opts sample; /* temperature, top_k, top_p; max_tokens: tokens after the prompt */
   bool unconstrained;    /* no mask: the forced header, then plain sampling (for comparison) */
-  bool explain;          /* why and expect lines may follow the edits */
+  bool explain;          /* why and expect lines may follow the edits (decoded) */
+  /* after the edits, dragon writes the why/expect lines itself, from the
+   * compiler's facts on the finished graph (tsel_explain), instead of the
+   * model (with explain false: the model stops after its edits) */
+  bool explain_after;
   /* The line guard (constrained decoding only; NULL: none): called with
    * the graph's committed text each time an edit line is complete
    * (postprocessed: the graph has its `postproc` edit). A line it refuses

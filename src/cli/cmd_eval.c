@@ -208,6 +208,8 @@ int cmd_eval(int argc, char **argv) {
   train_decode_opts_default(&dopts);
   dopts.sample.temperature = (float)temperature;
   dopts.sample.max_tokens = (int)max_tokens;
+  /* the first output's edits are judged; its explanations are not */
+  dopts.explain = false;
   char name[256];
   if (graphs_path) {
     if (!(graphs = load_graphs(graphs_path, &st))) goto fail;

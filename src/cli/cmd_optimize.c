@@ -73,7 +73,7 @@ int cmd_optimize(int argc, char **argv) {
   const char *prior_path = NULL, *model_arg = NULL, *tokp = NULL, *target = NULL, *out_dir = NULL;
   int64_t samples = 4, rounds = 0, seed = 1, max_tokens = 2048, top_k = 0, threads = 0;
   double temperature = 0.8, top_p = 1.0, min_gain = 1.03;
-  bool unconstrained = false, no_explain = false, no_guard = false;
+  bool unconstrained = false, no_explain = false, no_guard = false, decode_explain = false;
   const cli_opt opts[] = {
       {"--prior", CLI_OPT_STR, &prior_path, 0, 0, "a TSEL graph to refine instead of writing one"},
       {"--samples", CLI_OPT_INT, &samples, 0, 256, "graphs the model writes per round (default 4; 0: none)"},
@@ -90,6 +90,7 @@ int cmd_optimize(int argc, char **argv) {
       {"--min-gain", CLI_OPT_F64, &min_gain, 0, 0, "a refinement is kept when this many times faster than its prior (default 1.03)"},
       {"--unconstrained", CLI_OPT_FLAG, &unconstrained, 0, 0, "sample without the grammar and type mask (for comparison)"},
       {"--no-explain", CLI_OPT_FLAG, &no_explain, 0, 0, "stop each graph after its edits (no why/expect lines)"},
+      {"--decode-explain", CLI_OPT_FLAG, &decode_explain, 0, 0, "the model writes the why/expect lines (default: dragon writes them from the compiler's facts on the finished graph)"},
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
   };
@@ -164,7 +165,8 @@ int cmd_optimize(int argc, char **argv) {
   dopts.sample.top_p = (float)top_p;
   dopts.sample.max_tokens = (int)max_tokens;
   dopts.unconstrained = unconstrained;
-  dopts.explain = !no_explain;
+  dopts.explain = !no_explain && decode_explain;
+  dopts.explain_after = !no_explain && !decode_explain;
 
   dg_str_printf(&report, "kernel   %s\n", hspec);
   if (ms.loaded)

@@ -37,6 +37,7 @@ void train_decode_opts_default(train_decode_opts *o) {
   o->sample.max_tokens = 2048;
   o->unconstrained = false;
   o->explain = true;
+  o->explain_after = false;
   o->guard = NULL;
   o->guard_ctx = NULL;
   o->line_retries = 4;
@@ -83,6 +84,20 @@ static char *unconstrained(decoder *d, tok_tokenizer *tok, const char *header, c
   }
   tok_ids_free(&e);
   return dg_str_take(&text);
+}
+
+/* The why/expect lines of a finished graph from the compiler's facts
+ * (tsel_explain), replacing any it has; a graph that does not check
+ * against the kernel is left as it is (the gates say why). */
+static void explain_graph(char **text, const dg_func *kernel) {
+  dg_status st;
+  tsel_graph *g = tsel_parse(*text, NULL, &st);
+  if (!g) return;
+  if (tsel_explain(g, kernel, NULL, &st)) {
+    free(*text);
+    *text = tsel_print(g);
+  }
+  tsel_graph_free(g);
 }
 
 /* The start of an accepted line: where a refused line goes back to. */
@@ -289,6 +304,7 @@ char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
     memcpy(result, text, len);
     result[len] = 0;
     stats->complete = true;
+    if (o->explain_after) explain_graph(&result, kernel);
   }
   stack_free(&lines);
   tok_ids_free(&e);
