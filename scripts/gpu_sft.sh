@@ -21,6 +21,11 @@
 #             m-scratch=m::1500" pretrains on the structure examples, then
 #             fine-tunes on the labels, beside a run on the labels alone.
 #   BRING     runs that come back (default: the last run)
+#   EVAL      runs judged here after training (`dragon eval --split val
+#             --limit EVAL_LIMIT`, default 50; on this machine's GPU, the
+#             outputs written on every core): Correct@1, fast_2, fast_10,
+#             into logs.tgz and the summary (default: none)
+#   EVAL_S    seconds an evaluation may take (default 120)
 #   BUILD     where dragon is (default build-gpu; built here without it)
 #   LIMIT     seconds a run may take (default 150)
 #   DEADLINE  seconds from the start after which no run starts (default 420)
@@ -94,6 +99,20 @@ for spec in $RUNS; do
     "$(grep -o '[0-9]* tok/s' "$LOGDIR/$name.log" | tail -1)"
   [ $rc -eq 0 ] || tail -3 "$LOGDIR/$name.log"
   last=$name
+done
+
+# The runs judged here, on the validation split.
+for name in ${EVAL:-}; do
+  if [ ! -f "$DIRS/$name/latest" ]; then
+    note "eval $name: no checkpoint"
+    continue
+  fi
+  target=cuda
+  [ "$DEVICE" = cpu ] && target=c
+  timeout -s INT -k 10 "${EVAL_S:-120}" "$DRAGON" eval --split val --limit "${EVAL_LIMIT:-50}" \
+    --model "$DIRS/$name" --target "$target" --out "$LOGDIR/eval/$name" >"$LOGDIR/eval-$name.out" \
+    2>"$LOGDIR/eval-$name.log"
+  note "eval $name: exit $?; $(grep -m1 '^# ' "$LOGDIR/eval-$name.out")"
 done
 
 # The runs that come back, as packed model directories.
