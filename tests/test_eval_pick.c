@@ -324,6 +324,44 @@ DG_TEST(eval_cli_planted_outputs_counted) {
     CHECK_EQ(json_is_true(json_object_get(t, "correct")), i == 0);
   }
   json_decref(j);
+  /* the plot, where gnuplot is (scripts/setup.sh installs it) */
+  if (system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    static const char *const plots[] = {"test.png", "test.svg", "test.plot.tsv"};
+    for (size_t i = 0; i < DG_ARRAY_LEN(plots); i++) {
+      char pp[900];
+      snprintf(pp, sizeof pp, "%s/%s", out_dir, plots[i]);
+      size_t pn = 0;
+      char *pb = dg_read_file(pp, &pn, &st);
+      CHECK_MSG(pb && pn > 50, "%s: %s", pp, pb ? "too short" : st.msg);
+      if (i == 2) CHECK(strstr(pb, "fam\t0\tsoftmax\t1.0000\t1") && strstr(pb, "fam\t1\tgemv\t0.0000\t1"));
+      free(pb);
+    }
+  }
+  /* resuming: the run stopped after its first task (and in the middle of
+   * writing the second's line) resumes to the same outcomes; another
+   * evaluation's file is refused */
+  char tpath[800];
+  snprintf(tpath, sizeof tpath, "%s/test.tasks.jsonl", out_dir);
+  size_t tn;
+  char *tasks_text = dg_read_file(tpath, &tn, &st);
+  CHECK_MSG(tasks_text, "%s", st.msg);
+  char *second = strchr(tasks_text, '\n');
+  CHECK(second && strchr(second + 1, '\n'));
+  size_t cut = (size_t)(second + 1 - tasks_text) + 20; /* the first line, part of the second */
+  CHECK(dg_write_file_atomic(tpath, tasks_text, cut, &st));
+  snprintf(args, sizeof args, "eval --workloads '%s;%s;%s' --graphs %s --target c --out %s --resume", W1, W2, W3,
+           path, out_dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "resuming: 1 of 3 tasks") && strstr(out, "(resumed)") &&
+                strstr(out, "3 tasks, Correct@1 1 (33.3%)") && strstr(out, "Failed at: parse 1, header 1"),
+            "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args, "eval --workloads '%s;%s;%s' --graphs %s --target c --out %s --resume --seed 9", W1,
+           W2, W3, path, out_dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 2 && strstr(out, "test.tasks.jsonl:1: written by another evaluation"), "rc %d: %s", rc, out);
+  free(out);
+  free(tasks_text);
   /* the model is never judged on what it trained on */
   const char *train = NULL;
   data_splits *sp = data_splits_load(DATA_SPLIT_FILE, &st);

@@ -138,6 +138,10 @@ bool dg_write_parts_atomic(const char *path, const dg_part *parts, int n_parts,
                            dg_status *st);
 bool dg_write_file_atomic(const char *path, const void *data, size_t len,
                           dg_status *st);
+/* Appends whole lines (text, n bytes) to path by one write() on an
+ * O_APPEND descriptor, then fsync: the unit of durability of the
+ * append-only files (a killed writer leaves at most one torn last line). */
+bool dg_append_lines(const char *path, const char *text, size_t n, dg_status *st);
 /* Removes the temporary files ("NAME.tmp.PID", regular files) that
  * processes no longer alive left in dir; returns how many. Files of live
  * processes (a write in progress) are kept. */

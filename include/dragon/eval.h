@@ -40,6 +40,8 @@ typedef enum {
 
 /* "parse", ..., "measure"; "passed" for EVAL_PASSED. */
 const char *eval_gate_name(eval_gate g);
+/* The gate (or EVAL_PASSED) of a name eval_gate_name gives; false if none. */
+bool eval_gate_from_name(const char *name, eval_gate *out);
 
 struct search_cuda_measure;
 
@@ -187,9 +189,16 @@ typedef struct {
    * thread-safe); <= 1: one after another. The outputs do not depend on
    * it: task i is written with seed + i. */
   int write_threads;
+  /* resuming: done[i], where not NULL, is task i's outcome from an earlier
+   * run of the same evaluation, taken as it is (NULL: none resumed) */
+  struct eval_task *const *done;
+  /* called with each task judged here, in order, as soon as it is (to keep
+   * it: a run stopped later resumes after it); false stops the run */
+  bool (*on_task)(void *ctx, int i, const struct eval_task *t, dg_status *st);
+  void *on_task_ctx;
 } eval_run_opts;
 
-typedef struct {
+typedef struct eval_task {
   char *spec;
   char family[64];
   eval_gate gate;          /* the first gate the output failed, or EVAL_PASSED */

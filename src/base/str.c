@@ -238,3 +238,19 @@ fail:
   free(p);
   return false;
 }
+
+bool dg_append_lines(const char *path, const char *text, size_t n, dg_status *st) {
+  if (n == 0) return true;
+  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return dg_fail(st, DG_ERR_IO, "%s: %s", path, strerror(errno));
+  ssize_t w = write(fd, text, n);
+  bool ok = w == (ssize_t)n;
+  int err = ok ? 0 : w < 0 ? errno : ENOSPC;
+  if (ok && fsync(fd) != 0) {
+    ok = false;
+    err = errno;
+  }
+  close(fd);
+  if (!ok) return dg_fail(st, DG_ERR_IO, "%s: append failed: %s", path, strerror(err));
+  return true;
+}

@@ -165,4 +165,8 @@ int cmd_data_build(int argc, char **argv);
 int cmd_data_card(int argc, char **argv);
 int cmd_data_pretrain(int argc, char **argv);
 
+/* Runs a gnuplot script (plot.c); false with st when gnuplot is missing
+ * or refuses it. */
+bool cli_gnuplot(const char *script, dg_status *st);
+
 #endif

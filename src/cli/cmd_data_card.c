@@ -13,28 +13,28 @@
 
 /* Histograms of log2 speedups: one panel each, bins of a quarter octave. */
 static bool plot(const char *points_path, const char *png, dg_status *st) {
-  FILE *gp = popen("gnuplot 2>&1", "w");
-  if (!gp) return dg_fail(st, DG_ERR_IO, "cannot start gnuplot");
-  fprintf(gp,
-          "set terminal pngcairo size 1100,420 noenhanced\n"
-          "set output '%s'\n"
-          "set multiplot layout 1,2\n"
-          "bw = 0.25\n"
-          "bin(x) = bw * floor(log(x) / log(2) / bw) + bw / 2\n"
-          "set style fill solid 0.6\n"
-          "set boxwidth bw\n"
-          "set ylabel 'count'\n"
-          "set xlabel 'log2(best / baseline)'\n"
-          "set title 'labelled workloads: best correct over the untuned baseline'\n"
-          "plot '< grep ^best %s' using (bin($3)):(1) smooth freq with boxes notitle\n"
-          "set xlabel 'log2(target / prior)'\n"
-          "set title 'refinement examples: target over prior'\n"
-          "plot '< grep ^gain %s' using (bin($3)):(1) smooth freq with boxes notitle\n"
-          "unset multiplot\n",
-          png, points_path, points_path);
-  int rc = pclose(gp);
-  if (rc != 0) return dg_fail(st, DG_ERR_RUNTIME, "gnuplot failed (exit %d)", rc);
-  return true;
+  dg_str sc;
+  dg_str_init(&sc);
+  dg_str_printf(&sc,
+                "set terminal pngcairo size 1100,420 noenhanced\n"
+                "set output '%s'\n"
+                "set multiplot layout 1,2\n"
+                "bw = 0.25\n"
+                "bin(x) = bw * floor(log(x) / log(2) / bw) + bw / 2\n"
+                "set style fill solid 0.6\n"
+                "set boxwidth bw\n"
+                "set ylabel 'count'\n"
+                "set xlabel 'log2(best / baseline)'\n"
+                "set title 'labelled workloads: best correct over the untuned baseline'\n"
+                "plot '< grep ^best %s' using (bin($3)):(1) smooth freq with boxes notitle\n"
+                "set xlabel 'log2(target / prior)'\n"
+                "set title 'refinement examples: target over prior'\n"
+                "plot '< grep ^gain %s' using (bin($3)):(1) smooth freq with boxes notitle\n"
+                "unset multiplot\n",
+                png, points_path, points_path);
+  bool ok = cli_gnuplot(sc.s, st);
+  dg_str_free(&sc);
+  return ok;
 }
 
 int cmd_data_card(int argc, char **argv) {

@@ -8,9 +8,11 @@
  * the same way. No training workload is ever a task: the command refuses
  * the train split and any workload the splits file puts in it.
  */
+#include <errno.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "dragon/data.h"
@@ -90,6 +92,177 @@ static json_t *load_graphs(const char *path, dg_status *st) {
   return map;
 }
 
+/* ---- resuming: OUT/SPLIT.tasks.jsonl, a line a judged task ----------------- */
+
+typedef struct {
+  const char *path, *key;
+} keep_ctx;
+
+/* Appends a judged task (whole line, fsync'd: a kill loses at most the
+ * task in flight). */
+static bool keep_task(void *ctx, int i, const eval_task *t, dg_status *st) {
+  (void)i;
+  const keep_ctx *k = ctx;
+  json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:f, s:f, s:f, s:f, s:I}", "key", k->key, "workload",
+                        t->spec, "family", t->family, "gate", eval_gate_name(t->gate), "reason",
+                        t->reason, "secs", t->secs, "baseline_secs", t->baseline_secs, "write_s",
+                        t->t_write, "check_s", t->t_check, "tokens", (json_int_t)t->tokens);
+  char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(j);
+  dg_str s;
+  dg_str_init(&s);
+  dg_str_printf(&s, "%s\n", line);
+  free(line);
+  bool ok = dg_append_lines(k->path, s.s, s.len, st);
+  dg_str_free(&s);
+  return ok;
+}
+
+/* The tasks an earlier run of this evaluation (the same key) judged, by
+ * task index; a torn last line (a killed run) is not a task. Another
+ * evaluation's file, a task of no workload of this one or a line that is
+ * not a task is refused naming the file and line. */
+static eval_task **load_done(const char *path, const char *key, const char *const *specs, int n,
+                             dg_status *st) {
+  eval_task **done = dg_calloc((size_t)(n ? n : 1), sizeof *done);
+  size_t len;
+  char *text = dg_read_file(path, &len, st);
+  if (!text) {
+    if (errno == ENOENT) { /* nothing to resume: every task is to do */
+      dg_status_ok(st);
+      return done;
+    }
+    free(done);
+    return NULL;
+  }
+  int line = 0, kept = 0;
+  bool ok = true;
+  for (char *p = text, *nl; ok && *p; p = nl + 1) {
+    nl = strchr(p, '\n');
+    line++;
+    if (!nl) break; /* a torn last line: the task in flight when it stopped */
+    json_error_t je;
+    json_t *j = json_loadb(p, (size_t)(nl - p), 0, &je);
+    const char *k = j ? json_string_value(json_object_get(j, "key")) : NULL;
+    const char *w = j ? json_string_value(json_object_get(j, "workload")) : NULL;
+    const char *g = j ? json_string_value(json_object_get(j, "gate")) : NULL;
+    const char *r = j ? json_string_value(json_object_get(j, "reason")) : NULL;
+    eval_gate gate;
+    if (!k || !w || !g || !r || !eval_gate_from_name(g, &gate)) {
+      ok = dg_fail(st, DG_ERR_PARSE, "%s:%d: not a judged task", path, line);
+    } else if (strcmp(k, key) != 0) {
+      ok = dg_fail(st, DG_ERR_USAGE, "%s:%d: written by another evaluation (%s, not %s): run without --resume",
+                   path, line, k, key);
+    } else {
+      int i = 0;
+      while (i < n && strcmp(specs[i], w) != 0) i++;
+      if (i == n) {
+        ok = dg_fail(st, DG_ERR_USAGE, "%s:%d: %s is not a task of this evaluation", path, line, w);
+      } else if (!done[i]) {
+        eval_task *t = dg_calloc(1, sizeof *t);
+        t->spec = dg_strdup(w);
+        snprintf(t->family, sizeof t->family, "%s", json_string_value(json_object_get(j, "family")) ? json_string_value(json_object_get(j, "family")) : "");
+        t->gate = gate;
+        snprintf(t->reason, sizeof t->reason, "%s", r);
+        t->secs = json_number_value(json_object_get(j, "secs"));
+        t->baseline_secs = json_number_value(json_object_get(j, "baseline_secs"));
+        t->t_write = json_number_value(json_object_get(j, "write_s"));
+        t->t_check = json_number_value(json_object_get(j, "check_s"));
+        t->tokens = json_integer_value(json_object_get(j, "tokens"));
+        done[i] = t;
+        kept++;
+      }
+    }
+    json_decref(j);
+  }
+  free(text);
+  if (!ok) {
+    for (int i = 0; i < n; i++)
+      if (done[i]) {
+        free(done[i]->spec);
+        free(done[i]);
+      }
+    free(done);
+    return NULL;
+  }
+  fprintf(stderr, "dragon eval: resuming: %d of %d tasks judged before (%s)\n", kept, n, path);
+  return done;
+}
+
+/* ---- the plot: OUT/SPLIT.png and .svg ------------------------------------- */
+
+/* Correct@1 by family; where timed, the share of tasks correct and at
+ * least p times faster than the baseline against p (the cumulative fast_p
+ * curve), and each correct task's speedup by family. The points go to
+ * OUT/SPLIT.plot.tsv beside it. */
+static bool plot_result(const eval_result *r, const char *dir, const char *split, const char *name,
+                        dg_status *st) {
+  dg_str pts, sc;
+  dg_str_init(&pts);
+  dg_str_init(&sc);
+  int nf = 0;
+  char fam[256][64];
+  for (int i = 0; i < r->n && nf < 256; i++) {
+    bool seen = false;
+    for (int f = 0; f < nf && !seen; f++) seen = strcmp(fam[f], r->tasks[i].family) == 0;
+    if (!seen) snprintf(fam[nf++], sizeof fam[0], "%s", r->tasks[i].family);
+  }
+  for (int f = 0; f < nf; f++) {
+    int n = 0, c = 0;
+    for (int i = 0; i < r->n; i++)
+      if (strcmp(r->tasks[i].family, fam[f]) == 0) n++, c += r->tasks[i].gate == EVAL_PASSED;
+    dg_str_printf(&pts, "fam\t%d\t%s\t%.4f\t%d\n", f, fam[f], n ? (double)c / n : 0.0, n);
+  }
+  if (r->timed) {
+    for (double p = 0.25; p <= 1000; p *= 1.1) {
+      int k = 0;
+      for (int i = 0; i < r->n; i++) {
+        const eval_task *t = &r->tasks[i];
+        k += t->gate == EVAL_PASSED && t->secs > 0 && t->baseline_secs / t->secs >= p;
+      }
+      dg_str_printf(&pts, "fastp\t%.5g\t%.4f\n", p, r->n ? (double)k / r->n : 0.0);
+    }
+    for (int f = 0; f < nf; f++)
+      for (int i = 0; i < r->n; i++) {
+        const eval_task *t = &r->tasks[i];
+        if (strcmp(t->family, fam[f]) == 0 && t->gate == EVAL_PASSED && t->secs > 0)
+          dg_str_printf(&pts, "speed\t%d\t%.5g\t%s\n", f, t->baseline_secs / t->secs, fam[f]);
+      }
+  }
+  char pts_path[1400];
+  snprintf(pts_path, sizeof pts_path, "%s/%s.plot.tsv", dir, split);
+  bool ok = dg_write_file_atomic(pts_path, pts.s ? pts.s : "", pts.len, st);
+  for (int fmt = 0; ok && fmt < 2; fmt++) {
+    dg_str_clear(&sc);
+    dg_str_printf(&sc, "%s\nset output '%s/%s.%s'\n", fmt ? "set terminal svg size 1200,440 noenhanced"
+                                                           : "set terminal pngcairo size 1200,440 noenhanced",
+                  dir, split, fmt ? "svg" : "png");
+    dg_str_printf(&sc,
+                  "set datafile separator '\\t'\n"
+                  "set multiplot layout 1,%d title '%s on %s: %d tasks, Correct@1 %.1f%%'\n"
+                  "set style fill solid 0.6\nset boxwidth 0.7\nset yrange [0:1.05]\n"
+                  "set xtics rotate by -45 font ',8'\nset ylabel 'Correct@1'\n"
+                  "plot '< grep ^fam %s' using 2:4:xtic(3) with boxes notitle\n",
+                  r->timed ? 3 : 1, name, split, r->n, r->n ? 100.0 * r->correct / r->n : 0.0,
+                  pts_path);
+    if (r->timed)
+      dg_str_printf(&sc,
+                    "set logscale x\nset xtics auto rotate by 0 font ''\nset xlabel 'p'\n"
+                    "set ylabel 'share correct and >= p x the baseline'\n"
+                    "plot '< grep ^fastp %s' using 2:3 with lines lw 2 notitle\n"
+                    "unset logscale x\nset logscale y\nset yrange [*:*]\nset xlabel ''\n"
+                    "set ylabel 'speedup over the baseline'\nset xrange [-0.5:%d.5]\n"
+                    "set xtics rotate by -45 font ',8'\n"
+                    "plot '< grep ^speed %s' using 2:3:xtic(4) with points pt 7 notitle\n",
+                    pts_path, nf - 1, pts_path);
+    dg_str_puts(&sc, "unset multiplot\n");
+    ok = cli_gnuplot(sc.s, st);
+  }
+  dg_str_free(&pts);
+  dg_str_free(&sc);
+  return ok;
+}
+
 /* The model's short name: its run directory's (or file's) base name. */
 static void model_name(const char *arg, char *out, size_t n) {
   char buf[1024];
@@ -105,7 +278,7 @@ int cmd_eval(int argc, char **argv) {
              *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE;
   int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048;
   double temperature = 0;
-  bool quiet = false, no_guard = false;
+  bool quiet = false, no_guard = false, resume = false;
   const cli_opt opts[] = {
       {"--split", CLI_OPT_STR, &split_name, 0, 0, "the held-out split: val, test, heldout_shape or heldout_family (default test)"},
       {"--limit", CLI_OPT_INT, &limit, 0, INT32_MAX, "the split's first N workloads (default 0: all)"},
@@ -121,6 +294,7 @@ int cmd_eval(int argc, char **argv) {
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
       {"--splits", CLI_OPT_STR, &splits_path, 0, 0, "the splits file (default " DATA_SPLIT_FILE ")"},
       {"--out", CLI_OPT_STR, &out_dir, 0, 0, "where SPLIT.json and SPLIT.md go (default eval/MODEL)"},
+      {"--resume", CLI_OPT_FLAG, &resume, 0, 0, "keep the tasks an interrupted run of the same evaluation judged (OUT/SPLIT.tasks.jsonl) and do the rest"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no line per task on stderr"},
   };
   const cli_spec spec = {
@@ -169,6 +343,7 @@ int cmd_eval(int argc, char **argv) {
   eval_result res;
   memset(&res, 0, sizeof res);
   char *json = NULL, *table = NULL;
+  eval_task **done = NULL;
 
   if (!(splits = data_splits_load(splits_path, &st))) goto fail;
   if (workloads) {
@@ -228,12 +403,30 @@ int cmd_eval(int argc, char **argv) {
     dg_str_free(&notes);
     if (!ok) goto fail;
   }
+  char dir[1200], tasks_path[1600];
+  if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);
+  else snprintf(dir, sizeof dir, "eval/%s", name);
+  snprintf(tasks_path, sizeof tasks_path, "%s/%s.tasks.jsonl", dir, split_name);
+  if (!cli_out_dir(dir, &st)) goto fail;
+  /* what identifies this evaluation: a resumed run must be the same one */
+  char key[2600];
+  snprintf(key, sizeof key, "writer=%s seed=%lld temperature=%.17g target=%s guard=%d max_tokens=%lld",
+           graphs_path ? graphs_path : cm.path, (long long)seed, temperature,
+           have_gpu ? "cuda" : "c", !no_guard, (long long)max_tokens);
+  if (resume) {
+    if (!(done = load_done(tasks_path, key, (const char *const *)specs, n, &st))) goto fail;
+  } else if (unlink(tasks_path) != 0 && errno != ENOENT) {
+    dg_fail(&st, DG_ERR_IO, "%s: %s", tasks_path, strerror(errno));
+    goto fail;
+  }
+  keep_ctx kc = {tasks_path, key};
   writer_ctx w = {&cm, &dopts, graphs, graphs_path, {0}, PTHREAD_MUTEX_INITIALIZER};
   /* the tasks' outputs are written at once, a core each (the model is
    * read only; each writer takes a tokenizer and mask of its own) */
   int writers = (int)(threads > 0 ? threads : rt_cpu_count());
   eval_run_opts eo = {(const char *const *)specs, n, write_one, &w, have_gpu ? &gm : NULL,
-                      (uint64_t)seed, (int)threads, quiet ? NULL : stderr, writers};
+                      (uint64_t)seed, (int)threads, quiet ? NULL : stderr, writers,
+                      done, keep_task, &kc};
   if (!eval_run(&eo, &res, &st)) goto fail;
   json = eval_result_json(&res, name, split_name, (uint64_t)seed, temperature);
   table = eval_result_table(&res, name, split_name);
@@ -245,15 +438,15 @@ int cmd_eval(int argc, char **argv) {
     printf("guard: %lld lines taken back, %d graphs past its backtrack limit, %.1f s\n",
            (long long)w.ws.backtracks, w.ws.gave_up, w.ws.guard_secs);
   {
-    char dir[1200], name_json[300], name_md[300];
-    if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);
-    else snprintf(dir, sizeof dir, "eval/%s", name);
+    char name_json[300], name_md[300];
     snprintf(name_json, sizeof name_json, "%s.json", split_name);
     snprintf(name_md, sizeof name_md, "%s.md", split_name);
-    if (!cli_out_dir(dir, &st) || !cli_write_in(dir, name_json, json, &st) ||
-        !cli_write_in(dir, name_md, table, &st))
+    if (!cli_write_in(dir, name_json, json, &st) || !cli_write_in(dir, name_md, table, &st))
       goto fail;
-    if (!quiet) fprintf(stderr, "wrote %s/%s.json and %s.md\n", dir, split_name, split_name);
+    dg_status pst;
+    if (!plot_result(&res, dir, split_name, name, &pst) && !quiet)
+      fprintf(stderr, "dragon eval: no plot: %s\n", pst.msg);
+    if (!quiet) fprintf(stderr, "wrote %s/%s.json, %s.md and its plot (%s.png, %s.svg)\n", dir, split_name, split_name, split_name, split_name);
   }
   goto done;
 fail:
@@ -262,6 +455,14 @@ done:
   free(json);
   free(table);
   eval_result_free(&res);
+  if (done) {
+    for (int i = 0; i < n; i++)
+      if (done[i]) {
+        free(done[i]->spec);
+        free(done[i]);
+      }
+    free(done);
+  }
   if (have_gpu) search_cuda_measure_free(&gm);
   cli_model_close(&cm);
   json_decref(graphs);

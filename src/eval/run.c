@@ -54,6 +54,7 @@ typedef struct {
 
 static void write_on_thread(void *p, int i) {
   write_ctx *c = p;
+  if (c->o->done && c->o->done[i]) return; /* resumed */
   write_task(c->o, i, &c->w[i]);
 }
 
@@ -119,10 +120,18 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
   bool ok = true;
   for (int i = 0; i < o->n && ok; i++) {
     eval_task *t = &out->tasks[i];
-    t->spec = dg_strdup(o->specs[i]);
-    family_of(t->spec, t->family, sizeof t->family);
-    run_task(o, i, t, ahead ? &ahead[i] : NULL, st);
+    bool resumed = o->done && o->done[i];
+    if (resumed) {
+      *t = *o->done[i];
+      t->spec = dg_strdup(o->specs[i]);
+    } else {
+      t->spec = dg_strdup(o->specs[i]);
+      family_of(t->spec, t->family, sizeof t->family);
+      run_task(o, i, t, ahead ? &ahead[i] : NULL, st);
+    }
     out->n = i + 1;
+    if (st->code == DG_OK && !resumed && o->on_task && !o->on_task(o->on_task_ctx, i, t, st))
+      dg_status_prefix(st, "keeping the outcome");
     if (st->code != DG_OK) {
       dg_status_prefix(st, "task %d (%s)", i + 1, o->specs[i]);
       out->t_total = dg_now() - t_start;
@@ -135,7 +144,8 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
     out->fast_2 += speedup >= 2;
     out->fast_10 += speedup >= 10;
     if (o->progress) {
-      fprintf(o->progress, "[%d/%d] %s  %s", i + 1, o->n, t->spec, eval_gate_name(t->gate));
+      fprintf(o->progress, "[%d/%d] %s  %s%s", i + 1, o->n, t->spec, eval_gate_name(t->gate),
+              resumed ? " (resumed)" : "");
       if (speedup > 0) fprintf(o->progress, "  %.2fx over the baseline", speedup);
       fprintf(o->progress, "  (%.1f s) | correct %d of %d\n", t->t_write + t->t_check,
               out->correct, i + 1);

@@ -29,6 +29,15 @@ const char *eval_gate_name(eval_gate g) {
   return names[g];
 }
 
+bool eval_gate_from_name(const char *name, eval_gate *out) {
+  for (int g = 0; g <= EVAL_PASSED; g++)
+    if (strcmp(name, eval_gate_name((eval_gate)g)) == 0) {
+      *out = (eval_gate)g;
+      return true;
+    }
+  return false;
+}
+
 static bool fail_at(eval_score *out, eval_gate g, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static bool fail_at(eval_score *out, eval_gate g, const char *fmt, ...) {

@@ -152,23 +152,6 @@ static char *join_path(const char *dir, const char *name) {
   return dg_str_take(&s);
 }
 
-/* Lines, one write(), then fsync: the unit of durability. */
-static bool append_lines(const char *path, const char *text, size_t n, dg_status *st) {
-  if (n == 0) return true;
-  int fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return dg_fail(st, DG_ERR_IO, "%s: %s", path, strerror(errno));
-  ssize_t w = write(fd, text, n);
-  bool ok = w == (ssize_t)n;
-  int err = ok ? 0 : w < 0 ? errno : ENOSPC;
-  if (ok && fsync(fd) != 0) {
-    ok = false;
-    err = errno;
-  }
-  close(fd);
-  if (!ok) return dg_fail(st, DG_ERR_IO, "%s: append failed: %s", path, strerror(err));
-  return true;
-}
-
 static char *dump_compact(const json_t *j) {
   return json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
 }
@@ -700,7 +683,7 @@ bool search_db_add_workload(search_db *db, const char *spec, const dg_func *f, c
   dg_str line;
   dg_str_init(&line);
   put_line(&line, workload_line(&w, NULL));
-  bool ok = append_lines(db->wl_path, line.s, line.len, st);
+  bool ok = dg_append_lines(db->wl_path, line.s, line.len, st);
   dg_str_free(&line);
   if (!ok) {
     free(w.hash);
@@ -779,7 +762,7 @@ static bool add_to(search_db *db, rec_table *t, const search_record *in, bool *a
   dg_str line;
   dg_str_init(&line);
   put_line(&line, record_line(r, NULL));
-  bool ok = append_lines(t->path, line.s, line.len, st);
+  bool ok = dg_append_lines(t->path, line.s, line.len, st);
   dg_str_free(&line);
   if (!ok) {
     free_record(r);
@@ -1081,9 +1064,9 @@ bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_
   }
   if (n_added) *n_added = added;
   /* workloads first, so that a record's workload is on disk before it */
-  bool ok = append_lines(dst->wl_path, wl.s, wl.len, st) &&
-            append_lines(dst->recs.path, rec.s, rec.len, st) &&
-            append_lines(dst->bases.path, base.s, base.len, st);
+  bool ok = dg_append_lines(dst->wl_path, wl.s, wl.len, st) &&
+            dg_append_lines(dst->recs.path, rec.s, rec.len, st) &&
+            dg_append_lines(dst->bases.path, base.s, base.len, st);
   dg_str_free(&wl);
   dg_str_free(&rec);
   dg_str_free(&base);
