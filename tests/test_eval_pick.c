@@ -424,6 +424,15 @@ DG_TEST(eval_cli_random_model_end_to_end) {
   }
   json_decref(j1);
   json_decref(j3);
+  /* without the mask the same model writes what the type check refuses */
+  snprintf(args, sizeof args,
+           "eval --workloads '%s;%s;%s' --model %s --max-tokens 300 --target c --unconstrained --out %s/evu --quiet",
+           W1, W2, W3, model, dg_test_tmpdir());
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "Correct@1 0 (0.0%)") && strstr(out, "no mask") &&
+                (strstr(out, "Failed at: parse") || strstr(out, "Failed at: check")),
+            "rc %d: %s", rc, out);
+  free(out);
   char jpath[800];
   snprintf(jpath, sizeof jpath, "%s/ev2/test.json", dg_test_tmpdir());
   json_error_t je;

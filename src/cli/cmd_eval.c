@@ -278,7 +278,7 @@ int cmd_eval(int argc, char **argv) {
              *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE;
   int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048;
   double temperature = 0;
-  bool quiet = false, no_guard = false, resume = false;
+  bool quiet = false, no_guard = false, resume = false, unconstrained = false;
   const cli_opt opts[] = {
       {"--split", CLI_OPT_STR, &split_name, 0, 0, "the held-out split: val, test, heldout_shape or heldout_family (default test)"},
       {"--limit", CLI_OPT_INT, &limit, 0, INT32_MAX, "the split's first N workloads (default 0: all)"},
@@ -292,6 +292,7 @@ int cmd_eval(int argc, char **argv) {
       {"--max-tokens", CLI_OPT_INT, &max_tokens, 16, 1 << 16, "tokens per graph at most (default 2048)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
+      {"--unconstrained", CLI_OPT_FLAG, &unconstrained, 0, 0, "decode without the grammar and type mask (and so without the guard; for comparison)"},
       {"--splits", CLI_OPT_STR, &splits_path, 0, 0, "the splits file (default " DATA_SPLIT_FILE ")"},
       {"--out", CLI_OPT_STR, &out_dir, 0, 0, "where SPLIT.json and SPLIT.md go (default eval/MODEL)"},
       {"--resume", CLI_OPT_FLAG, &resume, 0, 0, "keep the tasks an interrupted run of the same evaluation judged (OUT/SPLIT.tasks.jsonl) and do the rest"},
@@ -385,14 +386,15 @@ int cmd_eval(int argc, char **argv) {
   dopts.sample.max_tokens = (int)max_tokens;
   /* the first output's edits are judged; its explanations are not */
   dopts.explain = false;
+  dopts.unconstrained = unconstrained;
   char name[256];
   if (graphs_path) {
     if (!(graphs = load_graphs(graphs_path, &st))) goto fail;
     model_name(graphs_path, name, sizeof name);
   } else {
     model_arg = cli_model_arg(model_arg);
-    if (!cli_model_open(&cm, "--model", model_arg, tokp, true, &st)) goto fail;
-    cm.no_guard = no_guard;
+    if (!cli_model_open(&cm, "--model", model_arg, tokp, !unconstrained, &st)) goto fail;
+    cm.no_guard = no_guard || unconstrained;
     model_name(model_arg, name, sizeof name);
   }
   {
@@ -412,7 +414,7 @@ int cmd_eval(int argc, char **argv) {
   char key[2600];
   snprintf(key, sizeof key, "writer=%s seed=%lld temperature=%.17g target=%s guard=%d max_tokens=%lld",
            graphs_path ? graphs_path : cm.path, (long long)seed, temperature,
-           have_gpu ? "cuda" : "c", !no_guard, (long long)max_tokens);
+           have_gpu ? "cuda" : "c", unconstrained ? -1 : !no_guard, (long long)max_tokens);
   if (resume) {
     if (!(done = load_done(tasks_path, key, (const char *const *)specs, n, &st))) goto fail;
   } else if (unlink(tasks_path) != 0 && errno != ENOENT) {
@@ -433,8 +435,8 @@ int cmd_eval(int argc, char **argv) {
   fputs(table, stdout);
   if (!graphs)
     printf("\ndecoding: %lld tokens; the line guard %s\n", (long long)w.ws.tokens,
-           no_guard ? "off" : "on");
-  if (!graphs && !no_guard)
+           unconstrained ? "off, and no mask" : no_guard ? "off" : "on");
+  if (!graphs && !no_guard && !unconstrained)
     printf("guard: %lld lines taken back, %d graphs past its backtrack limit, %.1f s\n",
            (long long)w.ws.backtracks, w.ws.gave_up, w.ws.guard_secs);
   {
