@@ -16,6 +16,7 @@
 #include "dragon/base.h"
 #include "dragon/nn.h"
 #include "dragon/tokenizer.h"
+#include "dragon/eval.h"
 #include "dragon/tsel.h"
 
 /* ---- segments ------------------------------------------------------------ */
@@ -303,5 +304,65 @@ bool train_sft_run(const train_sft_args *args, train_result *res, dg_status *st)
  * and state files (caller frees). */
 bool train_run_latest(const char *dir, char **model_path, char **state_path, int64_t *step,
                       dg_status *st);
+
+/* ---- GRPO's objective (grpo.c) ------------------------------------------- */
+
+typedef enum {
+  GRPO_NORM_TOKEN,    /* over every loss token of the batch (DAPO; default) */
+  GRPO_NORM_SEQUENCE, /* each sample's mean, then the mean over samples (GRPO) */
+} grpo_norm;
+
+typedef struct {
+  float eps_low, eps_high; /* the ratio's clip, [1 - eps_low, 1 + eps_high]: 0.2, 0.2
+                            * (clip-higher: eps_high 0.28) */
+  float beta;              /* the KL penalty to the reference (0: none; default) */
+  grpo_norm norm;
+  bool scale_std;          /* advantages divided by the group's std (else Dr. GRPO) */
+  float bonus_clip;        /* the latency bonus log(speedup) clipped to +-this (3) */
+} grpo_opts;
+void grpo_opts_default(grpo_opts *o);
+
+/* A sample's reward from the gates (eval.h): a failure gets -1 + 0.1 x its
+ * gate (-1 at the parse, -0.3 at the measurement), a correct graph 1 plus
+ * log(speedup) clipped to +-bonus_clip (speedup 0: not timed, no bonus). */
+float grpo_reward(const grpo_opts *o, eval_gate failed, double speedup);
+
+/* The advantages of one group of g rewards: r - mean, divided by the
+ * sample std + 1e-4 where scale_std. False (all 0) when every reward is
+ * the same: the group teaches nothing (dynamic sampling replaces it). */
+bool grpo_group_advantages(const float *r, int g, bool scale_std, float *adv);
+
+/* logp[t] = log softmax(logits[t])[targets[t]] (logits n x v, in double);
+ * 0 where mask[t] is 0 (mask may be NULL). */
+void grpo_token_logps(const float *logits, const int32_t *targets, const uint8_t *mask, int n, int v,
+                      float *logp);
+
+/* A batch of samples, one a row of len positions: the loss tokens (mask),
+ * their log-probabilities under the policy being trained (logp), the one
+ * that sampled them (logp_old; NULL: the same, ratio 1) and the reference
+ * (logp_ref; NULL: no KL), and each row's advantage. The normaliser counts
+ * every loss token (norm_tokens) or sample (norm_rows) of the whole step
+ * when a step is cut into several batches; 0: this batch's. */
+typedef struct {
+  int rows, len;
+  const uint8_t *mask;
+  const float *logp, *logp_old, *logp_ref;
+  const float *adv;
+  int64_t norm_tokens;
+  int norm_rows;
+} grpo_tokens;
+
+typedef struct {
+  double loss;         /* the objective's loss on this batch */
+  int64_t tokens;      /* loss tokens */
+  double clipped_frac; /* tokens whose clipped term was the minimum */
+  double kl_mean;      /* k3 per token (with a reference) */
+  double ratio_mean;
+} grpo_stats;
+
+/* The loss (returned) and, in w (rows x len), the weight of each token's
+ * nll such that sum(w * nll) has the loss's gradient: feed w to
+ * nn_forward_weighted with norm 1 and call nn_backward. */
+double grpo_token_weights(const grpo_opts *o, const grpo_tokens *in, float *w, grpo_stats *s);
 
 #endif
