@@ -175,3 +175,222 @@ DG_TEST(grpo_weights_on_policy) {
   grpo_token_weights(&o, &tk, w, &s);
   CHECK_NEAR(w[1], 2 / 10.0, 1e-7);
 }
+
+/* ---- runs ------------------------------------------------------------------ */
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "dragon/data.h"
+#include "dragon/wl.h"
+
+static const data_splits *the_splits(void) {
+  static data_splits *t;
+  dg_status st;
+  if (!t) t = data_splits_load(DATA_SPLIT_FILE, &st);
+  return t;
+}
+
+/* A random tiny model and a tokenizer trained on kernel and TSEL text, in
+ * the test's directory (model.bin, tokenizer.bin). */
+static bool tiny_files(char *model, char *tok_path, size_t n) {
+  dg_status st;
+  dg_str corpus;
+  dg_str_init(&corpus);
+  const data_splits *t = the_splits();
+  if (!t) return false;
+  for (int64_t i = data_splits_next(t, DATA_SPLIT_TRAIN, 0), k = 0; i >= 0 && k < 6;
+       i = data_splits_next(t, DATA_SPLIT_TRAIN, i + 1), k++) {
+    dg_func *f = wl_build(data_splits_at(t, i)->spec, &st);
+    if (!f) continue;
+    char *kt = ir_print(f);
+    dg_str_puts(&corpus, kt);
+    free(kt);
+    ir_func_free(f);
+  }
+  static const char *const tsel =
+      "tsel 1 kernel x\nt1 block \"C\"\nt2 loops t1 x2\nt3 fuse t2.0 t2.1\nt4 split t3 [_ 32]\n"
+      "t5 bind t4.0 blockIdx.x\nt6 bind t4.1 threadIdx.x\nt7 unroll_steps t1 [0 16 64] =16\n"
+      "t8 postproc default\n";
+  for (int i = 0; i < 20; i++) dg_str_puts(&corpus, tsel);
+  tok_tokenizer *tok = tok_train(corpus.s, corpus.len, 500, NULL, &st);
+  dg_str_free(&corpus);
+  if (!tok) return false;
+  nn_config c = {tok_vocab_size(tok), 32, 1, 2, 2, 16, 64, 1024, 10000.0f, 1e-6f};
+  nn_model m;
+  bool ok = nn_model_init(&m, &c, false, &st);
+  if (ok) {
+    nn_model_init_weights(&m, 3);
+    snprintf(model, n, "%s/tiny_model.bin", dg_test_tmpdir());
+    snprintf(tok_path, n, "%s/tiny_tokenizer.bin", dg_test_tmpdir());
+    ok = nn_checkpoint_save(&m, model, &st) && tok_save(tok, tok_path, &st);
+    nn_model_free(&m);
+  }
+  tok_free(tok);
+  return ok;
+}
+
+static int edit_count(const char *g) {
+  int n = 0;
+  for (const char *p = g; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : p + strlen(p))
+    n += p[0] == 't' && p[1] >= '1' && p[1] <= '9';
+  return n;
+}
+
+/* A planted reward: fewer edits earn more; the first prompt's family earns
+ * the same whatever it writes (its groups are dropped). */
+static const char *flat_family;
+static float fewer_edits(void *ctx, const char *spec, const dg_func *f, const char *graph, eval_gate *gate,
+                         double *speedup) {
+  (void)ctx;
+  (void)f;
+  *gate = graph ? EVAL_PASSED : EVAL_GATE_PARSE;
+  *speedup = 0;
+  if (flat_family && strcmp(spec, flat_family) == 0) return 0.5f;
+  return graph ? -(float)edit_count(graph) / 10.0f : -5.0f;
+}
+
+static void run_args(grpo_run_args *a, const char *model, const char *tok, const char *dir) {
+  grpo_run_args_default(a);
+  a->out_dir = dir;
+  a->init = model;
+  a->init_tokenizer = tok;
+  a->splits = the_splits();
+  a->prompts = 2;
+  a->samples = 6;
+  a->max_tokens = 200;
+  a->lr = 3e-3f;
+  a->warmup = 1;
+  a->reward = fewer_edits;
+  a->threads = 2;
+}
+
+/* A run stopped after 2 steps and resumed to 4 logs what a run of 4 logs,
+ * and refuses what it should: a directory that holds a run, a resume of
+ * none, a tokenizer of another vocabulary. */
+DG_TEST(grpo_run_resumes_exactly) {
+  char model[600], tok[600];
+  CHECK(tiny_files(model, tok, sizeof model));
+  char d1[700], d2[700];
+  snprintf(d1, sizeof d1, "%s/grpo_full", dg_test_tmpdir());
+  snprintf(d2, sizeof d2, "%s/grpo_split", dg_test_tmpdir());
+  grpo_run_args a;
+  grpo_result full, part, rest;
+  dg_status st;
+  flat_family = NULL;
+  run_args(&a, model, tok, d1);
+  a.steps = 4;
+  CHECK_MSG(grpo_run(&a, &full, &st), "%s", st.msg);
+  CHECK_EQ(full.n, 4);
+  run_args(&a, model, tok, d2);
+  a.steps = 2;
+  CHECK_MSG(grpo_run(&a, &part, &st), "%s", st.msg);
+  run_args(&a, NULL, NULL, d2);
+  a.resume = true;
+  a.steps = 4;
+  CHECK_MSG(grpo_run(&a, &rest, &st), "%s", st.msg);
+  CHECK(rest.first_step == 2 && rest.last_step == 4 && rest.n == 2);
+  for (int i = 0; i < 4; i++) {
+    const grpo_step_stats *x = &full.steps[i], *y = i < 2 ? &part.steps[i] : &rest.steps[i - 2];
+    CHECK_MSG(x->reward_mean == y->reward_mean && x->loss == y->loss && x->tokens == y->tokens &&
+                  x->grad_norm == y->grad_norm,
+              "step %d: reward %g/%g loss %g/%g", i, x->reward_mean, y->reward_mean, x->loss, y->loss);
+  }
+  CHECK(full.steps[3].tokens > 0 && full.steps[0].grad_norm > 0);
+  /* the log: one line a step, across the resume */
+  char lp[800];
+  snprintf(lp, sizeof lp, "%s/log.jsonl", d2);
+  size_t n;
+  char *log = dg_read_file(lp, &n, &st);
+  CHECK(log);
+  int lines = 0;
+  for (size_t i = 0; i < n; i++) lines += log[i] == '\n';
+  CHECK_EQ(lines, 4);
+  CHECK(strstr(log, "\"step\": 3,"));
+  free(log);
+  grpo_result_free(&full);
+  grpo_result_free(&part);
+  grpo_result_free(&rest);
+  /* refusals */
+  run_args(&a, model, tok, d1);
+  CHECK(!grpo_run(&a, &full, &st));
+  CHECK_ERR(st, "already holds a run");
+  grpo_result_free(&full);
+  char d3[700];
+  snprintf(d3, sizeof d3, "%s/grpo_none", dg_test_tmpdir());
+  run_args(&a, NULL, NULL, d3);
+  a.resume = true;
+  CHECK(!grpo_run(&a, &full, &st));
+  CHECK_ERR(st, "grpo.cfg");
+  grpo_result_free(&full);
+  run_args(&a, model, "tests/data/tokenizer/../../../models/little-dragon/tokenizer.bin", d3);
+  CHECK(!grpo_run(&a, &full, &st));
+  CHECK_ERR(st, "a vocabulary of another size");
+  grpo_result_free(&full);
+}
+
+/* Dynamic sampling: a group whose rewards are all equal is dropped and
+ * the step takes the next prompt; and the rewards rise under a planted
+ * reward the tiny model can learn (fewer edits). */
+DG_TEST(grpo_run_drops_flat_groups_and_learns) {
+  char model[600], tok[600];
+  CHECK(tiny_files(model, tok, sizeof model));
+  char d[700];
+  snprintf(d, sizeof d, "%s/grpo_flat", dg_test_tmpdir());
+  const data_splits *t = the_splits();
+  /* the first training workload earns the same for anything */
+  flat_family = data_splits_at(t, data_splits_next(t, DATA_SPLIT_TRAIN, 0))->spec;
+  grpo_run_args a;
+  run_args(&a, model, tok, d);
+  a.steps = 1;
+  grpo_result r;
+  dg_status st;
+  CHECK_MSG(grpo_run(&a, &r, &st), "%s", st.msg);
+  flat_family = NULL;
+  CHECK_MSG(r.steps[0].dropped_groups == 1 && r.steps[0].groups == 2, "%d dropped, %d kept",
+            r.steps[0].dropped_groups, r.steps[0].groups);
+  char cp[800];
+  snprintf(cp, sizeof cp, "%s/cursor_1.txt", d);
+  char *cur = dg_read_file(cp, NULL, &st);
+  CHECK_MSG(cur && atoi(cur) == 3, "cursor %s", cur ? cur : st.msg); /* 3 prompts taken */
+  free(cur);
+  grpo_result_free(&r);
+  /* learning */
+  snprintf(d, sizeof d, "%s/grpo_learn", dg_test_tmpdir());
+  run_args(&a, model, tok, d);
+  a.steps = 10;
+  a.lr = 3e-2f;
+  CHECK_MSG(grpo_run(&a, &r, &st), "%s", st.msg);
+  double early = (r.steps[0].reward_mean + r.steps[1].reward_mean) / 2,
+         late = (r.steps[8].reward_mean + r.steps[9].reward_mean) / 2;
+  CHECK_MSG(late > early + 0.05, "reward %.3f early, %.3f late", early, late);
+  grpo_result_free(&r);
+}
+
+/* The gates as the reward (the C emulation: correctness, no latency): a
+ * step on the first training workload; every sample's reward is one the
+ * gates give (a failure's -1 + 0.1 x gate, or 1 for a correct graph). */
+DG_TEST(grpo_run_gate_rewards) {
+  char model[600], tok[600];
+  CHECK(tiny_files(model, tok, sizeof model));
+  char d[700];
+  snprintf(d, sizeof d, "%s/grpo_gates", dg_test_tmpdir());
+  grpo_run_args a;
+  run_args(&a, model, tok, d);
+  a.reward = NULL;
+  a.prompts = 1;
+  a.samples = 3;
+  a.steps = 1;
+  a.max_tokens = 300;
+  grpo_result r;
+  dg_status st;
+  CHECK_MSG(grpo_run(&a, &r, &st), "%s", st.msg);
+  CHECK_EQ(r.n, 1);
+  /* the mean of three gate rewards: a multiple of 0.1/3 within [-1, 1] */
+  double m3 = r.steps[0].reward_mean * 3 * 10;
+  CHECK_MSG(fabs(m3 - round(m3)) < 1e-3 && r.steps[0].reward_mean >= -1 && r.steps[0].reward_mean <= 1,
+            "mean reward %g", r.steps[0].reward_mean);
+  CHECK(r.steps[0].correct >= 0 && r.steps[0].correct <= 1);
+  CHECK(r.steps[0].groups + r.steps[0].dropped_groups >= 1);
+  grpo_result_free(&r);
+}

@@ -224,7 +224,19 @@ typedef struct {
   int line_retries;        /* default 4 */
   int max_backtracks;      /* default 64 */
   float retry_temperature; /* default 1.0 */
+  /* where to keep the tokens after the prompt, as fed (lines taken back
+   * are not kept), and which of them were drawn (not forced); the final
+   * <|end|> counts as drawn. NULL: not kept. A graph the token budget
+   * ended has the checker's completion in its text and not here. */
+  struct train_decode_trace *trace;
 } train_decode_opts;
+
+typedef struct train_decode_trace {
+  int32_t *ids;
+  uint8_t *sampled;
+  int n, cap;
+} train_decode_trace;
+void train_decode_trace_free(train_decode_trace *t);
 
 /* nn_sample_opts_default with max_tokens 2048; constrained; explain; no
  * guard (line_retries 4, max_backtracks 64, retry_temperature 1). */
@@ -364,5 +376,62 @@ typedef struct {
  * nll such that sum(w * nll) has the loss's gradient: feed w to
  * nn_forward_weighted with norm 1 and call nn_backward. */
 double grpo_token_weights(const grpo_opts *o, const grpo_tokens *in, float *w, grpo_stats *s);
+
+/* ---- a GRPO run (grpo_run.c, `dragon train grpo`) ------------------------- */
+
+/* What a sample earns, where the caller judges instead of the gates (tests):
+ * the reward, and the gate and speedup it reached. */
+typedef float (*grpo_reward_fn)(void *ctx, const char *spec, const dg_func *f, const char *graph,
+                                eval_gate *gate, double *speedup);
+
+typedef struct {
+  const char *out_dir;
+  bool resume;                 /* continue the run in out_dir (its grpo.cfg, not these options) */
+  const char *init;            /* a new run: the model it starts from (checkpoint or .safetensors[.zst]) */
+  const char *init_tokenizer;  /* and its tokenizer */
+  const struct data_splits *splits; /* prompts: the training split's workloads, in order */
+  int64_t steps;               /* total (100); on resume, > 0 overrides */
+  int prompts, samples;        /* groups a step (16) and samples a group (8) */
+  float lr;                    /* 1e-5, after `warmup` steps of linear warm-up (10) */
+  int warmup;
+  float grad_clip;             /* 1.0 */
+  grpo_opts obj;
+  float temperature;           /* of the rollouts (1.0) */
+  int max_tokens;              /* a sample's tokens at most (2048) */
+  int epochs;                  /* updates on a step's samples (1: on policy) */
+  int micro_rows;              /* rows a forward (4) */
+  bool guard;                  /* decode with the line guard (off: the policy's own lines) */
+  uint64_t seed;
+  struct search_cuda_measure *gpu; /* NULL: correctness in the C emulation, no latency bonus */
+  int threads;                 /* writing and judging (0: every core) */
+  FILE *progress;
+  grpo_reward_fn reward;       /* NULL: the gates (grpo_reward) */
+  void *reward_ctx;
+  char *tokenizer_path;        /* set by the run */
+} grpo_run_args;
+void grpo_run_args_default(grpo_run_args *a);
+
+typedef struct {
+  int64_t step;
+  double reward_mean;  /* over every judged sample, dropped groups included */
+  double correct;      /* share of judged samples that passed every gate */
+  double speedup_mean; /* of the correct ones, when timed */
+  double loss, kl, clipped, entropy; /* entropy: the drawn tokens' mean -log p */
+  double dropped_share;
+  int groups, dropped_groups;
+  int64_t tokens;      /* loss tokens */
+  double grad_norm, lr, seconds;
+} grpo_step_stats;
+
+typedef struct {
+  int64_t first_step, last_step;
+  grpo_step_stats *steps; /* this session's */
+  int n;
+} grpo_result;
+
+/* Runs (or resumes) a GRPO run up to a->steps on the C reference model;
+ * every step is checkpointed and logged (log.jsonl) before the next. */
+bool grpo_run(grpo_run_args *a, grpo_result *res, dg_status *st);
+void grpo_result_free(grpo_result *r);
 
 #endif

@@ -2,11 +2,16 @@
  * file or a token shard, into a run directory, resumable. The loop itself
  * is train_sft_run (src/train/sft.c); this file is its command line.
  * `dragon train export`: a trained checkpoint as a model directory
- * (safetensors and the tokenizer), the form dragon ships its model in. */
+ * (safetensors and the tokenizer), the form dragon ships its model in.
+ * `dragon train grpo`: reinforcement learning on the gates' rewards
+ * (grpo_run, src/train/grpo_run.c). */
 #include <math.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "dragon/data.h"
+#include "dragon/rt_cuda.h"
+#include "dragon/search.h"
 #include "dragon/train.h"
 
 static int sub_sft(int argc, char **argv) {
@@ -160,11 +165,142 @@ static int sub_export(int argc, char **argv) {
   return ok ? CLI_OK : cli_report("train export", &st);
 }
 
+/* `dragon train grpo`: reinforcement learning on the gates' rewards. */
+static int sub_grpo(int argc, char **argv) {
+  grpo_run_args a;
+  grpo_run_args_default(&a);
+  const char *init = NULL, *tokp = NULL, *out = NULL, *splits_path = DATA_SPLIT_FILE, *target = "c",
+             *norm = "token";
+  int64_t steps = 0, prompts = a.prompts, samples = a.samples, warmup = a.warmup, max_tokens = a.max_tokens,
+          epochs = a.epochs, micro = a.micro_rows, seed = 1, threads = 0;
+  double lr = a.lr, beta = a.obj.beta, eps_low = a.obj.eps_low, eps_high = a.obj.eps_high,
+         temperature = a.temperature, bonus_clip = a.obj.bonus_clip;
+  bool resume = false, no_std = false, guard = false, quiet = false;
+  const cli_opt opts[] = {
+      {"--init", CLI_OPT_STR, &init, 0, 0, "the model a new run starts from (a model or run directory, or a model file); default: the shipped model"},
+      {"--tokenizer", CLI_OPT_STR, &tokp, 0, 0, "its tokenizer; default: tokenizer.bin beside it"},
+      {"--out", CLI_OPT_STR, &out, 0, 0, "run directory (required)"},
+      {"--resume", CLI_OPT_FLAG, &resume, 0, 0, "continue the run in --out (its options are kept; --steps may raise the total)"},
+      {"--steps", CLI_OPT_INT, &steps, 0, 1000000000, "total steps (default 100)"},
+      {"--prompts", CLI_OPT_INT, &prompts, 1, 100000, "groups a step (default 16)"},
+      {"--samples", CLI_OPT_INT, &samples, 2, 256, "samples a group, G (default 8)"},
+      {"--lr", CLI_OPT_F64, &lr, 0, 0, "learning rate after the warm-up (default 1e-5)"},
+      {"--warmup", CLI_OPT_INT, &warmup, 0, 1000000, "steps of linear warm-up (default 10)"},
+      {"--beta", CLI_OPT_F64, &beta, 0, 0, "KL penalty to the starting model (default 0: none)"},
+      {"--eps-low", CLI_OPT_F64, &eps_low, 0, 0, "ratio clip below 1 (default 0.2)"},
+      {"--eps-high", CLI_OPT_F64, &eps_high, 0, 0, "ratio clip above 1 (default 0.2; clip-higher: 0.28)"},
+      {"--norm", CLI_OPT_STR, &norm, 0, 0, "token (every loss token of the step, DAPO; default) or sequence (GRPO)"},
+      {"--no-std", CLI_OPT_FLAG, &no_std, 0, 0, "advantages not divided by the group's std (Dr. GRPO)"},
+      {"--bonus-clip", CLI_OPT_F64, &bonus_clip, 0, 0, "the latency bonus log(speedup) clipped to +-this (default 3)"},
+      {"--temperature", CLI_OPT_F64, &temperature, 0, 0, "of the rollouts (default 1)"},
+      {"--max-tokens", CLI_OPT_INT, &max_tokens, 16, 1 << 16, "tokens a sample at most (default 2048)"},
+      {"--epochs", CLI_OPT_INT, &epochs, 1, 100, "updates on a step's samples (default 1: on policy)"},
+      {"--micro-rows", CLI_OPT_INT, &micro, 1, 4096, "samples a forward (default 4)"},
+      {"--guard", CLI_OPT_FLAG, &guard, 0, 0, "write with the line guard (default: the policy's own lines)"},
+      {"--seed", CLI_OPT_INT, &seed, 0, INT64_MAX, "seed of the rollouts (default 1)"},
+      {"--target", CLI_OPT_STR, &target, 0, 0, "c (correctness in the C emulation; default) or cuda (timed on the GPU: the latency bonus)"},
+      {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads writing and judging (default: every core)"},
+      {"--splits", CLI_OPT_STR, &splits_path, 0, 0, "the splits file (prompts: its training split)"},
+      {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no progress lines"},
+  };
+  const cli_spec spec = {
+      "train grpo", "--out DIR [--init MODEL] [--steps N] [--prompts P] [--samples G] [--target c|cuda] [--resume] ...",
+      "Reinforcement learning of the schedule-writing model with GRPO: each step, G graphs\n"
+      "for each of P training workloads, written by constrained decoding and judged by\n"
+      "the gates of dragon optimize (a failure earns less the earlier its gate; a\n"
+      "correct graph 1, plus log(speedup over the untuned baseline) on a GPU); groups of\n"
+      "equal rewards are replaced by new prompts; group-normalised advantages, the\n"
+      "clipped ratio objective, an optional KL to the starting model. Runs on the C\n"
+      "reference model; checkpoints every step and resumes exactly. Writes grpo.cfg,\n"
+      "tokenizer.bin, model_<S>.bin, state_<S>.bin, cursor_<S>.txt, latest and log.jsonl\n"
+      "(one line a step: reward, correct share, speedup, loss, KL, clipped share,\n"
+      "entropy, dropped groups) into --out.",
+      opts, DG_ARRAY_LEN(opts), 0, 0};
+  char **pos;
+  int npos;
+  int rc = cli_parse(&spec, argc, argv, &pos, &npos);
+  if (rc) return rc < 0 ? CLI_OK : rc;
+  free(pos);
+  if (!out) {
+    fprintf(stderr, "dragon train grpo: --out is required\n");
+    return CLI_USAGE;
+  }
+  if (strcmp(norm, "token") != 0 && strcmp(norm, "sequence") != 0) {
+    fprintf(stderr, "dragon train grpo: --norm %s: token or sequence\n", norm);
+    return CLI_USAGE;
+  }
+  if (strcmp(target, "c") != 0 && strcmp(target, "cuda") != 0) {
+    fprintf(stderr, "dragon train grpo: --target %s: c or cuda\n", target);
+    return CLI_USAGE;
+  }
+  a.out_dir = out;
+  a.resume = resume;
+  a.steps = steps > 0 ? steps : (resume ? 0 : 100);
+  a.prompts = (int)prompts;
+  a.samples = (int)samples;
+  a.lr = (float)lr;
+  a.warmup = (int)warmup;
+  a.obj.beta = (float)beta;
+  a.obj.eps_low = (float)eps_low;
+  a.obj.eps_high = (float)eps_high;
+  a.obj.norm = strcmp(norm, "token") == 0 ? GRPO_NORM_TOKEN : GRPO_NORM_SEQUENCE;
+  a.obj.scale_std = !no_std;
+  a.obj.bonus_clip = (float)bonus_clip;
+  a.temperature = (float)temperature;
+  a.max_tokens = (int)max_tokens;
+  a.epochs = (int)epochs;
+  a.micro_rows = (int)micro;
+  a.guard = guard;
+  a.seed = (uint64_t)seed;
+  a.threads = (int)threads;
+  a.progress = quiet ? NULL : stderr;
+  dg_status st;
+  dg_status_ok(&st);
+  char *model_path = NULL, *tok_path = NULL;
+  data_splits *t = NULL;
+  search_cuda_measure gm = {5, 10, 1, NULL};
+  bool have_gpu = false;
+  grpo_result res;
+  memset(&res, 0, sizeof res);
+  int ret = CLI_OK;
+  if (!resume) {
+    if (!cli_model_paths("--init", cli_model_arg(init), tokp, &model_path, &tok_path, &st)) goto fail;
+    a.init = model_path;
+    a.init_tokenizer = tok_path;
+  }
+  if (!(t = data_splits_load(splits_path, &st))) goto fail;
+  a.splits = t;
+  {
+    dg_str notes;
+    dg_str_init(&notes);
+    bool ok = cli_gpu_open(target, a.threads, &gm, &have_gpu, &notes, &st);
+    dg_str_free(&notes);
+    if (!ok) goto fail;
+    a.gpu = have_gpu ? &gm : NULL;
+  }
+  if (!grpo_run(&a, &res, &st)) goto fail;
+  printf("steps %lld..%lld of %s\n", (long long)res.first_step, (long long)res.last_step, out);
+  if (res.n > 0)
+    printf("last step: reward %.4f, correct %.1f%%, loss %.5f\n", res.steps[res.n - 1].reward_mean,
+           100 * res.steps[res.n - 1].correct, res.steps[res.n - 1].loss);
+  goto done;
+fail:
+  ret = cli_report("train grpo", &st);
+done:
+  grpo_result_free(&res);
+  if (have_gpu) search_cuda_measure_free(&gm);
+  data_splits_free(t);
+  free(model_path);
+  free(tok_path);
+  return ret;
+}
+
 int cmd_train(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "sft") == 0) return sub_sft(argc - 1, argv + 1);
   if (argc >= 2 && strcmp(argv[1], "export") == 0) return sub_export(argc - 1, argv + 1);
+  if (argc >= 2 && strcmp(argv[1], "grpo") == 0) return sub_grpo(argc - 1, argv + 1);
   FILE *o = argc >= 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) ? stdout : stderr;
-  fprintf(o, "usage: dragon train sft|export [options]   (dragon train sft --help, dragon train export --help)\n");
+  fprintf(o, "usage: dragon train sft|grpo|export [options]   (dragon train SUB --help)\n");
   if (argc >= 2 && o == stderr) fprintf(stderr, "dragon train: unknown subcommand '%s'\n", argv[1]);
   return o == stdout ? CLI_OK : CLI_USAGE;
 }

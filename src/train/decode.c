@@ -49,11 +49,34 @@ typedef struct {
   const nn_model *m;
   nn_kv_cache kv;
   int used, budget;
+  train_decode_trace *trace; /* every token after the prompt, or NULL */
 } decoder;
 
-static void feed_model(decoder *d, const int32_t *ids, int n) {
+static void trace_put(decoder *d, const int32_t *ids, int n, bool sampled) {
+  train_decode_trace *t = d->trace;
+  if (!t) return;
+  if (t->n + n > t->cap) {
+    t->cap = (t->n + n) * 2 + 64;
+    t->ids = dg_realloc(t->ids, sizeof *t->ids * (size_t)t->cap);
+    t->sampled = dg_realloc(t->sampled, (size_t)t->cap);
+  }
+  for (int i = 0; i < n; i++) {
+    t->ids[t->n] = ids[i];
+    t->sampled[t->n++] = sampled;
+  }
+}
+
+/* Feeds tokens to the model: forced text (sampled false) or a drawn token. */
+static void feed_model(decoder *d, const int32_t *ids, int n, bool sampled) {
   nn_kv_feed(&d->kv, 0, ids, n);
   d->used += n;
+  trace_put(d, ids, n, sampled);
+}
+
+void train_decode_trace_free(train_decode_trace *t) {
+  free(t->ids);
+  free(t->sampled);
+  memset(t, 0, sizeof *t);
 }
 
 static char *unconstrained(decoder *d, tok_tokenizer *tok, const char *header, const train_decode_opts *o,
@@ -69,17 +92,20 @@ static char *unconstrained(decoder *d, tok_tokenizer *tok, const char *header, c
     return NULL;
   }
   if ((int)e.len < d->budget) {
-    feed_model(d, e.data, (int)e.len);
+    feed_model(d, e.data, (int)e.len, false);
     stats->n_forced += (int)e.len;
     while (d->used < d->budget) {
       int32_t t = nn_sample_token(nn_kv_logits(&d->kv, 0), V, &o->sample, rng);
-      if (t == end) break;
+      if (t == end) {
+        trace_put(d, &t, 1, true);
+        break;
+      }
       size_t len;
       const uint8_t *b = tok_token_bytes(tok, t, &len);
       if (b) dg_str_putn(&text, (const char *)b, len);
       stats->n_sampled++;
       if (d->used + 1 >= d->budget) break;
-      feed_model(d, &t, 1);
+      feed_model(d, &t, 1, true);
     }
   }
   tok_ids_free(&e);
@@ -150,6 +176,7 @@ static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retrie
   tsel_prefix_restore(p, l->saved);
   nn_kv_rewind(&d->kv, 0, l->pos, l->logits);
   d->used = l->used;
+  if (d->trace) d->trace->n = l->used;
 }
 
 char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
@@ -185,7 +212,8 @@ char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
   tsel_prefix *p = tsel_prefix_new(kernel, spec, target, st);
   if (!p) return NULL;
   tsel_prefix_set_explain(p, o->explain);
-  decoder d = {.m = m};
+  decoder d = {.m = m, .trace = o->trace};
+  if (d.trace) d.trace->n = 0;
   int T = n_prompt + o->sample.max_tokens;
   if (T > maxT) T = maxT;
   d.budget = T - n_prompt;
@@ -255,7 +283,7 @@ char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
       } else if (!tsel_prefix_feed(p, forced.s, forced.len)) {
         ok = dg_fail(st, DG_ERR_RUNTIME, "tsel decode: the checker refused its own forced text");
       } else {
-        feed_model(&d, e.data, (int)e.len);
+        feed_model(&d, e.data, (int)e.len, false);
         stats->n_forced += (int)e.len;
       }
       continue;
@@ -281,14 +309,17 @@ char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
       }
     int32_t t = ids[nn_sample_token(z, nz, retrying ? &retry : &o->sample, &rng)];
     stats->n_sampled++;
-    if (t == end) break;
+    if (t == end) {
+      trace_put(&d, &t, 1, true);
+      break;
+    }
     size_t len;
     const uint8_t *b = tok_token_bytes(tok, t, &len);
     if (!b || !tsel_prefix_feed(p, (const char *)b, len)) {
       ok = dg_fail(st, DG_ERR_RUNTIME, "tsel decode: the checker refused allowed token %d", (int)t);
       break;
     }
-    feed_model(&d, &t, 1);
+    feed_model(&d, &t, 1, true);
   }
   if (ok && finish) { /* the budget is spent: the checker's completion */
     dg_str_clear(&fin);

@@ -1,0 +1,696 @@
+/* grpo_run.c: a GRPO run on the C reference model (`dragon train grpo`;
+ * the objective is grpo.c's).
+ *
+ * A step: prompts are the training split's workloads in the split file's
+ * order from a cursor (construction prompts: the kernel's text). For each,
+ * G graphs are written by constrained decoding at the run's temperature
+ * (sample j of prompt q with seed + q * G + j, on threads, each with a
+ * tokenizer and mask of its own), and judged through the gates of the one
+ * road (eval_score_tsel up to the numbers in the C emulation; on a GPU,
+ * eval_score_batch with the untuned baseline in the same queue, so a
+ * correct graph earns the log of its speedup): grpo_reward. A group whose
+ * rewards are all equal teaches nothing: it is dropped and the next
+ * prompt taken (dynamic sampling), up to twice the prompts a step. The
+ * kept samples become rows (prompt and written tokens; the loss on the
+ * drawn tokens only); their
+ * log-probabilities under the sampling policy (and the reference, with a
+ * KL) are computed, then `epochs` AdamW updates each accumulate the
+ * gradient of grpo_token_weights's loss over the step's rows in
+ * micro-batches (one normaliser for the step).
+ *
+ * Everything a step draws comes from the seed, the step's prompts and
+ * their indices, so a run resumed from its checkpoint (model, AdamW
+ * state, the cursor; written atomically, `latest` last) logs the same
+ * steps as one that was not stopped. The run directory: grpo.cfg (the
+ * options), tokenizer.bin, ref.bin (the reference, with a KL),
+ * model_<S>.bin, state_<S>.bin, cursor_<S>.txt, latest, log.jsonl.
+ */
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dragon/data.h"
+#include "dragon/rt_cuda.h"
+#include "dragon/search.h"
+#include "dragon/train.h"
+#include "dragon/wl.h"
+
+void grpo_run_args_default(grpo_run_args *a) {
+  memset(a, 0, sizeof *a);
+  grpo_opts_default(&a->obj);
+  a->steps = 100;
+  a->prompts = 16;
+  a->samples = 8;
+  a->lr = 1e-5f;
+  a->warmup = 10;
+  a->grad_clip = 1.0f;
+  a->temperature = 1.0f;
+  a->max_tokens = 2048;
+  a->epochs = 1;
+  a->micro_rows = 4;
+  a->seed = 1;
+}
+
+/* ---- the run's files -------------------------------------------------------- */
+
+static char *path_in(const char *dir, const char *name) {
+  dg_str s;
+  dg_str_init(&s);
+  dg_str_printf(&s, "%s/%s", dir, name);
+  return dg_str_take(&s);
+}
+
+static char *step_path(const char *dir, const char *kind, int64_t step, const char *ext) {
+  dg_str s;
+  dg_str_init(&s);
+  dg_str_printf(&s, "%s/%s_%lld.%s", dir, kind, (long long)step, ext);
+  return dg_str_take(&s);
+}
+
+/* The options that define the run, as `key = value` lines. */
+static void cfg_print(const grpo_run_args *a, dg_str *out) {
+  dg_str_printf(out,
+                "prompts = %d\nsamples = %d\nlr = %.9g\nwarmup = %d\ngrad_clip = %.9g\n"
+                "eps_low = %.9g\neps_high = %.9g\nbeta = %.9g\nnorm = %s\nscale_std = %d\n"
+                "bonus_clip = %.9g\ntemperature = %.9g\nmax_tokens = %d\nepochs = %d\n"
+                "micro_rows = %d\nguard = %d\nseed = %llu\n",
+                a->prompts, a->samples, (double)a->lr, a->warmup, (double)a->grad_clip,
+                (double)a->obj.eps_low, (double)a->obj.eps_high, (double)a->obj.beta,
+                a->obj.norm == GRPO_NORM_TOKEN ? "token" : "sequence", a->obj.scale_std,
+                (double)a->obj.bonus_clip, (double)a->temperature, a->max_tokens, a->epochs,
+                a->micro_rows, a->guard, (unsigned long long)a->seed);
+}
+
+typedef struct {
+  grpo_run_args *a;
+} cfg_ctx;
+
+static bool cfg_pair(void *ctx, const char *key, const char *val, int line, dg_status *st) {
+  grpo_run_args *a = ((cfg_ctx *)ctx)->a;
+  char *end;
+  double v = strtod(val, &end);
+  bool num = end != val && *end == 0;
+  if (strcmp(key, "norm") == 0) {
+    if (strcmp(val, "token") == 0) a->obj.norm = GRPO_NORM_TOKEN;
+    else if (strcmp(val, "sequence") == 0) a->obj.norm = GRPO_NORM_SEQUENCE;
+    else return dg_fail(st, DG_ERR_PARSE, "grpo.cfg:%d: norm is token or sequence", line);
+    return true;
+  }
+  if (!num) return dg_fail(st, DG_ERR_PARSE, "grpo.cfg:%d: %s: '%s' is not a number", line, key, val);
+  if (strcmp(key, "prompts") == 0) a->prompts = (int)v;
+  else if (strcmp(key, "samples") == 0) a->samples = (int)v;
+  else if (strcmp(key, "lr") == 0) a->lr = (float)v;
+  else if (strcmp(key, "warmup") == 0) a->warmup = (int)v;
+  else if (strcmp(key, "grad_clip") == 0) a->grad_clip = (float)v;
+  else if (strcmp(key, "eps_low") == 0) a->obj.eps_low = (float)v;
+  else if (strcmp(key, "eps_high") == 0) a->obj.eps_high = (float)v;
+  else if (strcmp(key, "beta") == 0) a->obj.beta = (float)v;
+  else if (strcmp(key, "scale_std") == 0) a->obj.scale_std = v != 0;
+  else if (strcmp(key, "bonus_clip") == 0) a->obj.bonus_clip = (float)v;
+  else if (strcmp(key, "temperature") == 0) a->temperature = (float)v;
+  else if (strcmp(key, "max_tokens") == 0) a->max_tokens = (int)v;
+  else if (strcmp(key, "epochs") == 0) a->epochs = (int)v;
+  else if (strcmp(key, "micro_rows") == 0) a->micro_rows = (int)v;
+  else if (strcmp(key, "guard") == 0) a->guard = v != 0;
+  else if (strcmp(key, "seed") == 0) a->seed = (uint64_t)v;
+  else return dg_fail(st, DG_ERR_PARSE, "grpo.cfg:%d: unknown key '%s'", line, key);
+  return true;
+}
+
+static bool check_args(const grpo_run_args *a, dg_status *st) {
+  if (a->prompts < 1 || a->samples < 2 || a->samples > 256 || a->epochs < 1 || a->micro_rows < 1 ||
+      a->max_tokens < 16)
+    return dg_fail(st, DG_ERR_USAGE,
+                   "grpo: prompts >= 1, samples 2 to 256 (a group compares its samples), epochs >= 1, "
+                   "micro_rows >= 1 and max_tokens >= 16");
+  if (!(a->lr > 0) || !(a->obj.eps_low > 0 && a->obj.eps_low < 1) || !(a->obj.eps_high > 0) ||
+      !(a->obj.beta >= 0) || !(a->temperature > 0))
+    return dg_fail(st, DG_ERR_USAGE, "grpo: lr > 0, 0 < eps_low < 1, eps_high > 0, beta >= 0, temperature > 0");
+  return true;
+}
+
+/* ---- a step's samples --------------------------------------------------------- */
+
+typedef struct {
+  char *spec;
+  dg_func *f;
+  char *text;
+  tok_ids prompt;
+  int64_t q; /* the prompt's index in the run */
+} prompt_t;
+
+typedef struct {
+  char *graph;
+  train_decode_trace trace;
+  bool truncated;
+  eval_gate gate;
+  double speedup;
+  float reward, adv;
+} sample_t;
+
+typedef struct {
+  const grpo_run_args *a;
+  const nn_model *m;
+  const prompt_t *p;
+  sample_t *s;
+  int g;
+} write_ctx;
+
+/* On a thread: sample j of the prompt, with a tokenizer and mask of its
+ * own (encoding and masking keep scratch state). */
+static void write_sample(void *ctx, int j) {
+  write_ctx *c = ctx;
+  const grpo_run_args *a = c->a;
+  sample_t *s = &c->s[j];
+  dg_status st;
+  tok_tokenizer *tok = tok_load(a->tokenizer_path, &st);
+  tsel_mask *mask = tok ? tsel_mask_new(tok, &st) : NULL;
+  if (!mask) {
+    tok_free(tok);
+    return; /* no graph: judged a parse failure */
+  }
+  train_decode_opts o;
+  train_decode_opts_default(&o);
+  o.sample.temperature = a->temperature;
+  o.sample.max_tokens = a->max_tokens;
+  o.explain = false;
+  o.trace = &s->trace;
+  eval_guard guard = {c->p->f, c->p->spec};
+  if (a->guard) {
+    o.guard = eval_guard_line;
+    o.guard_ctx = &guard;
+  }
+  train_decode_stats ds;
+  uint64_t seed = a->seed + (uint64_t)c->p->q * (uint64_t)c->g + (uint64_t)j;
+  s->graph = train_decode_graph(c->m, tok, mask, c->p->prompt.data, (int)c->p->prompt.len, c->p->f,
+                                c->p->spec, TSEL_TARGET_CUDA, &o, seed, &ds, &st);
+  s->truncated = ds.budget_completed;
+  tsel_mask_free(mask);
+  tok_free(tok);
+}
+
+/* The gates' verdicts and rewards of a prompt's samples. */
+static void judge(const grpo_run_args *a, const prompt_t *p, sample_t *s, int g) {
+  if (a->reward) {
+    for (int j = 0; j < g; j++)
+      s[j].reward = a->reward(a->reward_ctx, p->spec, p->f, s[j].graph, &s[j].gate, &s[j].speedup);
+    return;
+  }
+  int n = g + (a->gpu ? 1 : 0);
+  eval_item *items = dg_calloc((size_t)n, sizeof *items);
+  eval_score *sc = dg_calloc((size_t)n, sizeof *sc);
+  char *base = NULL;
+  for (int j = 0; j < g; j++) items[j] = (eval_item){s[j].graph ? s[j].graph : "", "sample", p->f, p->spec, NULL};
+  if (a->gpu) {
+    /* the untuned baseline in the same queue, for the speedups */
+    sched *bs = NULL;
+    dg_status st;
+    if (search_baseline_schedule(p->f, NULL, &bs, &st)) {
+      tsel_graph *bg = tsel_lift(sched_get_trace(bs), p->spec, p->f, NULL, &st);
+      if (bg) base = tsel_print(bg);
+      tsel_graph_free(bg);
+    }
+    sched_free(bs);
+    items[g] = (eval_item){base ? base : "", "baseline", p->f, p->spec, NULL};
+  }
+  eval_score_opts eo;
+  memset(&eo, 0, sizeof eo);
+  eo.last = a->gpu ? EVAL_GATE_MEASURE : EVAL_GATE_NUMERIC;
+  eo.gpu = a->gpu;
+  eval_score_batch(items, n, &eo, a->threads, sc);
+  double base_secs = a->gpu && sc[g].failed == EVAL_PASSED ? sc[g].secs : 0;
+  for (int j = 0; j < g; j++) {
+    s[j].gate = s[j].graph ? sc[j].failed : EVAL_GATE_PARSE;
+    s[j].speedup = s[j].gate == EVAL_PASSED && base_secs > 0 && sc[j].secs > 0 ? base_secs / sc[j].secs : 0;
+    s[j].reward = grpo_reward(&a->obj, s[j].gate, s[j].speedup);
+  }
+  for (int j = 0; j < n; j++) eval_score_free(&sc[j]);
+  free(sc);
+  free(items);
+  free(base);
+}
+
+static void sample_free(sample_t *s) {
+  free(s->graph);
+  train_decode_trace_free(&s->trace);
+}
+
+static void prompt_free(prompt_t *p) {
+  free(p->spec);
+  ir_func_free(p->f);
+  free(p->text);
+  tok_ids_free(&p->prompt);
+}
+
+/* ---- rows and log-probabilities ------------------------------------------- */
+
+/* A kept sample as a row: inputs, targets, and the loss mask: the drawn
+ * tokens (a graph the token budget ended keeps its drawn tokens, with the
+ * advantage its completed text earned: rambling is penalised, not
+ * hidden). */
+typedef struct {
+  int32_t *in, *tg;
+  uint8_t *mask;
+  int len;
+  float adv;
+} row_t;
+
+static void row_make(row_t *r, const prompt_t *p, const sample_t *s, int max_len) {
+  int n = (int)p->prompt.len + s->trace.n;
+  if (n > max_len + 1) n = max_len + 1;
+  r->len = n - 1;
+  r->in = dg_malloc(sizeof(int32_t) * (size_t)(r->len ? r->len : 1));
+  r->tg = dg_malloc(sizeof(int32_t) * (size_t)(r->len ? r->len : 1));
+  r->mask = dg_calloc((size_t)(r->len ? r->len : 1), 1);
+  for (int t = 0; t < r->len; t++) {
+    int k0 = t, k1 = t + 1; /* positions in prompt + trace */
+    int np = (int)p->prompt.len;
+    r->in[t] = k0 < np ? p->prompt.data[k0] : s->trace.ids[k0 - np];
+    r->tg[t] = k1 < np ? p->prompt.data[k1] : s->trace.ids[k1 - np];
+    r->mask[t] = k1 >= np && s->trace.sampled[k1 - np];
+  }
+  r->adv = s->adv;
+}
+
+static void row_free(row_t *r) {
+  free(r->in);
+  free(r->tg);
+  free(r->mask);
+}
+
+/* Rows [lo, hi) padded into one batch (B rows of the longest length). */
+typedef struct {
+  int32_t *in, *tg;
+  uint8_t *mask;
+  float *adv;
+  int B, T;
+} mbatch;
+
+static void mbatch_fill(mbatch *b, const row_t *rows, int lo, int hi, int32_t pad) {
+  b->B = hi - lo;
+  b->T = 1;
+  for (int i = lo; i < hi; i++)
+    if (rows[i].len > b->T) b->T = rows[i].len;
+  size_t n = (size_t)b->B * b->T;
+  b->in = dg_malloc(sizeof(int32_t) * n);
+  b->tg = dg_malloc(sizeof(int32_t) * n);
+  b->mask = dg_calloc(n, 1);
+  b->adv = dg_malloc(sizeof(float) * (size_t)b->B);
+  for (int i = lo; i < hi; i++) {
+    const row_t *r = &rows[i];
+    size_t o = (size_t)(i - lo) * b->T;
+    for (int t = 0; t < b->T; t++) {
+      b->in[o + t] = t < r->len ? r->in[t] : pad;
+      b->tg[o + t] = t < r->len ? r->tg[t] : pad;
+      b->mask[o + t] = t < r->len ? r->mask[t] : 0;
+    }
+    b->adv[i - lo] = r->adv;
+  }
+}
+
+static void mbatch_free(mbatch *b) {
+  free(b->in);
+  free(b->tg);
+  free(b->mask);
+  free(b->adv);
+}
+
+/* The model's log-probabilities of the batch's targets. */
+static void batch_logps(nn_model *m, const mbatch *b, float *logp) {
+  nn_forward(m, b->in, NULL, NULL, b->B, b->T);
+  grpo_token_logps(m->acts.logits, b->tg, b->mask, b->B * b->T, m->cfg.vocab_size, logp);
+}
+
+/* ---- the run ------------------------------------------------------------- */
+
+typedef struct {
+  nn_model model, ref;
+  bool have_model, have_ref;
+  int64_t step, cursor;
+  int32_t pad;
+  int64_t *train_idx; /* the training split's workloads, by index */
+  int64_t n_train;
+} run_t;
+
+static bool save_step(const grpo_run_args *a, run_t *r, dg_status *st) {
+  char *mp = step_path(a->out_dir, "model", r->step, "bin"), *sp = step_path(a->out_dir, "state", r->step, "bin"),
+       *cp = step_path(a->out_dir, "cursor", r->step, "txt"), *lp = path_in(a->out_dir, "latest");
+  char cur[32], lat[32];
+  snprintf(cur, sizeof cur, "%lld\n", (long long)r->cursor);
+  snprintf(lat, sizeof lat, "%lld\n", (long long)r->step);
+  bool ok = nn_checkpoint_save(&r->model, mp, st) && nn_state_save(&r->model, r->step, NULL, sp, st) &&
+            dg_write_file_atomic(cp, cur, strlen(cur), st) && dg_write_file_atomic(lp, lat, strlen(lat), st);
+  /* the step before is no longer needed */
+  if (ok && r->step > 0) {
+    char *om = step_path(a->out_dir, "model", r->step - 1, "bin"),
+         *os = step_path(a->out_dir, "state", r->step - 1, "bin"),
+         *oc = step_path(a->out_dir, "cursor", r->step - 1, "txt");
+    unlink(om);
+    unlink(os);
+    unlink(oc);
+    free(om);
+    free(os);
+    free(oc);
+  }
+  free(mp);
+  free(sp);
+  free(cp);
+  free(lp);
+  return ok;
+}
+
+static bool read_int(const char *path, int64_t *v, dg_status *st) {
+  size_t n;
+  char *t = dg_read_file(path, &n, st);
+  if (!t) return false;
+  char *end;
+  long long x = strtoll(t, &end, 10);
+  bool ok = end != t && (*end == '\n' || *end == 0) && x >= 0;
+  free(t);
+  if (!ok) return dg_fail(st, DG_ERR_PARSE, "%s: not a step count", path);
+  *v = x;
+  return true;
+}
+
+/* A new run's directory and weights, or a resumed run's state. */
+static bool open_run(grpo_run_args *a, run_t *r, dg_status *st) {
+  char *cfgp = path_in(a->out_dir, "grpo.cfg"), *tokp = path_in(a->out_dir, "tokenizer.bin"),
+       *latest = path_in(a->out_dir, "latest"), *refp = path_in(a->out_dir, "ref.bin");
+  bool ok = false;
+  struct stat sb;
+  if (a->resume) {
+    size_t n;
+    char *text = dg_read_file(cfgp, &n, st);
+    if (!text) goto done;
+    int64_t steps = a->steps;
+    cfg_ctx cc = {a};
+    bool parsed = dg_kv_parse(text, n, cfgp, cfg_pair, &cc, st);
+    free(text);
+    if (!parsed || !check_args(a, st)) goto done;
+    if (steps > 0) a->steps = steps;
+    if (!read_int(latest, &r->step, st)) goto done;
+    char *mp = step_path(a->out_dir, "model", r->step, "bin"), *sp = step_path(a->out_dir, "state", r->step, "bin"),
+         *cp = step_path(a->out_dir, "cursor", r->step, "txt");
+    int64_t sstep = -1;
+    bool loaded = nn_checkpoint_load(&r->model, mp, true, st);
+    r->have_model = loaded;
+    loaded = loaded && nn_state_load(&r->model, sp, &sstep, NULL, st) && read_int(cp, &r->cursor, st);
+    if (loaded && sstep != r->step)
+      loaded = dg_fail(st, DG_ERR_INVALID, "%s: the state is of step %lld, latest says %lld", sp,
+                       (long long)sstep, (long long)r->step);
+    free(mp);
+    free(sp);
+    free(cp);
+    if (!loaded) goto done;
+    if (a->obj.beta > 0) {
+      if (!nn_checkpoint_load(&r->ref, refp, false, st)) goto done;
+      r->have_ref = true;
+    }
+  } else {
+    if (stat(latest, &sb) == 0 || stat(cfgp, &sb) == 0) {
+      dg_fail(st, DG_ERR_USAGE, "%s already holds a run: use --resume, or another --out", a->out_dir);
+      goto done;
+    }
+    if (!check_args(a, st)) goto done;
+    if (!a->init || !a->init_tokenizer) {
+      dg_fail(st, DG_ERR_USAGE, "a new GRPO run needs the model it starts from and its tokenizer");
+      goto done;
+    }
+    /* the starting model, as a training model */
+    nn_model src;
+    bool st_file = strstr(a->init, ".safetensors") != NULL;
+    if (st_file) {
+      nn_config cfg;
+      if (!nn_safetensors_read_config(a->init, &cfg, st) || !nn_model_init(&src, &cfg, false, st)) goto done;
+      if (!nn_safetensors_import(&src, a->init, st)) {
+        nn_model_free(&src);
+        goto done;
+      }
+    } else if (!nn_checkpoint_load(&src, a->init, false, st)) {
+      goto done;
+    }
+    bool made = nn_model_init(&r->model, &src.cfg, true, st);
+    if (made) memcpy(r->model.params_mem, src.params_mem, sizeof(float) * src.num_params);
+    r->have_model = made;
+    if (made && a->obj.beta > 0) {
+      r->ref = src; /* the reference stays the starting model */
+      r->have_ref = true;
+    } else {
+      nn_model_free(&src);
+    }
+    if (!made || !dg_mkdirs(a->out_dir, st)) goto done;
+    tok_tokenizer *tok = tok_load(a->init_tokenizer, st);
+    if (!tok) goto done;
+    bool vocab_ok = tok_vocab_size(tok) == r->model.cfg.vocab_size;
+    bool saved = vocab_ok && tok_save(tok, tokp, st);
+    tok_free(tok);
+    if (!vocab_ok) {
+      dg_fail(st, DG_ERR_INVALID, "%s: a vocabulary of another size than the model's %d", a->init_tokenizer,
+              r->model.cfg.vocab_size);
+      goto done;
+    }
+    if (!saved) goto done;
+    dg_str c;
+    dg_str_init(&c);
+    cfg_print(a, &c);
+    bool w = dg_write_file_atomic(cfgp, c.s, c.len, st);
+    dg_str_free(&c);
+    if (!w || (r->have_ref && !nn_checkpoint_save(&r->ref, refp, st))) goto done;
+    r->step = 0;
+    r->cursor = 0;
+  }
+  a->tokenizer_path = dg_strdup(tokp);
+  ok = true;
+done:
+  free(cfgp);
+  free(tokp);
+  free(latest);
+  free(refp);
+  return ok;
+}
+
+/* A step's prompt q (the training split's workload cursor + q), built;
+ * false with st when its spec does not build (the step skips it). */
+static bool prompt_make(const grpo_run_args *a, const run_t *r, tok_tokenizer *tok, int64_t q,
+                        prompt_t *p, dg_status *st) {
+  memset(p, 0, sizeof *p);
+  p->q = q;
+  p->spec = dg_strdup(data_splits_at(a->splits, r->train_idx[q % r->n_train])->spec);
+  if (!(p->f = wl_build(p->spec, st))) return false;
+  p->text = ir_print(p->f);
+  return train_prompt_encode(tok, p->text, NULL, &p->prompt, st) &&
+         (int)p->prompt.len < r->model.cfg.max_seq_len - 16;
+}
+
+/* Appends the step's log line. */
+static bool log_step(const grpo_run_args *a, const grpo_step_stats *s, dg_status *st) {
+  char *lp = path_in(a->out_dir, "log.jsonl");
+  dg_str l;
+  dg_str_init(&l);
+  dg_str_printf(&l,
+                "{\"step\": %lld, \"reward\": %.6g, \"correct\": %.6g, \"speedup\": %.6g, \"loss\": %.6g, "
+                "\"kl\": %.6g, \"clipped\": %.6g, \"entropy\": %.6g, \"dropped\": %.6g, \"groups\": %d, "
+                "\"tokens\": %lld, \"grad_norm\": %.6g, \"lr\": %.6g, \"seconds\": %.3f}\n",
+                (long long)s->step, s->reward_mean, s->correct, s->speedup_mean, s->loss, s->kl, s->clipped,
+                s->entropy, s->dropped_share, s->groups, (long long)s->tokens, s->grad_norm, s->lr, s->seconds);
+  bool ok = dg_append_lines(lp, l.s, l.len, st);
+  dg_str_free(&l);
+  free(lp);
+  return ok;
+}
+
+static bool one_step(grpo_run_args *a, run_t *r, tok_tokenizer *tok, grpo_step_stats *out, dg_status *st) {
+  double t0 = dg_now();
+  memset(out, 0, sizeof *out);
+  out->step = r->step;
+  int g = a->samples, want = a->prompts, tries = 0;
+  prompt_t *ps = dg_calloc((size_t)want, sizeof *ps);
+  sample_t *ss = dg_calloc((size_t)want * g, sizeof *ss);
+  int kept = 0, judged_samples = 0, correct = 0, timed = 0;
+  double reward_sum = 0, speed_sum = 0;
+  while (kept < want && tries < 2 * want) {
+    int64_t q = r->cursor + tries;
+    tries++;
+    prompt_t *p = &ps[kept];
+    dg_status pst;
+    if (!prompt_make(a, r, tok, q, p, &pst)) {
+      prompt_free(p);
+      continue;
+    }
+    sample_t *s = &ss[(size_t)kept * g];
+    write_ctx wc = {a, &r->model, p, s, g};
+    rt_tasks *tk = rt_tasks_start(g, a->threads > 0 ? a->threads : rt_cpu_count(), write_sample, &wc);
+    while (rt_tasks_next(tk, true) >= 0) {
+    }
+    rt_tasks_free(tk);
+    judge(a, p, s, g);
+    float rw[256], adv[256];
+    for (int j = 0; j < g; j++) {
+      rw[j] = s[j].reward;
+      reward_sum += s[j].reward;
+      correct += s[j].gate == EVAL_PASSED;
+      if (s[j].speedup > 0) speed_sum += s[j].speedup, timed++;
+    }
+    judged_samples += g;
+    if (!grpo_group_advantages(rw, g, a->obj.scale_std, adv)) {
+      out->dropped_groups++;
+      for (int j = 0; j < g; j++) sample_free(&s[j]);
+      memset(s, 0, sizeof *s * (size_t)g);
+      prompt_free(p);
+      continue;
+    }
+    for (int j = 0; j < g; j++) s[j].adv = adv[j];
+    kept++;
+  }
+  r->cursor += tries;
+  out->groups = kept;
+  out->reward_mean = judged_samples ? reward_sum / judged_samples : 0;
+  out->correct = judged_samples ? (double)correct / judged_samples : 0;
+  out->speedup_mean = timed ? speed_sum / timed : 0;
+  out->dropped_share = tries ? (double)out->dropped_groups / tries : 0;
+  /* the rows and the update */
+  int n_rows = kept * g;
+  row_t *rows = dg_calloc((size_t)(n_rows ? n_rows : 1), sizeof *rows);
+  int64_t tokens = 0;
+  for (int k = 0; k < kept; k++)
+    for (int j = 0; j < g; j++) {
+      row_make(&rows[k * g + j], &ps[k], &ss[(size_t)k * g + j], r->model.cfg.max_seq_len);
+      for (int t = 0; t < rows[k * g + j].len; t++) tokens += rows[k * g + j].mask[t];
+    }
+  out->tokens = tokens;
+  bool ok = true;
+  r->model.opt.lr = a->lr;
+  r->model.opt.lr_min = a->lr;
+  r->model.opt.warmup_steps = a->warmup;
+  r->model.opt.total_steps = INT64_MAX / 2;
+  r->model.opt.weight_decay = 0;
+  r->model.opt.grad_clip = a->grad_clip;
+  out->lr = nn_optim_lr(&r->model.opt, r->step);
+  if (tokens > 0) {
+    int mr = a->micro_rows;
+    int n_mb = (n_rows + mr - 1) / mr;
+    mbatch *mb = dg_calloc((size_t)n_mb, sizeof *mb);
+    float **old = dg_calloc((size_t)n_mb, sizeof *old), **ref = dg_calloc((size_t)n_mb, sizeof *ref);
+    double ent = 0;
+    int max_b = 1, max_t = 1;
+    for (int i = 0; i < n_mb; i++) {
+      int lo = i * mr, hi = lo + mr < n_rows ? lo + mr : n_rows;
+      mbatch_fill(&mb[i], rows, lo, hi, r->pad);
+      if (mb[i].B > max_b) max_b = mb[i].B;
+      if (mb[i].T > max_t) max_t = mb[i].T;
+    }
+    /* room for the largest micro-batch, once */
+    ok = nn_model_reserve(&r->model, max_b, max_t, st) &&
+         (!r->have_ref || nn_model_reserve(&r->ref, max_b, max_t, st));
+    for (int i = 0; i < n_mb && ok; i++) {
+      size_t n = (size_t)mb[i].B * mb[i].T;
+      old[i] = dg_malloc(sizeof(float) * n);
+      batch_logps(&r->model, &mb[i], old[i]);
+      for (size_t t = 0; t < n; t++) ent -= mb[i].mask[t] ? old[i][t] : 0;
+      if (r->have_ref) {
+        ref[i] = dg_malloc(sizeof(float) * n);
+        batch_logps(&r->ref, &mb[i], ref[i]);
+      }
+    }
+    out->entropy = ent / (double)tokens; /* the drawn tokens' mean surprise */
+    for (int e = 0; e < a->epochs && ok; e++) {
+      nn_zero_grad(&r->model);
+      double loss = 0, kl = 0, clipped = 0;
+      for (int i = 0; i < n_mb; i++) {
+        size_t n = (size_t)mb[i].B * mb[i].T;
+        float *lp = dg_malloc(sizeof(float) * n), *w = dg_malloc(sizeof(float) * n);
+        if (e == 0) memcpy(lp, old[i], sizeof(float) * n); /* the sampling policy itself */
+        else batch_logps(&r->model, &mb[i], lp);
+        grpo_tokens tk = {mb[i].B, mb[i].T, mb[i].mask, lp, old[i], r->have_ref ? ref[i] : NULL,
+                          mb[i].adv, tokens, n_rows};
+        grpo_stats gs;
+        loss += grpo_token_weights(&a->obj, &tk, w, &gs);
+        kl += gs.kl_mean * (double)gs.tokens;
+        clipped += gs.clipped_frac * (double)gs.tokens;
+        nn_forward_weighted(&r->model, mb[i].in, mb[i].tg, w, 1.0, mb[i].B, mb[i].T);
+        nn_backward(&r->model);
+        free(lp);
+        free(w);
+      }
+      out->grad_norm = nn_update(&r->model, r->step);
+      out->loss = loss;
+      out->kl = kl / (double)tokens;
+      out->clipped = clipped / (double)tokens;
+    }
+    for (int i = 0; i < n_mb; i++) {
+      mbatch_free(&mb[i]);
+      free(old[i]);
+      free(ref[i]);
+    }
+    free(mb);
+    free(old);
+    free(ref);
+  }
+  for (int i = 0; i < n_rows; i++) row_free(&rows[i]);
+  free(rows);
+  for (int k = 0; k < kept; k++) prompt_free(&ps[k]);
+  for (int i = 0; i < want * g; i++) sample_free(&ss[i]);
+  free(ps);
+  free(ss);
+  out->seconds = dg_now() - t0;
+  return ok;
+}
+
+bool grpo_run(grpo_run_args *a, grpo_result *res, dg_status *st) {
+  dg_status_ok(st);
+  memset(res, 0, sizeof *res);
+  if (!a->out_dir || !a->splits) return dg_fail(st, DG_ERR_USAGE, "grpo: an out directory and the splits are needed");
+  run_t r;
+  memset(&r, 0, sizeof r);
+  tok_tokenizer *tok = NULL;
+  bool ok = open_run(a, &r, st);
+  if (ok) {
+    if (a->resume) dg_remove_stale_tmp(a->out_dir);
+    tok = tok_load(a->tokenizer_path, st);
+    ok = tok != NULL;
+  }
+  if (ok) {
+    r.pad = tok_special(tok, TOK_PAD);
+    r.n_train = data_splits_size(a->splits, DATA_SPLIT_TRAIN);
+    r.train_idx = dg_malloc(sizeof(int64_t) * (size_t)(r.n_train ? r.n_train : 1));
+    int64_t k = 0;
+    for (int64_t i = data_splits_next(a->splits, DATA_SPLIT_TRAIN, 0); i >= 0 && k < r.n_train;
+         i = data_splits_next(a->splits, DATA_SPLIT_TRAIN, i + 1))
+      r.train_idx[k++] = i;
+    r.n_train = k;
+    if (r.n_train == 0) ok = dg_fail(st, DG_ERR_INVALID, "grpo: the splits have no training workload");
+    if (r.pad < 0) ok = dg_fail(st, DG_ERR_INVALID, "grpo: the tokenizer has no %s token", TOK_PAD);
+  }
+  res->first_step = r.step;
+  while (ok && r.step < a->steps) {
+    grpo_step_stats s;
+    ok = one_step(a, &r, tok, &s, st);
+    if (!ok) break;
+    r.step++;
+    ok = save_step(a, &r, st) && log_step(a, &s, st);
+    res->steps = dg_realloc(res->steps, sizeof *res->steps * (size_t)(res->n + 1));
+    res->steps[res->n++] = s;
+    if (a->progress) {
+      fprintf(a->progress,
+              "step %lld/%lld | reward %.3f | correct %.1f%% | groups %d (%d dropped) | loss %.4f | kl %.4f | "
+              "%lld tokens | %.1f s\n",
+              (long long)r.step, (long long)a->steps, s.reward_mean, 100 * s.correct, s.groups,
+              s.dropped_groups, s.loss, s.kl, (long long)s.tokens, s.seconds);
+      fflush(a->progress);
+    }
+  }
+  res->last_step = r.step;
+  tok_free(tok);
+  free(r.train_idx);
+  if (r.have_model) nn_model_free(&r.model);
+  if (r.have_ref) nn_model_free(&r.ref);
+  free(a->tokenizer_path);
+  a->tokenizer_path = NULL;
+  return ok;
+}
+
+void grpo_result_free(grpo_result *r) {
+  free(r->steps);
+  memset(r, 0, sizeof *r);
+}
