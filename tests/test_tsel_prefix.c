@@ -1252,11 +1252,13 @@ DG_TEST(tsel_prefix_guard_takes_lines_back) {
     CHECK_MSG(g, "%s", st.msg);
     char why[600];
     CHECK_MSG(graph_checks(g, k, TSEL_TARGET_CUDA, why, sizeof why), "%s\n%s", why, g);
-    /* each refusal took its line back (unless the token budget ended the
-     * graph first, both lines were shown and refused once) */
+    /* each refusal took its line back; a graph that reached 2 (3) edits
+     * was shown them and refused once (unless the token budget ended it;
+     * a refused third line may also be followed by the end, where the
+     * graph may end after two) */
     int edits = edit_lines(g);
     CHECK_MSG(ds.n_backtracks == pg.refused && pg.refused <= 2 &&
-                  (ds.budget_completed || pg.refused == (edits >= 2) + (edits >= 3)),
+                  (ds.budget_completed || pg.refused >= (edits >= 2) + (edits >= 3)),
               "%d edits: %d taken back, %d refused", edits, ds.n_backtracks, pg.refused);
     planted_refusals += pg.refused;
     CHECK(ds.n_guarded == pg.calls && !ds.guard_gave_up && ds.complete);
