@@ -394,3 +394,35 @@ DG_TEST(grpo_run_gate_rewards) {
   CHECK(r.steps[0].groups + r.steps[0].dropped_groups >= 1);
   grpo_result_free(&r);
 }
+
+/* The command: a step end to end, its log and plot; bad options refused. */
+DG_TEST(grpo_cli_step_log_and_plot) {
+  char model[600], tok[600];
+  CHECK(tiny_files(model, tok, sizeof model));
+  char args[2000], *out = NULL;
+  snprintf(args, sizeof args,
+           "train grpo --init %s --tokenizer %s --out %s/grpo_cli --steps 1 --prompts 1 --samples 2 "
+           "--max-tokens 120 --quiet",
+           model, tok, dg_test_tmpdir());
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "steps 0..1 of"), "rc %d: %s", rc, out);
+  free(out);
+  char p[800];
+  snprintf(p, sizeof p, "%s/grpo_cli/log.jsonl", dg_test_tmpdir());
+  dg_status st;
+  char *log = dg_read_file(p, NULL, &st);
+  CHECK_MSG(log && strstr(log, "\"step\": 0,") && strstr(log, "\"reward\":"), "%s", log ? log : st.msg);
+  free(log);
+  if (system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    snprintf(p, sizeof p, "%s/grpo_cli/grpo.png", dg_test_tmpdir());
+    CHECK_MSG(access(p, R_OK) == 0, "no %s", p);
+  }
+  snprintf(args, sizeof args, "train grpo --out %s/grpo_bad --samples 1", dg_test_tmpdir());
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 2, "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args, "train grpo --out %s/grpo_bad --norm mean", dg_test_tmpdir());
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 2 && strstr(out, "token or sequence"), "rc %d: %s", rc, out);
+  free(out);
+}

@@ -5,6 +5,7 @@
  * (safetensors and the tokenizer), the form dragon ships its model in.
  * `dragon train grpo`: reinforcement learning on the gates' rewards
  * (grpo_run, src/train/grpo_run.c). */
+#include <jansson.h>
 #include <math.h>
 #include <string.h>
 
@@ -165,6 +166,58 @@ static int sub_export(int argc, char **argv) {
   return ok ? CLI_OK : cli_report("train export", &st);
 }
 
+/* The run's curves (OUT/grpo.png and .svg): mean reward and correct share
+ * a step, and their means over the last ten steps, from its log. */
+static bool plot_grpo(const char *dir, dg_status *st) {
+  char log[4096], pts[4200];
+  snprintf(log, sizeof log, "%s/log.jsonl", dir);
+  snprintf(pts, sizeof pts, "%s/grpo.plot.tsv", dir);
+  size_t n;
+  char *text = dg_read_file(log, &n, st);
+  if (!text) return false;
+  dg_str out, sc;
+  dg_str_init(&out);
+  dg_str_init(&sc);
+  double rw[10] = {0}, co[10] = {0};
+  int k = 0;
+  for (char *p = text, *nl; *p; p = nl + 1) {
+    nl = strchr(p, '\n');
+    if (!nl) break;
+    json_t *j = json_loadb(p, (size_t)(nl - p), 0, NULL);
+    if (j) {
+      double r = json_number_value(json_object_get(j, "reward")),
+             c = json_number_value(json_object_get(j, "correct"));
+      rw[k % 10] = r;
+      co[k % 10] = c;
+      k++;
+      int w = k < 10 ? k : 10;
+      double mr = 0, mc = 0;
+      for (int i = 0; i < w; i++) mr += rw[i], mc += co[i];
+      dg_str_printf(&out, "%lld\t%.6g\t%.6g\t%.6g\t%.6g\n",
+                    (long long)json_integer_value(json_object_get(j, "step")), r, c, mr / w, mc / w);
+      json_decref(j);
+    }
+  }
+  free(text);
+  bool ok = dg_write_file_atomic(pts, out.s ? out.s : "", out.len, st);
+  for (int fmt = 0; ok && k > 0 && fmt < 2; fmt++) {
+    dg_str_clear(&sc);
+    dg_str_printf(&sc,
+                  "%s\nset output '%s/grpo.%s'\nset datafile separator '\\t'\n"
+                  "set multiplot layout 1,2 title 'GRPO: %d steps'\nset xlabel 'step'\n"
+                  "set ylabel 'mean reward'\nplot '%s' using 1:2 with points pt 7 ps 0.5 title 'a step', "
+                  "'' using 1:4 with lines lw 2 title 'mean of ten'\n"
+                  "set ylabel 'correct share'\nset yrange [0:1]\nplot '%s' using 1:3 with points pt 7 ps 0.5 "
+                  "title 'a step', '' using 1:5 with lines lw 2 title 'mean of ten'\nunset multiplot\n",
+                  fmt ? "set terminal svg size 1100,420 noenhanced" : "set terminal pngcairo size 1100,420 noenhanced",
+                  dir, fmt ? "svg" : "png", k, pts, pts);
+    ok = cli_gnuplot(sc.s, st);
+  }
+  dg_str_free(&out);
+  dg_str_free(&sc);
+  return ok;
+}
+
 /* `dragon train grpo`: reinforcement learning on the gates' rewards. */
 static int sub_grpo(int argc, char **argv) {
   grpo_run_args a;
@@ -214,7 +267,8 @@ static int sub_grpo(int argc, char **argv) {
       "reference model; checkpoints every step and resumes exactly. Writes grpo.cfg,\n"
       "tokenizer.bin, model_<S>.bin, state_<S>.bin, cursor_<S>.txt, latest and log.jsonl\n"
       "(one line a step: reward, correct share, speedup, loss, KL, clipped share,\n"
-      "entropy, dropped groups) into --out.",
+      "entropy, dropped groups) and its plot (grpo.png, grpo.svg: reward and correct\n"
+      "share a step and over ten) into --out.",
       opts, DG_ARRAY_LEN(opts), 0, 0};
   char **pos;
   int npos;
@@ -280,6 +334,10 @@ static int sub_grpo(int argc, char **argv) {
   }
   if (!grpo_run(&a, &res, &st)) goto fail;
   printf("steps %lld..%lld of %s\n", (long long)res.first_step, (long long)res.last_step, out);
+  {
+    dg_status pst;
+    if (!plot_grpo(out, &pst) && !quiet) fprintf(stderr, "dragon train grpo: no plot: %s\n", pst.msg);
+  }
   if (res.n > 0)
     printf("last step: reward %.4f, correct %.1f%%, loss %.5f\n", res.steps[res.n - 1].reward_mean,
            100 * res.steps[res.n - 1].correct, res.steps[res.n - 1].loss);
