@@ -6,6 +6,7 @@
  * sides and a reference, in the token-level and per-sequence forms. */
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dragon/train.h"
 #include "test.h"
@@ -425,4 +426,139 @@ DG_TEST(grpo_cli_step_log_and_plot) {
   rc = dg_test_run_dragon(args, NULL, &out);
   CHECK_MSG(rc == 2 && strstr(out, "token or sequence"), "rc %d: %s", rc, out);
   free(out);
+}
+
+/* With --device cuda on a machine without a GPU (or a build without CUDA)
+ * the run is refused before its directory is written, saying why. */
+DG_TEST(grpo_device_refused_without_gpu) {
+  dg_status st;
+  dg_status_ok(&st);
+  if (train_device_available(TRAIN_DEVICE_CUDA, &st)) {
+    dg_test_skip("a GPU is here (gpu_grpo_matches_cpu runs instead)");
+    return;
+  }
+  char model[600], tok[600];
+  CHECK(tiny_files(model, tok, sizeof model));
+  char d[700];
+  snprintf(d, sizeof d, "%s/grpo_nogpu", dg_test_tmpdir());
+  grpo_run_args a;
+  run_args(&a, model, tok, d);
+  a.device = TRAIN_DEVICE_CUDA;
+  a.steps = 1;
+  grpo_result r;
+  CHECK(!grpo_run(&a, &r, &st));
+  CHECK_ERR(st, "--device cuda: ");
+  grpo_result_free(&r);
+  struct stat sb;
+  CHECK(stat(d, &sb) != 0);
+  char args[2000], *out = NULL;
+  snprintf(args, sizeof args, "train grpo --init %s --tokenizer %s --out %s --steps 1 --device cuda --quiet",
+           model, tok, d);
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc != 0 && strstr(out, "--device cuda: "), "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args, "train grpo --out %s --device tpu", d);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 2 && strstr(out, "not a device"), "rc %d: %s", rc, out);
+  free(out);
+  CHECK(stat(d, &sb) != 0);
+}
+
+/* The parameters of a run's checkpoint after `step` steps. */
+static float *params_at(const char *dir, int step, size_t *n) {
+  char p[800];
+  if (step < 0) snprintf(p, sizeof p, "%s", dir);
+  else snprintf(p, sizeof p, "%s/model_%d.bin", dir, step);
+  nn_model m;
+  dg_status st;
+  if (!nn_checkpoint_load(&m, p, false, &st)) return NULL;
+  float *x = dg_malloc(sizeof(float) * m.num_params);
+  memcpy(x, m.params_mem, sizeof(float) * m.num_params);
+  *n = m.num_params;
+  nn_model_free(&m);
+  return x;
+}
+
+/* GPU tier: GRPO on the GPU's model beside the same run on the C
+ * reference (the planted reward, so both judge alike):
+ * - the first step's rollouts are written with the same starting model,
+ *   so its rewards and loss tokens are equal; its loss and gradient norm
+ *   agree within the CUDA model's bf16 rounding, and its update points
+ *   the same way (cosine of the two parameter changes >= 0.9);
+ * - a GPU run stopped after a step and resumed on the GPU logs its second
+ *   step exactly as the run that was not stopped (the checkpoint holds
+ *   the fp32 parameters and AdamW state; the rollouts are written with
+ *   the parameters the GPU holds); a run resumed on the CPU goes on. */
+DG_TEST(gpu_grpo_matches_cpu) {
+  dg_status st;
+  dg_status_ok(&st);
+  if (!train_device_available(TRAIN_DEVICE_CUDA, &st)) {
+    dg_test_skip("%s", st.msg);
+    return;
+  }
+  char model[600], tok[600];
+  CHECK(tiny_files(model, tok, sizeof model));
+  char dc[700], dg[700], ds[700];
+  snprintf(dc, sizeof dc, "%s/grpo_dev_cpu", dg_test_tmpdir());
+  snprintf(dg, sizeof dg, "%s/grpo_dev_gpu", dg_test_tmpdir());
+  snprintf(ds, sizeof ds, "%s/grpo_dev_split", dg_test_tmpdir());
+  flat_family = NULL;
+  grpo_run_args a;
+  grpo_result rc, rg, r1, r2;
+  run_args(&a, model, tok, dc);
+  a.steps = 2;
+  CHECK_MSG(grpo_run(&a, &rc, &st), "cpu: %s", st.msg);
+  run_args(&a, model, tok, dg);
+  a.steps = 2;
+  a.device = TRAIN_DEVICE_CUDA;
+  CHECK_MSG(grpo_run(&a, &rg, &st), "cuda: %s", st.msg);
+  CHECK(rc.n == 2 && rg.n == 2);
+  const grpo_step_stats *c0 = &rc.steps[0], *g0 = &rg.steps[0];
+  CHECK_MSG(c0->reward_mean == g0->reward_mean && c0->tokens == g0->tokens && c0->groups == g0->groups,
+            "reward %g/%g tokens %lld/%lld", c0->reward_mean, g0->reward_mean, (long long)c0->tokens,
+            (long long)g0->tokens);
+  CHECK_MSG(fabs(c0->loss - g0->loss) <= 1e-2 + 1e-2 * fabs(c0->loss), "loss %g (cpu) %g (cuda)", c0->loss,
+            g0->loss);
+  CHECK_MSG(fabs(c0->grad_norm - g0->grad_norm) <= 0.05 * c0->grad_norm, "grad norm %g (cpu) %g (cuda)",
+            c0->grad_norm, g0->grad_norm);
+  CHECK(c0->grad_norm > 0);
+  size_t n0, nc, ng;
+  float *p0 = params_at(model, -1, &n0), *pc = params_at(dc, 1, &nc), *pg = params_at(dg, 1, &ng);
+  CHECK(p0 && pc && pg && n0 == nc && n0 == ng);
+  double dot = 0, sc = 0, sg = 0;
+  for (size_t i = 0; i < n0; i++) {
+    double x = (double)pc[i] - p0[i], y = (double)pg[i] - p0[i];
+    dot += x * y, sc += x * x, sg += y * y;
+  }
+  double cosine = dot / sqrt(sc * sg + 1e-300);
+  CHECK_MSG(sc > 0 && cosine >= 0.9, "cosine of the updates %g", cosine);
+  free(p0);
+  free(pc);
+  free(pg);
+  /* resume on the GPU: exact */
+  run_args(&a, model, tok, ds);
+  a.steps = 1;
+  a.device = TRAIN_DEVICE_CUDA;
+  CHECK_MSG(grpo_run(&a, &r1, &st), "%s", st.msg);
+  run_args(&a, NULL, NULL, ds);
+  a.resume = true;
+  a.steps = 2;
+  a.device = TRAIN_DEVICE_CUDA;
+  CHECK_MSG(grpo_run(&a, &r2, &st), "%s", st.msg);
+  CHECK(r2.n == 1 && r2.first_step == 1);
+  const grpo_step_stats *x = &rg.steps[1], *y = &r2.steps[0];
+  CHECK_MSG(x->reward_mean == y->reward_mean && x->loss == y->loss && x->grad_norm == y->grad_norm,
+            "step 1: reward %g/%g loss %g/%g norm %g/%g", x->reward_mean, y->reward_mean, x->loss, y->loss,
+            x->grad_norm, y->grad_norm);
+  grpo_result_free(&r1);
+  grpo_result_free(&r2);
+  /* and on the CPU */
+  run_args(&a, NULL, NULL, ds);
+  a.resume = true;
+  a.steps = 3;
+  CHECK_MSG(grpo_run(&a, &r2, &st), "%s", st.msg);
+  CHECK(r2.n == 1 && r2.last_step == 3);
+  grpo_result_free(&r2);
+  grpo_result_free(&rc);
+  grpo_result_free(&rg);
 }

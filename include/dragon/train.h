@@ -166,6 +166,22 @@ typedef struct {
   void (*queue_step)(void *ctx, const int32_t *in, const int32_t *tg, const float *w, int B, int T,
                      int64_t step);
   void (*step_result)(void *ctx, int64_t step, float *loss, float *norm);
+  /* What GRPO needs besides (src/train/grpo_run.c). token_logps: the
+   * log-probability of each target under the model, 0 where mask is 0
+   * (mask may be NULL). forward_weighted: sum(w * nll) / norm with w of
+   * any sign and norm > 0 given (one normaliser over micro-batches).
+   * zero_grad, then accumulate after each forward_weighted: the gradients
+   * add up until update. optim: the optimizer settings update uses.
+   * pull: the trained parameters into the host model (the rollouts are
+   * written with it); the C reference is its own host. */
+  void (*token_logps)(void *ctx, const int32_t *in, const int32_t *tg, const uint8_t *mask, int B,
+                      int T, float *logp);
+  float (*forward_weighted)(void *ctx, const int32_t *in, const int32_t *tg, const float *w,
+                            double norm, int B, int T);
+  void (*zero_grad)(void *ctx);
+  void (*accumulate)(void *ctx);
+  nn_optim *(*optim)(void *ctx);
+  bool (*pull)(void *ctx, dg_status *st);
 } train_backend;
 
 /* The C reference as a back end over a training model. */
@@ -276,6 +292,10 @@ char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
  * Fails with a message where the build has no CUDA or there is no GPU. */
 typedef struct train_cuda train_cuda;
 bool train_cuda_init(train_cuda **out, nn_model *host, int B, int T, dg_status *st);
+/* A model that only scores (GRPO's reference): host's parameters on the
+ * GPU, any host model; its back end's token_logps and check alone may be
+ * called. */
+bool train_cuda_init_frozen(train_cuda **out, nn_model *host, int B, int T, dg_status *st);
 void train_cuda_free(train_cuda *c);
 /* The back end; takes host->opt as the optimizer settings (set them
  * first). */
@@ -400,6 +420,7 @@ typedef struct {
   int max_tokens;              /* a sample's tokens at most (2048) */
   int epochs;                  /* updates on a step's samples (1: on policy) */
   int micro_rows;              /* rows a forward (4) */
+  train_device device;         /* where the policy trains and scores (the C reference) */
   bool guard;                  /* decode with the line guard (off: the policy's own lines) */
   uint64_t seed;
   struct search_cuda_measure *gpu; /* NULL: correctness in the C emulation, no latency bonus */
@@ -429,7 +450,8 @@ typedef struct {
   int n;
 } grpo_result;
 
-/* Runs (or resumes) a GRPO run up to a->steps on the C reference model;
+/* Runs (or resumes) a GRPO run up to a->steps, on the C reference model
+ * or the GPU's (a->device; the rollouts are written on the CPU cores);
  * every step is checkpointed and logged (log.jsonl) before the next. */
 bool grpo_run(grpo_run_args *a, grpo_result *res, dg_status *st);
 void grpo_result_free(grpo_result *r);

@@ -65,18 +65,19 @@ struct train_cuda {
   nn_cuda_model *g;
   float *losses; /* (cap) host copy of the per-token losses */
   size_t cap;
+  bool frozen; /* scores only: no AdamW state on the GPU or the host */
   bool failed;
   dg_status err; /* the first failure */
 };
 
-bool train_cuda_init(train_cuda **out, nn_model *host, int B, int T, dg_status *st) {
+static bool init(train_cuda **out, nn_model *host, int B, int T, bool frozen, dg_status *st) {
   *out = NULL;
-  if (!host->m_mem || !host->v_mem)
+  if (!frozen && (!host->m_mem || !host->v_mem))
     return dg_fail(st, DG_ERR_INVALID, "CUDA back end: the host model is not a training model");
   if (!train_device_available(TRAIN_DEVICE_CUDA, st)) return false;
   nn_cuda_model *g = NULL;
   if (!nn_cuda_model_init(&g, &host->cfg, B, T, st)) return false;
-  if (!nn_cuda_model_load(g, host, true, st)) {
+  if (!nn_cuda_model_load(g, host, !frozen, st)) {
     nn_cuda_model_free(g);
     return false;
   }
@@ -85,9 +86,18 @@ bool train_cuda_init(train_cuda **out, nn_model *host, int B, int T, dg_status *
   c->g = g;
   c->cap = (size_t)B * (size_t)T;
   c->losses = dg_malloc(sizeof(float) * c->cap);
+  c->frozen = frozen;
   dg_status_ok(&c->err);
   *out = c;
   return true;
+}
+
+bool train_cuda_init(train_cuda **out, nn_model *host, int B, int T, dg_status *st) {
+  return init(out, host, B, T, false, st);
+}
+
+bool train_cuda_init_frozen(train_cuda **out, nn_model *host, int B, int T, dg_status *st) {
+  return init(out, host, B, T, true, st);
 }
 
 void train_cuda_free(train_cuda *c) {
@@ -186,11 +196,74 @@ static bool cuda_check(void *ctx, dg_status *st) {
   return false;
 }
 
+/* -log p of every target is the forward's per-token loss. */
+static void cuda_token_logps(void *ctx, const int32_t *in, const int32_t *tg, const uint8_t *mask, int B,
+                             int T, float *logp) {
+  train_cuda *c = ctx;
+  size_t n = (size_t)B * (size_t)T;
+  DG_ASSERT(n <= c->cap);
+  dg_status st;
+  dg_status_ok(&st);
+  float loss;
+  if (!c->failed && !(nn_cuda_forward(c->g, in, tg, NULL, B, T, &loss, &st) &&
+                      nn_cuda_copy_losses(c->g, c->losses, &st)))
+    fail_once(c, &st);
+  for (size_t i = 0; i < n; i++) logp[i] = c->failed || (mask && !mask[i]) ? 0.0f : -c->losses[i];
+}
+
+static float cuda_forward_weighted(void *ctx, const int32_t *in, const int32_t *tg, const float *w,
+                                   double norm, int B, int T) {
+  train_cuda *c = ctx;
+  float loss = NAN;
+  dg_status st;
+  dg_status_ok(&st);
+  if (!c->failed && !nn_cuda_forward_weighted(c->g, in, tg, w, norm, B, T, &loss, &st)) fail_once(c, &st);
+  return c->failed ? NAN : loss;
+}
+
+static void cuda_zero_grad(void *ctx) {
+  train_cuda *c = ctx;
+  dg_status st;
+  dg_status_ok(&st);
+  if (!c->failed && !nn_cuda_zero_grad(c->g, &st)) fail_once(c, &st);
+}
+
+static void cuda_accumulate(void *ctx) {
+  train_cuda *c = ctx;
+  dg_status st;
+  dg_status_ok(&st);
+  if (!c->failed && !nn_cuda_backward(c->g, &st)) fail_once(c, &st);
+}
+
+static nn_optim *cuda_optim(void *ctx) { return nn_cuda_model_optim(((train_cuda *)ctx)->g); }
+
+static bool cuda_pull(void *ctx, dg_status *st) {
+  train_cuda *c = ctx;
+  if (c->failed) {
+    *st = c->err;
+    return false;
+  }
+  return nn_cuda_model_store(c->g, c->host, false, st);
+}
+
 train_backend train_backend_cuda(train_cuda *c) {
-  *nn_cuda_model_optim(c->g) = c->host->opt;
-  train_backend b = {"cuda",        c,           cuda_forward, cuda_weighted_sum,
-                     cuda_backward, cuda_update, cuda_save,    cuda_check,
-                     cuda_queue_step, cuda_step_result};
+  if (!c->frozen) *nn_cuda_model_optim(c->g) = c->host->opt;
+  train_backend b = {.name = "cuda",
+                     .ctx = c,
+                     .forward = cuda_forward,
+                     .weighted_sum = cuda_weighted_sum,
+                     .backward = cuda_backward,
+                     .update = cuda_update,
+                     .save = cuda_save,
+                     .check = cuda_check,
+                     .queue_step = cuda_queue_step,
+                     .step_result = cuda_step_result,
+                     .token_logps = cuda_token_logps,
+                     .forward_weighted = cuda_forward_weighted,
+                     .zero_grad = cuda_zero_grad,
+                     .accumulate = cuda_accumulate,
+                     .optim = cuda_optim,
+                     .pull = cuda_pull};
   return b;
 }
 
@@ -204,6 +277,10 @@ bool train_cuda_init(train_cuda **out, nn_model *host, int B, int T, dg_status *
   (void)host, (void)B, (void)T;
   *out = NULL;
   return train_device_available(TRAIN_DEVICE_CUDA, st);
+}
+
+bool train_cuda_init_frozen(train_cuda **out, nn_model *host, int B, int T, dg_status *st) {
+  return train_cuda_init(out, host, B, T, st);
 }
 
 void train_cuda_free(train_cuda *c) { (void)c; }

@@ -1,5 +1,8 @@
-/* grpo_run.c: a GRPO run on the C reference model (`dragon train grpo`;
- * the objective is grpo.c's).
+/* grpo_run.c: a GRPO run (`dragon train grpo`; the objective is
+ * grpo.c's), on the C reference model or on the GPU's (train_backend: the
+ * log-probabilities, the weighted forward, the accumulated gradients and
+ * AdamW run there, the rollouts are written on the CPU cores with the host
+ * copy of the model, refreshed after every update).
  *
  * A step: prompts are the training split's workloads in the split file's
  * order from a cursor (construction prompts: the kernel's text). For each,
@@ -316,10 +319,9 @@ static void mbatch_free(mbatch *b) {
   free(b->adv);
 }
 
-/* The model's log-probabilities of the batch's targets. */
-static void batch_logps(nn_model *m, const mbatch *b, float *logp) {
-  nn_forward(m, b->in, NULL, NULL, b->B, b->T);
-  grpo_token_logps(m->acts.logits, b->tg, b->mask, b->B * b->T, m->cfg.vocab_size, logp);
+/* A model's log-probabilities of the batch's targets (0 off the mask). */
+static void batch_logps(const train_backend *be, const mbatch *b, float *logp) {
+  be->token_logps(be->ctx, b->in, b->tg, b->mask, b->B, b->T, logp);
 }
 
 /* ---- the run ------------------------------------------------------------- */
@@ -327,6 +329,10 @@ static void batch_logps(nn_model *m, const mbatch *b, float *logp) {
 typedef struct {
   nn_model model, ref;
   bool have_model, have_ref;
+  /* where they train and score: the C reference itself, or the GPU (the
+   * host models then stage checkpoints and write the rollouts) */
+  train_backend be, ref_be;
+  train_cuda *gpu, *gpu_ref;
   int64_t step, cursor;
   int32_t pad;
   int64_t *train_idx; /* the training split's workloads, by index */
@@ -339,8 +345,8 @@ static bool save_step(const grpo_run_args *a, run_t *r, dg_status *st) {
   char cur[32], lat[32];
   snprintf(cur, sizeof cur, "%lld\n", (long long)r->cursor);
   snprintf(lat, sizeof lat, "%lld\n", (long long)r->step);
-  bool ok = nn_checkpoint_save(&r->model, mp, st) && nn_state_save(&r->model, r->step, NULL, sp, st) &&
-            dg_write_file_atomic(cp, cur, strlen(cur), st) && dg_write_file_atomic(lp, lat, strlen(lat), st);
+  bool ok = r->be.save(r->be.ctx, mp, sp, r->step, st) && dg_write_file_atomic(cp, cur, strlen(cur), st) &&
+            dg_write_file_atomic(lp, lat, strlen(lat), st);
   /* the step before is no longer needed */
   if (ok && r->step > 0) {
     char *om = step_path(a->out_dir, "model", r->step - 1, "bin"),
@@ -560,13 +566,15 @@ static bool one_step(grpo_run_args *a, run_t *r, tok_tokenizer *tok, grpo_step_s
     }
   out->tokens = tokens;
   bool ok = true;
-  r->model.opt.lr = a->lr;
-  r->model.opt.lr_min = a->lr;
-  r->model.opt.warmup_steps = a->warmup;
-  r->model.opt.total_steps = INT64_MAX / 2;
-  r->model.opt.weight_decay = 0;
-  r->model.opt.grad_clip = a->grad_clip;
-  out->lr = nn_optim_lr(&r->model.opt, r->step);
+  const train_backend *be = &r->be, *rbe = &r->ref_be;
+  nn_optim *opt = be->optim(be->ctx);
+  opt->lr = a->lr;
+  opt->lr_min = a->lr;
+  opt->warmup_steps = a->warmup;
+  opt->total_steps = INT64_MAX / 2;
+  opt->weight_decay = 0;
+  opt->grad_clip = a->grad_clip;
+  out->lr = nn_optim_lr(opt, r->step);
   if (tokens > 0) {
     int mr = a->micro_rows;
     int n_mb = (n_rows + mr - 1) / mr;
@@ -580,40 +588,42 @@ static bool one_step(grpo_run_args *a, run_t *r, tok_tokenizer *tok, grpo_step_s
       if (mb[i].B > max_b) max_b = mb[i].B;
       if (mb[i].T > max_t) max_t = mb[i].T;
     }
-    /* room for the largest micro-batch, once */
-    ok = nn_model_reserve(&r->model, max_b, max_t, st) &&
-         (!r->have_ref || nn_model_reserve(&r->ref, max_b, max_t, st));
+    /* room for the largest micro-batch, once (the GPU's was reserved for
+     * micro_rows rows of the longest context) */
+    if (!r->gpu)
+      ok = nn_model_reserve(&r->model, max_b, max_t, st) &&
+           (!r->have_ref || nn_model_reserve(&r->ref, max_b, max_t, st));
     for (int i = 0; i < n_mb && ok; i++) {
       size_t n = (size_t)mb[i].B * mb[i].T;
       old[i] = dg_malloc(sizeof(float) * n);
-      batch_logps(&r->model, &mb[i], old[i]);
+      batch_logps(be, &mb[i], old[i]);
       for (size_t t = 0; t < n; t++) ent -= mb[i].mask[t] ? old[i][t] : 0;
       if (r->have_ref) {
         ref[i] = dg_malloc(sizeof(float) * n);
-        batch_logps(&r->ref, &mb[i], ref[i]);
+        batch_logps(rbe, &mb[i], ref[i]);
       }
     }
     out->entropy = ent / (double)tokens; /* the drawn tokens' mean surprise */
     for (int e = 0; e < a->epochs && ok; e++) {
-      nn_zero_grad(&r->model);
+      be->zero_grad(be->ctx);
       double loss = 0, kl = 0, clipped = 0;
       for (int i = 0; i < n_mb; i++) {
         size_t n = (size_t)mb[i].B * mb[i].T;
         float *lp = dg_malloc(sizeof(float) * n), *w = dg_malloc(sizeof(float) * n);
         if (e == 0) memcpy(lp, old[i], sizeof(float) * n); /* the sampling policy itself */
-        else batch_logps(&r->model, &mb[i], lp);
+        else batch_logps(be, &mb[i], lp);
         grpo_tokens tk = {mb[i].B, mb[i].T, mb[i].mask, lp, old[i], r->have_ref ? ref[i] : NULL,
                           mb[i].adv, tokens, n_rows};
         grpo_stats gs;
         loss += grpo_token_weights(&a->obj, &tk, w, &gs);
         kl += gs.kl_mean * (double)gs.tokens;
         clipped += gs.clipped_frac * (double)gs.tokens;
-        nn_forward_weighted(&r->model, mb[i].in, mb[i].tg, w, 1.0, mb[i].B, mb[i].T);
-        nn_backward(&r->model);
+        be->forward_weighted(be->ctx, mb[i].in, mb[i].tg, w, 1.0, mb[i].B, mb[i].T);
+        be->accumulate(be->ctx);
         free(lp);
         free(w);
       }
-      out->grad_norm = nn_update(&r->model, r->step);
+      out->grad_norm = be->update(be->ctx, r->step);
       out->loss = loss;
       out->kl = kl / (double)tokens;
       out->clipped = clipped / (double)tokens;
@@ -626,6 +636,9 @@ static bool one_step(grpo_run_args *a, run_t *r, tok_tokenizer *tok, grpo_step_s
     free(mb);
     free(old);
     free(ref);
+    /* a GPU fault surfaces here; the next rollouts are the new policy's */
+    if (ok && be->check) ok = be->check(be->ctx, st) && (!r->have_ref || !rbe->check || rbe->check(rbe->ctx, st));
+    if (ok) ok = be->pull(be->ctx, st);
   }
   for (int i = 0; i < n_rows; i++) row_free(&rows[i]);
   free(rows);
@@ -641,6 +654,8 @@ bool grpo_run(grpo_run_args *a, grpo_result *res, dg_status *st) {
   dg_status_ok(st);
   memset(res, 0, sizeof *res);
   if (!a->out_dir || !a->splits) return dg_fail(st, DG_ERR_USAGE, "grpo: an out directory and the splits are needed");
+  /* no GPU: refused before anything is written */
+  if (!train_device_available(a->device, st)) return false;
   run_t r;
   memset(&r, 0, sizeof r);
   tok_tokenizer *tok = NULL;
@@ -662,6 +677,19 @@ bool grpo_run(grpo_run_args *a, grpo_result *res, dg_status *st) {
     if (r.n_train == 0) ok = dg_fail(st, DG_ERR_INVALID, "grpo: the splits have no training workload");
     if (r.pad < 0) ok = dg_fail(st, DG_ERR_INVALID, "grpo: the tokenizer has no %s token", TOK_PAD);
   }
+  if (ok && a->device == TRAIN_DEVICE_CUDA) {
+    /* micro-batches of micro_rows rows, each at most the context long */
+    int B = a->micro_rows, T = r.model.cfg.max_seq_len;
+    ok = train_cuda_init(&r.gpu, &r.model, B, T, st) &&
+         (!r.have_ref || train_cuda_init_frozen(&r.gpu_ref, &r.ref, B, T, st));
+    if (ok) {
+      r.be = train_backend_cuda(r.gpu);
+      if (r.have_ref) r.ref_be = train_backend_cuda(r.gpu_ref);
+    }
+  } else if (ok) {
+    r.be = train_backend_cpu(&r.model);
+    if (r.have_ref) r.ref_be = train_backend_cpu(&r.ref);
+  }
   res->first_step = r.step;
   while (ok && r.step < a->steps) {
     grpo_step_stats s;
@@ -681,6 +709,8 @@ bool grpo_run(grpo_run_args *a, grpo_result *res, dg_status *st) {
     }
   }
   res->last_step = r.step;
+  train_cuda_free(r.gpu);
+  train_cuda_free(r.gpu_ref);
   tok_free(tok);
   free(r.train_idx);
   if (r.have_model) nn_model_free(&r.model);

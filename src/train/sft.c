@@ -223,9 +223,41 @@ static bool cpu_save(void *ctx, const char *model_path, const char *state_path, 
   return nn_checkpoint_save(ctx, model_path, st) && nn_state_save(ctx, step, NULL, state_path, st);
 }
 
+static void cpu_token_logps(void *ctx, const int32_t *in, const int32_t *tg, const uint8_t *mask, int B,
+                            int T, float *logp) {
+  nn_model *m = ctx;
+  nn_forward(m, in, NULL, NULL, B, T);
+  grpo_token_logps(m->acts.logits, tg, mask, B * T, m->cfg.vocab_size, logp);
+}
+
+static float cpu_forward_weighted(void *ctx, const int32_t *in, const int32_t *tg, const float *w,
+                                  double norm, int B, int T) {
+  return nn_forward_weighted(ctx, in, tg, w, norm, B, T);
+}
+
+static void cpu_zero_grad(void *ctx) { nn_zero_grad(ctx); }
+static void cpu_accumulate(void *ctx) { nn_backward(ctx); }
+static nn_optim *cpu_optim(void *ctx) { return &((nn_model *)ctx)->opt; }
+
+static bool cpu_pull(void *ctx, dg_status *st) {
+  (void)ctx, (void)st;
+  return true;
+}
+
 train_backend train_backend_cpu(nn_model *m) {
-  train_backend b = {"cpu",      m,          cpu_forward, cpu_weighted_sum, cpu_backward,
-                     cpu_update, cpu_save, NULL};
+  train_backend b = {.name = "cpu",
+                     .ctx = m,
+                     .forward = cpu_forward,
+                     .weighted_sum = cpu_weighted_sum,
+                     .backward = cpu_backward,
+                     .update = cpu_update,
+                     .save = cpu_save,
+                     .token_logps = cpu_token_logps,
+                     .forward_weighted = cpu_forward_weighted,
+                     .zero_grad = cpu_zero_grad,
+                     .accumulate = cpu_accumulate,
+                     .optim = cpu_optim,
+                     .pull = cpu_pull};
   return b;
 }
 
