@@ -14,6 +14,10 @@
 # here). Without one it is built here with every core.
 #
 #   BUDGET    seconds of labelling (default 400)
+#   WINDOW    seconds the whole script may take (the call's limit less the
+#             machine's start): the labelling gets what is left of it
+#             after the gates and the cost model, less 90 s for the pack
+#             and a workload that runs past its budget; overrides BUDGET
 #   SPLIT     the split to label (default train)
 #   PER_GPU   labelling processes per GPU (default 8): they share the GPU
 #             (its workers take turns, one measurement at a time) and the
@@ -46,6 +50,7 @@ set -uo pipefail
 OUTDIR=${1:?usage: scripts/gpu_label.sh OUTDIR}
 mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
+t_script=$(date +%s)
 cd "$(dirname "$0")/.." || exit 1
 # OUTDIR receives few files (what comes back from a GPU machine is counted):
 # the record shards, summary.txt, gpu_tests.txt, nvrtc_scaling.txt and one
@@ -141,10 +146,15 @@ NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 SHARDS=${SHARDS:-$((NGPU * ${PER_GPU:-8}))}
 THREADS=${THREADS:-$((3 * $(nproc) / (2 * SHARDS)))}
 [ "$THREADS" -ge 1 ] || THREADS=1
+if [ -n "${WINDOW:-}" ]; then
+  BUDGET=$((WINDOW - ($(date +%s) - t_script) - 90))
+  note "budget: $BUDGET s of labelling left in a window of $WINDOW s"
+  [ "$BUDGET" -ge 30 ] || { note "no time left to label"; SHARDS=0; }
+fi
 t0=$(date +%s)
 for ((g = 0; g < SHARDS; g++)); do
   # shellcheck disable=SC2086
-  CUDA_VISIBLE_DEVICES=$((g % NGPU)) timeout -s INT -k 20 $((BUDGET + 60)) "$DRAGON" data label \
+  CUDA_VISIBLE_DEVICES=$((g % NGPU)) timeout -s INT -k 20 $((BUDGET + 30)) "$DRAGON" data label \
     --db "/tmp/label-db$g" --records data/records --split "$SPLIT" --shard "$g/$SHARDS" \
     --budget-s "$BUDGET" --target cuda --threads "$THREADS" ${LABEL_ARGS:-} \
     >"$LOGDIR/label$g.out" 2>"$LOGDIR/label$g.log" &
