@@ -322,6 +322,10 @@ DG_TEST(eval_cli_planted_outputs_counted) {
     json_t *t = json_array_get(tasks, i);
     CHECK_STREQ(json_string_value(json_object_get(t, "gate")), want[i]);
     CHECK_EQ(json_is_true(json_object_get(t, "correct")), i == 0);
+    /* the output as written is kept, where there was one */
+    const char *gw = json_string_value(json_object_get(t, "graph"));
+    if (i < 2) CHECK_MSG(gw && strcmp(gw, g1) == 0, "task %zu: graph %s", i, gw ? gw : "(none)");
+    else CHECK(gw == NULL);
   }
   json_decref(j);
   /* the plot, where gnuplot is (scripts/setup.sh installs it) */
@@ -356,6 +360,13 @@ DG_TEST(eval_cli_planted_outputs_counted) {
                 strstr(out, "3 tasks, Correct@1 1 (33.3%)") && strstr(out, "Failed at: parse 1, header 1"),
             "rc %d: %s", rc, out);
   free(out);
+  j = json_load_file(jpath, 0, &je);
+  CHECK_MSG(j, "%s", je.text);
+  { /* the resumed task's graph came back from the tasks file */
+    const char *gw = json_string_value(json_object_get(json_array_get(json_object_get(j, "tasks"), 0), "graph"));
+    CHECK_MSG(gw && strcmp(gw, g1) == 0, "resumed graph %s", gw ? gw : "(none)");
+  }
+  json_decref(j);
   snprintf(args, sizeof args, "eval --workloads '%s;%s;%s' --graphs %s --target c --out %s --resume --seed 9", W1,
            W2, W3, path, out_dir);
   rc = dg_test_run_dragon(args, NULL, &out);

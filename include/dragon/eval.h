@@ -207,6 +207,7 @@ typedef struct eval_task {
   double baseline_secs;    /* 0: not timed */
   double t_write, t_check; /* seconds writing, checking and timing */
   int64_t tokens;
+  char *graph;             /* the output as written (owned; NULL: none) */
 } eval_task;
 
 typedef struct {

@@ -107,6 +107,7 @@ static bool keep_task(void *ctx, int i, const eval_task *t, dg_status *st) {
                         t->spec, "family", t->family, "gate", eval_gate_name(t->gate), "reason",
                         t->reason, "secs", t->secs, "baseline_secs", t->baseline_secs, "write_s",
                         t->t_write, "check_s", t->t_check, "tokens", (json_int_t)t->tokens);
+  if (t->graph) json_object_set_new(j, "graph", json_string(t->graph));
   char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
   json_decref(j);
   dg_str s;
@@ -169,6 +170,8 @@ static eval_task **load_done(const char *path, const char *key, const char *cons
         t->t_write = json_number_value(json_object_get(j, "write_s"));
         t->t_check = json_number_value(json_object_get(j, "check_s"));
         t->tokens = json_integer_value(json_object_get(j, "tokens"));
+        const char *graph = json_string_value(json_object_get(j, "graph"));
+        t->graph = graph ? dg_strdup(graph) : NULL;
         done[i] = t;
         kept++;
       }
@@ -180,6 +183,7 @@ static eval_task **load_done(const char *path, const char *key, const char *cons
     for (int i = 0; i < n; i++)
       if (done[i]) {
         free(done[i]->spec);
+        free(done[i]->graph);
         free(done[i]);
       }
     free(done);
@@ -461,6 +465,7 @@ done:
     for (int i = 0; i < n; i++)
       if (done[i]) {
         free(done[i]->spec);
+        free(done[i]->graph);
         free(done[i]);
       }
     free(done);

@@ -89,7 +89,7 @@ static void run_task(const eval_run_opts *o, int i, eval_task *t, written *ahead
     eval_pick_free(&p);
   }
   t->t_check = dg_now() - t0;
-  free(graph);
+  t->graph = graph;
   ir_func_free(f);
 }
 
@@ -124,6 +124,7 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
     if (resumed) {
       *t = *o->done[i];
       t->spec = dg_strdup(o->specs[i]);
+      t->graph = o->done[i]->graph ? dg_strdup(o->done[i]->graph) : NULL;
     } else {
       t->spec = dg_strdup(o->specs[i]);
       family_of(t->spec, t->family, sizeof t->family);
@@ -162,7 +163,10 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
 
 void eval_result_free(eval_result *r) {
   if (!r) return;
-  for (int i = 0; i < r->n; i++) free(r->tasks[i].spec);
+  for (int i = 0; i < r->n; i++) {
+    free(r->tasks[i].spec);
+    free(r->tasks[i].graph);
+  }
   free(r->tasks);
   memset(r, 0, sizeof *r);
 }
@@ -183,6 +187,7 @@ char *eval_result_json(const eval_result *r, const char *model, const char *spli
                           t->t_check, "tokens", (json_int_t)t->tokens);
     if (t->secs > 0) json_object_set_new(j, "secs", json_real(t->secs));
     if (t->baseline_secs > 0) json_object_set_new(j, "baseline_secs", json_real(t->baseline_secs));
+    if (t->graph) json_object_set_new(j, "graph", json_string(t->graph));
     double s = speedup_of(t);
     if (s > 0) json_object_set_new(j, "speedup", json_real(s));
     json_array_append_new(tasks, j);
