@@ -230,3 +230,80 @@ DG_TEST(eval_score_batch_matches_one_by_one) {
   ir_func_free(gmm);
   ir_func_free(rsum);
 }
+
+/* The graph a model wrote for batch_matmul b=12 n=m=21 k=256 (validation
+ * split): a well-formed multi-level tiling whose thread tiles (the third
+ * factor of t5, t6, t7) give 3 x 1 x 7 = 21 threads, where the sketch's
+ * bounds (t13, t14) are 32 to 1,024. */
+static const char *const BMM_SPEC = "batch_matmul:b=12,n=21,m=21,k=256,dtype=f32";
+static const char *const BMM_GRAPH =
+    "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"
+    "t1 block \"Z\"\n"
+    "t2 block \"root\"\n"
+    "t3 annotate t1 tiling \"SSSRRSRS\"\n"
+    "t4 loops t1 x4\n"
+    "t5 tile t4.0 [4 1 3 1 1] max=64\n"
+    "t6 tile t4.1 [3 1 1 1 7] max=64\n"
+    "t7 tile t4.2 [1 1 7 3 1] max=64\n"
+    "t8 tile t4.3 [16 2 8] max=64\n"
+    "t9 reorder t5.0 t6.0 t7.0 t5.1 t6.1 t7.1 t5.2 t6.2 t7.2 t8.0 t8.1 t5.3 t6.3 t7.3 t8.2 t5.4 t6.4 t7.4\n"
+    "t10 fuse_bind t5.0 t6.0 t7.0 blockIdx.x\n"
+    "t11 fuse_bind t5.1 t6.1 t7.1 vthread.x\n"
+    "t12 fuse_bind t5.2 t6.2 t7.2 threadIdx.x\n"
+    "t13 annotate t1 tx_lo 32\n"
+    "t14 annotate t1 tx_hi 1024\n";
+
+/* The first `edits` edit lines of BMM_GRAPH. */
+static char *bmm_prefix(int edits) {
+  const char *p = strchr(BMM_GRAPH, '\n') + 1;
+  for (int i = 0; i < edits; i++) p = strchr(p, '\n') + 1;
+  size_t n = (size_t)(p - BMM_GRAPH);
+  char *s = malloc(n + 1);
+  memcpy(s, BMM_GRAPH, n);
+  s[n] = 0;
+  return s;
+}
+
+/* The line guard refuses the threads as soon as their bounds are given
+ * (not 15 lines later at the postproc line), and blames t7, the last tile
+ * whose factors set them; the lines before pass; tsel_thread_decision
+ * follows the bound loops back through fuse_bind to their tiles. */
+DG_TEST(eval_guard_blames_the_thread_tiles) {
+  dg_status st;
+  dg_func *f = wl_build(BMM_SPEC, &st);
+  CHECK_MSG(f, "%s", st.msg);
+  eval_guard g = {f, BMM_SPEC};
+  for (int e = 1; e <= 14; e++) {
+    char *text = bmm_prefix(e);
+    int back_to = 0;
+    bool pass = eval_guard_line(&g, text, strlen(text), false, &back_to);
+    CHECK_MSG(pass == (e < 14), "%d edits: %s", e, pass ? "passed" : "refused");
+    CHECK_MSG(back_to == (e < 14 ? 0 : 7), "%d edits: back to %d", e, back_to);
+    free(text);
+  }
+  tsel_graph *gr = tsel_parse(BMM_GRAPH, NULL, &st);
+  CHECK_MSG(gr, "%s", st.msg);
+  CHECK_EQ(tsel_thread_decision(gr), 7);
+  tsel_graph_free(gr);
+  /* no thread bound yet: nothing to blame */
+  char *text = bmm_prefix(11);
+  gr = tsel_parse(text, NULL, &st);
+  CHECK(gr);
+  CHECK_EQ(tsel_thread_decision(gr), 0);
+  tsel_graph_free(gr);
+  free(text);
+  /* a fuse of tiles bound later, and a thread_split: their decisions */
+  gr = tsel_parse("tsel 1 kernel x\nt1 block \"C\"\nt2 loops t1 x2\nt3 tile t2.0 [4 8] max=64\n"
+                  "t4 split t2.1 [_ 32]\nt5 fuse t3.1 t4.1\nt6 bind t5 threadIdx.x\n",
+                  NULL, &st);
+  CHECK_MSG(gr, "%s", st.msg);
+  CHECK_EQ(tsel_thread_decision(gr), 4);
+  tsel_graph_free(gr);
+  gr = tsel_parse("tsel 1 kernel x\nt1 block \"C\"\nt2 loops t1 x2\nt3 fuse t2.0 t2.1\n"
+                  "t4 thread_split t3 [1 32 64] =32\nt5 tile t2.0 [4 8] max=64\n",
+                  NULL, &st);
+  CHECK_MSG(gr, "%s", st.msg);
+  CHECK_EQ(tsel_thread_decision(gr), 4);
+  tsel_graph_free(gr);
+  ir_func_free(f);
+}

@@ -1198,8 +1198,9 @@ static int edit_lines(const char *text) {
   return n;
 }
 
-static bool planted_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed) {
+static bool planted_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to) {
   (void)postprocessed;
+  (void)back_to;
   planted_guard *g = ctx;
   g->calls++;
   CHECKR(strlen(text) == len, false);
@@ -1305,6 +1306,79 @@ DG_TEST(tsel_prefix_guard_takes_lines_back) {
   CHECK_MSG(real_passed > 0, "the real guard gave up on all %d random models", real_runs);
   CHECK(gave_up > 0);              /* the limit was reached at least once */
   CHECK(planted_refusals >= 2);     /* and planted refusals were met */
+  tok_ids_free(&prompt);
+  free(ktext);
+  ir_func_free(k);
+  tsel_mask_free(mask);
+}
+
+/* A guard that blames an earlier line: refuses the first graph of 4 edits
+ * naming edit 2; records the edit count of every graph it is shown. */
+typedef struct {
+  int calls, refused;
+  int seen[512];
+} blaming_guard;
+
+static bool blaming_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to) {
+  (void)len;
+  (void)postprocessed;
+  blaming_guard *g = ctx;
+  int n = edit_lines(text);
+  if (g->calls < 512) g->seen[g->calls] = n;
+  g->calls++;
+  if (n == 4 && g->refused == 0) {
+    g->refused++;
+    *back_to = 2;
+    return false;
+  }
+  return true;
+}
+
+/* A refusal that names an earlier line goes back to it at once: the next
+ * graph the guard is shown has that line written again (2 edits), after
+ * one line taken back. */
+DG_TEST(tsel_prefix_guard_goes_back_to_the_blamed_line) {
+  tok_tokenizer *tok = trained_tokenizer();
+  CHECK(tok);
+  int V = tok_vocab_size(tok);
+  dg_status st;
+  tsel_mask *mask = tsel_mask_new(tok, &st);
+  CHECK_OK(st);
+  const char *spec = "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32";
+  dg_func *k = wl_build(spec, &st);
+  CHECK_MSG(k, "%s", st.msg);
+  char *ktext = kernel_text(spec, k);
+  tok_ids prompt = {0};
+  CHECK(train_prompt_encode(tok, ktext, NULL, &prompt, &st));
+  int met = 0;
+  for (uint64_t seed = 1; seed <= 4; seed++) {
+    nn_model m;
+    CHECK(random_model(&m, V, 900 + seed, &st));
+    train_decode_opts o;
+    train_decode_opts_default(&o);
+    o.sample.max_tokens = 1500;
+    o.explain = false;
+    blaming_guard bg = {0};
+    o.guard = blaming_guard_fn;
+    o.guard_ctx = &bg;
+    train_decode_stats ds;
+    char *g = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, spec, TSEL_TARGET_CUDA, &o, seed,
+                                 &ds, &st);
+    CHECK_MSG(g, "%s", st.msg);
+    char why[600];
+    CHECK_MSG(graph_checks(g, k, TSEL_TARGET_CUDA, why, sizeof why), "%s\n%s", why, g);
+    CHECK(ds.n_backtracks == bg.refused && ds.n_blamed == bg.refused);
+    if (bg.refused) {
+      int i = 0;
+      while (i < bg.calls && bg.seen[i] != 4) i++;
+      CHECK_MSG(i + 1 < bg.calls || ds.budget_completed, "no call after the refusal");
+      if (i + 1 < bg.calls) CHECK_MSG(bg.seen[i + 1] == 2, "after the refusal: %d edits", bg.seen[i + 1]);
+      met++;
+    }
+    free(g);
+    nn_model_free(&m);
+  }
+  CHECK_MSG(met > 0, "no random model wrote 4 edits");
   tok_ids_free(&prompt);
   free(ktext);
   ir_func_free(k);

@@ -87,12 +87,15 @@ void eval_score_free(eval_score *s);
 /* The line guard of constrained decoding (train_decode_opts.guard, ctx an
  * eval_guard): the graph written so far through the gates up to the
  * replay and, once it has its `postproc` edit, up to the build (lowered
- * and VerifyGPUCode, nothing compiled). */
+ * and VerifyGPUCode, nothing compiled). A block whose bound threads fall
+ * outside its bounds (meta_schedule.thread_extent_low/high_inclusive) is
+ * refused as soon as they are bound, with *back_to the edit whose factors
+ * set them (tsel_thread_decision). */
 typedef struct {
   const dg_func *kernel;
   const char *spec;
 } eval_guard;
-bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed);
+bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to);
 
 /* One graph of a batch: its text and the kernel it is for. */
 typedef struct {

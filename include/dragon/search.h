@@ -571,6 +571,13 @@ typedef enum {
 
 const char *search_postproc_name(search_postproc p);
 
+/* TVM's ThreadExtentChecker, VerifyGPUCode's first step: at every block
+ * annotated with meta_schedule.thread_extent_low/high_inclusive, the
+ * product of the enclosing threadIdx extents (x taken as the warp size in
+ * a warp_execution block) lies within the bounds; false with st naming the
+ * block and its threads otherwise. t NULL: search_target_sm90. */
+bool search_thread_extents_ok(const dg_func *f, const search_target *t, dg_status *st);
+
 /* Applies one postprocessor to s (after EnterPostproc), recording its steps
  * in the trace as TVM records them. False: s is rejected, st says why (the
  * schedule may then be half rewritten: drop it). */

@@ -234,8 +234,12 @@ typedef struct {
    * is taken back (the checker and the KV cache return to the line's
    * start) and written again, sampled at retry_temperature at least; a
    * line refused line_retries times takes the line before it back too.
-   * After max_backtracks lines taken back the guard is no longer asked. */
-  bool (*guard)(void *ctx, const char *text, size_t len, bool postprocessed);
+   * A guard that knows which earlier line made the refused one fail (its
+   * edit number N of tN, before the refused line) sets *back_to to it
+   * (it is 0 on the call: the refused line itself), and the graph goes
+   * back to that line's start at once. After max_backtracks lines taken
+   * back the guard is no longer asked. */
+  bool (*guard)(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to);
   void *guard_ctx;
   int line_retries;        /* default 4 */
   int max_backtracks;      /* default 64 */
@@ -265,6 +269,7 @@ typedef struct {
   int n_masks;
   double mask_secs;        /* time spent in tsel_mask_compute */
   int n_guarded;           /* lines the guard was asked about */
+  int n_blamed;            /* refusals that went back to an earlier line the guard named */
   int n_backtracks;        /* lines taken back */
   bool guard_gave_up;      /* max_backtracks reached: the rest was not guarded */
   double guard_secs;       /* time spent in the guard */

@@ -38,6 +38,11 @@ void tsel_graph_free(tsel_graph *g);
 /* The SPEC of the header line `tsel 1 kernel SPEC`. */
 const char *tsel_graph_kernel(const tsel_graph *g);
 int tsel_graph_edit_count(const tsel_graph *g);
+/* The edit whose written factors decide the threads of the graph's
+ * blocks: the latest tile, split, thread_split or sample_tile among the
+ * edits that the loops bound to threadIdx come from (through fuse,
+ * fuse_bind and tiles of tiles); 0 where none is (src/tsel/blame.c). */
+int tsel_thread_decision(const tsel_graph *g);
 /* Removes every why and expect line (comments and edits stay). */
 void tsel_graph_strip_explanations(tsel_graph *g);
 

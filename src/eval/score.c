@@ -192,7 +192,7 @@ done:
   return ok;
 }
 
-bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed) {
+bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to) {
   const eval_guard *g = ctx;
   (void)len;
   eval_score_opts o;
@@ -202,6 +202,16 @@ bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed
   o.last = postprocessed ? EVAL_GATE_BUILD : EVAL_GATE_REPLAY;
   eval_score sc;
   bool ok = eval_score_tsel(text, "graph", &o, &sc);
+  /* The threads of a block with bounds, as soon as they are bound (the
+   * build's VerifyGPUCode would refuse them at the postproc line): the
+   * blame goes to the edit whose factors set them. */
+  dg_status st;
+  if (sc.scheduled && !search_thread_extents_ok(sc.scheduled, NULL, &st)) {
+    ok = false;
+    tsel_graph *gr = tsel_parse(text, NULL, &st);
+    if (gr && back_to) *back_to = tsel_thread_decision(gr);
+    tsel_graph_free(gr);
+  }
   eval_score_free(&sc);
   return ok;
 }

@@ -71,13 +71,19 @@ static bool check_extents(const dg_stmt *s, extent_walk *w) {
   return true;
 }
 
-bool postproc_verify_gpu(sched *s, const search_target *t, dg_status *st) {
+bool search_thread_extents_ok(const dg_func *f, const search_target *t, dg_status *st) {
+  if (!t) t = &search_target_sm90;
   extent_walk w = {.x = 1, .y = 1, .z = 1, .warp = t->warp_size};
-  if (!check_extents(sched_func(s)->body, &w))
+  if (!check_extents(f->body, &w))
     return dg_fail(st, DG_ERR_INVALID,
                    "block %s runs on %" PRId64 " threads, outside its bounds [%" PRId64 ", %" PRId64
                    "]",
                    w.bad->name, w.bad_threads, w.bad_lo, w.bad_hi);
+  return true;
+}
+
+bool postproc_verify_gpu(sched *s, const search_target *t, dg_status *st) {
+  if (!search_thread_extents_ok(sched_func(s), t, st)) return false;
   lw_limits lim = lower_limits_sm90;
   lim.max_threads_per_block = t->max_threads_per_block;
   lim.warp_size = t->warp_size;

@@ -26,7 +26,10 @@
  * written again, sampled at retry_temperature at least (a greedy draw
  * would write it again as it was); after line_retries refusals the line
  * before it is taken back too, and after max_backtracks in all the guard
- * is no longer asked (the gates after decoding still judge the graph). */
+ * is no longer asked (the gates after decoding still judge the graph).
+ * A guard may name the earlier line to blame (the tile whose factors set
+ * the threads that a later line finds out of bounds): the lines after it
+ * are dropped at once and the blamed line is written again. */
 #include <string.h>
 
 #include "dragon/train.h"
@@ -163,9 +166,12 @@ static void stack_free(line_stack *s) {
   free(s->v);
 }
 
-/* Takes the refused line back: to the start of the top line, or, once it
- * has been refused line_retries times, to the start of an earlier one. */
-static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retries) {
+/* Takes the refused line back: to the start of the top line (or of edit
+ * back_to, when the guard blamed an earlier one: s->v[k] is the start of
+ * edit k + 1), or, once that has been refused line_retries times, to the
+ * start of an earlier one. */
+static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retries, int back_to) {
+  while (back_to > 0 && s->n > back_to) stack_pop(s);
   line_start *l = &s->v[s->n - 1];
   l->tries++;
   while (l->tries > line_retries && s->n > 1) {
@@ -253,7 +259,8 @@ char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
       size_t len;
       const char *text = tsel_prefix_committed(p, &len);
       double g0 = dg_now();
-      bool pass = o->guard(o->guard_ctx, text, len, tsel_prefix_postprocessed(p));
+      int back_to = 0;
+      bool pass = o->guard(o->guard_ctx, text, len, tsel_prefix_postprocessed(p), &back_to);
       stats->guard_secs += dg_now() - g0;
       stats->n_guarded++;
       if (pass) {
@@ -265,7 +272,8 @@ char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
         stats->guard_gave_up = true;
       } else {
         stats->n_backtracks++;
-        take_back(&lines, p, &d, o->line_retries);
+        stats->n_blamed += back_to > 0 && back_to < lines.n;
+        take_back(&lines, p, &d, o->line_retries, back_to > 0 && back_to < lines.n ? back_to : 0);
         judged = tsel_prefix_edit_count(p);
         retrying = true;
       }

@@ -1,0 +1,56 @@
+/* blame.c: which edit of a graph decides the threads of its blocks.
+ *
+ * A block's threads are the extents of the loops bound to threadIdx, and
+ * those extents were written as factors some edits earlier (a multi-level
+ * tiling: three `tile` lines, then the `fuse_bind` of their third loops
+ * several lines on). When the threads fall outside the block's bounds the
+ * line that breaks them is not the line that chose them; the line guard of
+ * constrained decoding takes the graph back to the chooser instead of
+ * trying the lines in between, which cannot mend it.
+ */
+#include <string.h>
+
+#include "tsel/tsel_impl.h"
+
+static bool is_decision(int op) {
+  return op == TSEL_OP_TILE || op == TSEL_OP_SPLIT || op == TSEL_OP_THREAD_SPLIT ||
+         op == TSEL_OP_SAMPLE_TILE;
+}
+
+/* The latest decision edit among edit n and what its handles come from
+ * (refs always name earlier edits in a graph that parses; anything else is
+ * not followed). */
+static int latest_decision(const tsel_graph *g, int n, int depth) {
+  if (n < 1 || n > g->n_edits || depth > 64) return 0;
+  const tsel_edit *e = &g->edits[n - 1];
+  int best = is_decision(e->op) ? n : 0;
+  for (int i = 0; i < e->n_args; i++) {
+    const tsel_val *v = &e->args[i];
+    int lo = 0, hi = 1;
+    if (v->kind == TV_LIST) hi = v->n;
+    for (int k = lo; k < hi; k++) {
+      const tsel_val *r = v->kind == TV_LIST ? &v->items[k] : v;
+      if (r->kind != TV_REF || r->i >= n) continue;
+      int d = latest_decision(g, (int)r->i, depth + 1);
+      if (d > best) best = d;
+    }
+  }
+  return best;
+}
+
+static bool binds_threads(const tsel_edit *e) {
+  if (e->op == TSEL_OP_THREAD_SPLIT) return true;
+  if (e->op != TSEL_OP_BIND && e->op != TSEL_OP_FUSE_BIND) return false;
+  const tsel_val *axis = e->n_args > 0 ? &e->args[e->n_args - 1] : NULL;
+  return axis && axis->kind == TV_WORD && axis->s && strncmp(axis->s, "threadIdx.", 10) == 0;
+}
+
+int tsel_thread_decision(const tsel_graph *g) {
+  int best = 0;
+  for (int n = 1; n <= g->n_edits; n++)
+    if (binds_threads(&g->edits[n - 1])) {
+      int d = latest_decision(g, n, 0);
+      if (d > best) best = d;
+    }
+  return best;
+}
