@@ -547,10 +547,11 @@ static int unique_targets(int *idx, int cap) {
   return n;
 }
 
-/* The forced text is exactly the header and `tN ` at the start of each
- * edit line (after a bare `postproc`, where the graph may end, `N ` once
- * the model wrote the 't'), and a caller that feeds it, then the rest,
- * reads the whole text. */
+/* The forced text is exactly the header, `tN ` at the start of each edit
+ * line (after a bare `postproc`, where the graph may end, `N ` once the
+ * model wrote the 't') and the whole line of each multi-level tiling's
+ * reorder (the line after its last tile: tsel_determined_line), and a
+ * caller that feeds it, then the rest, reads the whole text. */
 static void check_forced(const char *spec, const char *t) {
   dg_status st;
   dg_func *k = wl_build(spec, &st);
@@ -563,16 +564,26 @@ static void check_forced(const char *spec, const char *t) {
   const char *nl = strchr(t, '\n');
   memset(want, 1, (size_t)(nl - t + 1));
   int edit = 0;
-  bool post = false;
+  bool post = false, after_tile = false; /* the last line tiled a `loops` edit's loop */
+  DG_VEC(bool) is_loops = {0};
   for (const char *l = nl + 1; *l; l = strchr(l, '\n') + 1) {
     char id[16];
     int m = snprintf(id, sizeof id, "t%d ", edit + 1);
     if (strncmp(l, id, (size_t)m) == 0) {
-      memset(want + (l - t) + post, 1, (size_t)m - post);
+      bool reorder = strncmp(l + m, "reorder ", 8) == 0;
+      size_t len = reorder && after_tile ? (size_t)(strchr(l, '\n') - l + 1) : (size_t)m;
+      memset(want + (l - t) + post, 1, len - post);
       post |= strncmp(l + m, "postproc", 8) == 0;
+      int src = 0;
+      after_tile = sscanf(l + m, "tile t%d.", &src) == 1 && src >= 1 && src <= (int)is_loops.len &&
+                   is_loops.data[src - 1];
+      DG_VEC_PUSH(&is_loops, strncmp(l + m, "loops ", 6) == 0);
       edit++;
+    } else {
+      after_tile = false;
     }
   }
+  DG_VEC_FREE(&is_loops);
   size_t pos = 0;
   while (pos < n) {
     const char *f = tsel_prefix_forced(p);
@@ -1547,4 +1558,50 @@ DG_TEST(tsel_prefix_random_walks_never_stick) {
     hand++;
   }
   CHECK(complete >= 20 && completions >= 100);
+}
+
+/* After a multi-level tiling's last tile the reorder is forced, level by
+ * level (the structure's S and R), whole; the completion writes it too; a
+ * tiling whose tile was tiled again is left to the model. */
+DG_TEST(tsel_prefix_forces_the_tiling_reorder) {
+  const char *spec = "batch_matmul:b=12,n=21,m=21,k=256,dtype=f32";
+  dg_status st;
+  dg_func *k = wl_build(spec, &st);
+  CHECK_MSG(k, "%s", st.msg);
+  tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  CHECK_OK(st);
+  const char *head =
+      "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"
+      "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n"
+      "t5 tile t4.0 [4 1 3 1 1] max=64\nt6 tile t4.1 [3 1 1 1 7] max=64\nt7 tile t4.2 [1 1 7 3 1] max=64\n";
+  CHECK(tsel_prefix_feed(p, head, strlen(head)));
+  CHECK_STREQ(tsel_prefix_forced(p), "t8 "); /* the last loop is not tiled yet */
+  const char *t8 = "t8 tile t4.3 [16 2 8] max=64\n";
+  CHECK(tsel_prefix_feed(p, t8, strlen(t8)));
+  const char *want = "t9 reorder t5.0 t6.0 t7.0 t5.1 t6.1 t7.1 t5.2 t6.2 t7.2 t8.0 t8.1 t5.3 t6.3 t7.3 t8.2 "
+                     "t5.4 t6.4 t7.4\n";
+  CHECK_STREQ(tsel_prefix_forced(p), want);
+  /* another line is refused at its first differing byte */
+  tsel_prefix *q = tsel_prefix_save(p);
+  CHECK(!tsel_prefix_feed(q, "t9 fuse", 7));
+  tsel_prefix_restore(q, p);
+  CHECK(tsel_prefix_feed(q, "t9 reorder t5.0 ", 16));
+  CHECK_STREQ(tsel_prefix_forced(q), want + 16);
+  tsel_prefix_free(q);
+  dg_str c;
+  dg_str_init(&c);
+  CHECK(tsel_prefix_completion(p, &c));
+  CHECK_MSG(strncmp(c.s, want, strlen(want)) == 0, "completion: %s", c.s);
+  dg_str_free(&c);
+  CHECK(tsel_prefix_feed(p, want, strlen(want)));
+  CHECK_STREQ(tsel_prefix_forced(p), "t10 ");
+  tsel_prefix_free(p);
+  /* a tile of a tile: not the tiling's reorder */
+  p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  CHECK_OK(st);
+  const char *other = "t8 tile t5.0 [2 2] max=64\nt9 tile t4.3 [16 2 8] max=64\n";
+  CHECK(tsel_prefix_feed(p, head, strlen(head)) && tsel_prefix_feed(p, other, strlen(other)));
+  CHECK_STREQ(tsel_prefix_forced(p), "t10 ");
+  tsel_prefix_free(p);
+  ir_func_free(k);
 }

@@ -116,6 +116,10 @@ struct pctx {
   uint64_t ops_ok; /* edits whose operands can all be written here (bit per tsel_op) */
   char id[16];     /* "tN " of the next edit */
   uint8_t id_len;
+  /* the next edit line where the graph fixes it (tsel_determined_line),
+   * with its newline, forced after the id; idline: the id and it */
+  char *det, *idline;
+  size_t det_len;
 };
 
 _Static_assert(TSEL_OP_COUNT <= 64, "ops_ok has a bit per edit");
@@ -215,6 +219,7 @@ struct tsel_pstate {
   size_t pos; /* bytes read */
   uint8_t mode;
   uint16_t fpos; /* position in a literal: the header, the edit id, a keyword */
+  uint16_t dpos; /* 1 + position in the context's determined line being forced; 0: none */
   int n_expect;
   bool noted; /* a why or expect line was read: no edit may follow */
   pline L;
@@ -479,8 +484,12 @@ static void ctx_free(pctx *c) {
   if (c->env.a) tsel_env_free(&c->env);
   if (c->facts.a) tsel_facts_free(&c->facts);
   free(c->refs);
+  free(c->det);
+  free(c->idline);
   free(c);
 }
+
+static bool probe(const pshared *sh, const pctx *c, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* The context after text (the header and whole edit lines), or NULL if the
  * checker refuses it. The last context built is kept for reuse. */
@@ -524,6 +533,20 @@ static pctx *ctx_build(pshared *sh, const char *text, size_t len) {
   qsort(c->refs, (size_t)c->n_refs, sizeof(pref), cmp_ref);
   c->id_len = (uint8_t)snprintf(c->id, sizeof c->id, "t%d ", c->n_edits + 1);
   c->regions_dirty = c->blocks_free = -1;
+  { /* a line the graph fixes, where the checker takes it */
+    dg_str d;
+    dg_str_init(&d);
+    if (!c->post && tsel_determined_line(c->g, &d) && d.len < 60000 && probe(sh, c, "%s", d.s)) {
+      dg_str_putc(&d, '\n');
+      c->det_len = d.len;
+      c->det = dg_str_take(&d);
+      dg_str_init(&d);
+      dg_str_printf(&d, "%s%s", c->id, c->det);
+      c->idline = dg_str_take(&d);
+    } else {
+      dg_str_free(&d);
+    }
+  }
   c->next = sh->ctxs;
   sh->ctxs = c;
   sh->cache = c;
@@ -1769,6 +1792,10 @@ static bool expect_byte(S *s, unsigned c) {
 
 static bool feed_byte(P *p, S *s, unsigned c) {
   if (c == 0) return false; /* the parser stops at a NUL */
+  if (s->dpos) { /* a determined line: its bytes alone, read as any line */
+    if (c != (unsigned char)s->c->det[s->dpos - 1]) return false;
+    s->dpos = (size_t)s->dpos == s->c->det_len ? 0 : (uint16_t)(s->dpos + 1);
+  }
   text_put(p, s->pos, (char)c);
   s->pos++;
   switch (s->mode) {
@@ -1784,6 +1811,7 @@ static bool feed_byte(P *p, S *s, unsigned c) {
       if (++s->fpos == s->c->id_len) {
         s->mode = PM_OP;
         line_reset(s);
+        s->dpos = s->c->det ? 1 : 0;
       }
       return true;
     case PM_OP: return op_byte(p, s, c);
@@ -1925,7 +1953,8 @@ bool tsel_prefix_complete(const tsel_prefix *p) { return p->s.mode == PM_LINE; }
 
 const char *tsel_prefix_forced(const tsel_prefix *p) {
   if (p->s.mode == PM_HEADER) return p->sh->header + p->s.fpos;
-  if (p->s.mode == PM_ID) return p->s.c->id + p->s.fpos;
+  if (p->s.mode == PM_ID) return (p->s.c->idline ? p->s.c->idline : p->s.c->id) + p->s.fpos;
+  if (p->s.dpos) return p->s.c->det + p->s.dpos - 1;
   return "";
 }
 
@@ -2181,9 +2210,10 @@ static bool start_value(P *p, S *t, dg_str *out, const vexp *v) {
 /* One step towards a complete graph: appends to out what it feeds. */
 static bool complete_step(P *p, S *t, dg_str *out) {
   pline *L = &t->L;
+  if (t->dpos) return try_str(p, t, out, t->c->det + t->dpos - 1);
   switch (t->mode) {
     case PM_HEADER: return try_str(p, t, out, p->sh->header + t->fpos);
-    case PM_ID: return try_str(p, t, out, t->c->id + t->fpos);
+    case PM_ID: return try_str(p, t, out, (t->c->idline ? t->c->idline : t->c->id) + t->fpos);
     case PM_OP: {
       if (L->blen == 0 && try_str(p, t, out, "postproc default\n")) return true;
       if (L->blen > 0 && (try_str(p, t, out, "\n") || try_str(p, t, out, " "))) return true;

@@ -78,6 +78,11 @@ struct tsel_graph {
 };
 
 tsel_graph *tsel_graph_new(const char *kernel);
+/* The next edit line where the graph so far fixes it (without its `tN `
+ * and newline), appended to out: the reorder of a multi-level tiling
+ * once its last tile is written (determined.c). False where the next line
+ * is the model's to choose. */
+bool tsel_determined_line(const tsel_graph *g, dg_str *out);
 /* Appends an edit (args and kws copied into the graph's arena). */
 tsel_edit *tsel_graph_add_edit(tsel_graph *g, const tsel_edit *e);
 void tsel_graph_add_why(tsel_graph *g, const int *refs, int n, const char *text);
