@@ -19,8 +19,7 @@ static bool ref_is(const tsel_val *v, int edit, int sub) {
   return v->kind == TV_REF && v->i == edit && v->sub == sub;
 }
 
-/* The tiling structure annotated on block edit b (written bare), or NULL. */
-static const char *tiling_of(const tsel_graph *g, int b) {
+const char *tsel_tiling_of(const tsel_graph *g, int b) {
   for (int n = 1; n <= g->n_edits; n++) {
     const tsel_edit *e = &g->edits[n - 1];
     if (e->op != TSEL_OP_ANNOTATE || e->n_args != 3 || !ref_is(&e->args[0], b, -1)) continue;
@@ -60,7 +59,7 @@ bool tsel_determined_line(const tsel_graph *g, dg_str *out) {
       le->args[1].kind != TV_COUNT)
     return false;
   int n_loops = (int)le->args[1].i;
-  const char *q = tiling_of(g, (int)le->args[0].i);
+  const char *q = tsel_tiling_of(g, (int)le->args[0].i);
   if (!q || n_loops < 1 || n_loops > MAX_TILED) return false;
   int ns = 0, nr = 0;
   for (const char *c = q; *c; c++) {

@@ -203,6 +203,7 @@ typedef struct {
   bool loops_unknown;
   int64_t loops_prod;
   uint8_t n_cands;
+  uint8_t tile_want; /* tile: the factors a multi-level tiling's tile has (0: any) */
   /* why and expect lines */
   uint8_t wph, wk;
   int64_t wv;
@@ -1499,9 +1500,41 @@ static bool str_byte(P *p, S *s, unsigned c) {
 
 /* ---- lists --------------------------------------------------------------------------------------- */
 
+/* The factors of a tile of a multi-level tiling (its `loops` edit's block
+ * annotated with a structure such as "SSSRRSRS"): as many as the
+ * structure has levels of the loop's kind, S for a loop of the block's
+ * spatial iterators, R for a reduction loop; 0 where that is not known. */
+static uint8_t tile_want(const S *s) {
+  const pctx *c = s->c;
+  const pref *r = arg_ref(s, 0);
+  if (!r || r->edit < 1 || r->edit > c->n_edits || r->sub < 0 || !r->f->orig ||
+      r->f->orig->kind != DG_STMT_FOR)
+    return 0;
+  const tsel_edit *le = &c->g->edits[r->edit - 1];
+  if (le->op != TSEL_OP_LOOPS || le->n_args != 2 || le->args[0].kind != TV_REF || le->args[0].sub != -1) return 0;
+  int b = (int)le->args[0].i;
+  const char *q = tsel_tiling_of(c->g, b);
+  char name[24];
+  int n = snprintf(name, sizeof name, "t%d", b);
+  const pref *br = ref_at(c, ref_find(c, name, (size_t)n));
+  if (!q || !br || !br->f->block) return 0;
+  int ns = 0, nr = 0;
+  for (const char *x = q; *x; x++) ns += *x == 'S', nr += *x == 'R';
+  const dg_block *blk = br->f->block;
+  bool used = false, reduce = false;
+  for (int i = 0; i < blk->n_iters; i++)
+    if (ir_expr_uses_var(blk->iters[i].binding, r->f->orig->loop_var)) {
+      used = true;
+      reduce |= blk->iters[i].kind == DG_ITER_REDUCE;
+    }
+  int want = !used ? 0 : reduce ? nr : ns;
+  return (uint8_t)(want > 0 && want < 64 ? want : 0);
+}
+
 static void open_list(S *s, const vexp *v) {
   pline *L = &s->L;
   if (L->depth == 0) {
+    L->tile_want = v->lk == LK_TILE ? tile_want(s) : 0;
     L->lk = v->lk;
     L->list_at = L->at;
     L->list_alt = v->alt;
@@ -1537,6 +1570,7 @@ static bool close_list(P *p, S *s) {
       if (empty) return false;
       int64_t ext = arg_ref(s, 0)->f->ext;
       if (ext >= 0 && L->prod != ext) return false;
+      if (L->tile_want && L->n_items != L->tile_want) return false;
       break;
     }
     case LK_CANDS: if (empty) return false; break;
@@ -1555,6 +1589,7 @@ static bool item_can_follow(const P *p, S *s) {
   pline *L = &s->L;
   if (L->lk == LK_CANDS && L->depth == 1 && L->n_cands >= MAX_CANDS) return false;
   if (L->lk == LK_FLOATS && L->depth == 1 && L->n_items >= L->n_cands) return false;
+  if (L->lk == LK_TILE && L->depth == 1 && L->tile_want && L->n_items >= L->tile_want) return false;
   vexp v;
   uint8_t at = L->at;
   L->at = AT_ITEM;

@@ -83,6 +83,8 @@ tsel_graph *tsel_graph_new(const char *kernel);
  * once its last tile is written (determined.c). False where the next line
  * is the model's to choose. */
 bool tsel_determined_line(const tsel_graph *g, dg_str *out);
+/* The tiling structure ("SSSRRSRS") annotated on block edit b, or NULL. */
+const char *tsel_tiling_of(const tsel_graph *g, int b);
 /* Appends an edit (args and kws copied into the graph's arena). */
 tsel_edit *tsel_graph_add_edit(tsel_graph *g, const tsel_edit *e);
 void tsel_graph_add_why(tsel_graph *g, const int *refs, int n, const char *text);
