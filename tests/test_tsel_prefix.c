@@ -1625,3 +1625,53 @@ DG_TEST(tsel_prefix_forces_the_tiling_reorder) {
   tsel_prefix_free(p);
   ir_func_free(k);
 }
+
+/* A multi-level tiling's tile has its structure's number of factors: the
+ * last one completes the extent (no dead end), the list closes only then,
+ * and a reduction loop takes 3. */
+DG_TEST(tsel_prefix_counts_the_tiling_factors) {
+  const char *spec = "batch_matmul:b=12,n=21,m=21,k=256,dtype=f32";
+  dg_status st;
+  dg_func *k = wl_build(spec, &st);
+  CHECK_MSG(k, "%s", st.msg);
+  tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  CHECK_OK(st);
+  const char *head = "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"
+                     "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n"
+                     "t5 tile t4.0 [2 1 3 1";
+  CHECK(tsel_prefix_feed(p, head, strlen(head)));
+  tsel_prefix *q = tsel_prefix_save(p);
+  CHECK(!tsel_prefix_feed(q, "]", 1)); /* four of five */
+  tsel_prefix_restore(q, p);
+  CHECK(!tsel_prefix_feed(q, " 1]", 3)); /* 2 x 1 x 3 x 1 x 1 is not 12 */
+  tsel_prefix_restore(q, p);
+  CHECK(!tsel_prefix_feed(q, " 2 1", 4)); /* no sixth */
+  tsel_prefix_restore(q, p);
+  CHECK(tsel_prefix_feed(q, " 2] max=64\n", 11));
+  tsel_prefix_free(q);
+  dg_str c;
+  dg_str_init(&c);
+  CHECK(tsel_prefix_completion(p, &c));
+  CHECK_MSG(strncmp(c.s, " 2]", 3) == 0, "completion: %s", c.s);
+  dg_str_free(&c);
+  tsel_prefix_free(p);
+  /* the reduction loop (k): three */
+  p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  const char *red = "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"
+                    "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n"
+                    "t5 tile t4.3 [16 2";
+  CHECK(tsel_prefix_feed(p, red, strlen(red)));
+  q = tsel_prefix_save(p);
+  CHECK(!tsel_prefix_feed(q, "]", 1));
+  tsel_prefix_restore(q, p);
+  CHECK(tsel_prefix_feed(q, " 8]", 3));
+  tsel_prefix_free(q);
+  tsel_prefix_free(p);
+  /* without the structure annotation: any count */
+  p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  const char *free_tile = "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"
+                          "t1 block \"Z\"\nt2 loops t1 x4\nt3 tile t2.0 [12";
+  CHECK(tsel_prefix_feed(p, free_tile, strlen(free_tile)) && tsel_prefix_feed(p, "]", 1));
+  tsel_prefix_free(p);
+  ir_func_free(k);
+}

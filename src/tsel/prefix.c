@@ -938,7 +938,9 @@ static void item_vexp(const P *p, const S *s, vexp *v) {
     case LK_TILE: {
       v->sh = S_INT;
       int64_t ext = arg_ref(s, 0)->f->ext;
-      if (ext >= 1) v->im = IM_DIV, v->q = ext / L->prod;
+      /* the last of a counted tile completes the extent */
+      if (ext >= 1 && L->tile_want && L->n_items == L->tile_want - 1) int_range(v, ext / L->prod, ext / L->prod);
+      else if (ext >= 1) v->im = IM_DIV, v->q = ext / L->prod;
       else int_range(v, 1, PROD_CAP / L->prod);
       break;
     }
