@@ -811,7 +811,7 @@ DG_TEST(nn_shipped_model_loads) {
   nn_model m;
   CHECK(nn_model_init(&m, &c, false, &st));
   CHECK_MSG(nn_safetensors_import(&m, p, &st), "%s", st.msg);
-  CHECK_EQ((long long)m.num_params, 13886592LL);
+  CHECK_EQ((long long)m.num_params, 14162304LL);
   tok_tokenizer *tok = tok_load("models/little-dragon/tokenizer.bin", &st);
   CHECK_MSG(tok, "%s", st.msg);
   CHECK_EQ(tok_vocab_size(tok), c.vocab_size);
