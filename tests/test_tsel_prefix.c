@@ -1212,6 +1212,35 @@ DG_TEST(tsel_prefix_masked_random_model_decodes) {
   tsel_mask_free(mask);
 }
 
+/* What the decoding tests share: the trained tokenizer and its mask, a
+ * kernel and its prompt. */
+typedef struct {
+  tok_tokenizer *tok; /* trained_tokenizer's, kept */
+  tsel_mask *mask;
+  const char *spec;
+  dg_func *k;
+  char *ktext;
+  tok_ids prompt;
+} decode_fixture;
+
+static bool fixture_open(decode_fixture *f, const char *spec) {
+  memset(f, 0, sizeof *f);
+  dg_status st;
+  f->spec = spec;
+  if (!(f->tok = trained_tokenizer())) return false;
+  f->mask = tsel_mask_new(f->tok, &st);
+  if (!f->mask || !(f->k = wl_build(spec, &st))) return false;
+  f->ktext = kernel_text(spec, f->k);
+  return train_prompt_encode(f->tok, f->ktext, NULL, &f->prompt, &st);
+}
+
+static void fixture_close(decode_fixture *f) {
+  tok_ids_free(&f->prompt);
+  free(f->ktext);
+  ir_func_free(f->k);
+  tsel_mask_free(f->mask);
+}
+
 /* A guard of the test's own: refuses, the first time it is shown them,
  * the graphs whose edit count is in refuse_at (that line is taken back and
  * written again), or every graph (always); counts its calls. */
@@ -1254,18 +1283,15 @@ static bool planted_guard_fn(void *ctx, const char *text, size_t len, bool postp
  * up to the build unless it gave up (or the token budget ended the graph:
  * the checker's completion is not guarded). */
 DG_TEST(tsel_prefix_guard_takes_lines_back) {
-  tok_tokenizer *tok = trained_tokenizer();
-  CHECK(tok);
+  decode_fixture fx;
+  CHECK(fixture_open(&fx, "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32"));
+  tok_tokenizer *tok = fx.tok;
+  tsel_mask *mask = fx.mask;
+  const char *spec = fx.spec;
+  const dg_func *k = fx.k;
+  const tok_ids prompt = fx.prompt;
   int V = tok_vocab_size(tok);
   dg_status st;
-  tsel_mask *mask = tsel_mask_new(tok, &st);
-  CHECK_OK(st);
-  const char *spec = "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32";
-  dg_func *k = wl_build(spec, &st);
-  CHECK_MSG(k, "%s", st.msg);
-  char *ktext = kernel_text(spec, k);
-  tok_ids prompt = {0};
-  CHECK(train_prompt_encode(tok, ktext, NULL, &prompt, &st));
   int real_passed = 0, real_runs = 0, gave_up = 0, planted_refusals = 0;
   for (uint64_t seed = 1; seed <= 4; seed++) {
     nn_model m;
@@ -1337,10 +1363,7 @@ DG_TEST(tsel_prefix_guard_takes_lines_back) {
   CHECK_MSG(real_passed > 0, "the real guard gave up on all %d random models", real_runs);
   CHECK(gave_up > 0);              /* the limit was reached at least once */
   CHECK(planted_refusals >= 2);     /* and planted refusals were met */
-  tok_ids_free(&prompt);
-  free(ktext);
-  ir_func_free(k);
-  tsel_mask_free(mask);
+  fixture_close(&fx);
 }
 
 /* A guard that blames an earlier line: refuses the first graph of 4 edits
@@ -1369,18 +1392,15 @@ static bool blaming_guard_fn(void *ctx, const char *text, size_t len, bool postp
  * graph the guard is shown has that line written again (2 edits), after
  * one line taken back. */
 DG_TEST(tsel_prefix_guard_goes_back_to_the_blamed_line) {
-  tok_tokenizer *tok = trained_tokenizer();
-  CHECK(tok);
+  decode_fixture fx;
+  CHECK(fixture_open(&fx, "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32"));
+  tok_tokenizer *tok = fx.tok;
+  tsel_mask *mask = fx.mask;
+  const char *spec = fx.spec;
+  const dg_func *k = fx.k;
+  const tok_ids prompt = fx.prompt;
   int V = tok_vocab_size(tok);
   dg_status st;
-  tsel_mask *mask = tsel_mask_new(tok, &st);
-  CHECK_OK(st);
-  const char *spec = "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32";
-  dg_func *k = wl_build(spec, &st);
-  CHECK_MSG(k, "%s", st.msg);
-  char *ktext = kernel_text(spec, k);
-  tok_ids prompt = {0};
-  CHECK(train_prompt_encode(tok, ktext, NULL, &prompt, &st));
   int met = 0;
   for (uint64_t seed = 1; seed <= 4; seed++) {
     nn_model m;
@@ -1410,27 +1430,21 @@ DG_TEST(tsel_prefix_guard_goes_back_to_the_blamed_line) {
     nn_model_free(&m);
   }
   CHECK_MSG(met > 0, "no random model wrote 4 edits");
-  tok_ids_free(&prompt);
-  free(ktext);
-  ir_func_free(k);
-  tsel_mask_free(mask);
+  fixture_close(&fx);
 }
 
 /* explain_after: the model writes the edits and stops, dragon writes the
  * why/expect lines from the compiler's facts: the same edits as without
  * it, and the lines tsel_explain gives that graph. */
 DG_TEST(tsel_prefix_explanations_written_after) {
-  tok_tokenizer *tok = trained_tokenizer();
-  CHECK(tok);
+  decode_fixture fx;
+  CHECK(fixture_open(&fx, "softmax:m=33,n=1536,dtype=f32"));
+  tok_tokenizer *tok = fx.tok;
+  tsel_mask *mask = fx.mask;
+  const char *spec = fx.spec;
+  const dg_func *k = fx.k;
+  const tok_ids prompt = fx.prompt;
   dg_status st;
-  tsel_mask *mask = tsel_mask_new(tok, &st);
-  CHECK_OK(st);
-  const char *spec = "softmax:m=33,n=1536,dtype=f32";
-  dg_func *k = wl_build(spec, &st);
-  CHECK(k);
-  char *ktext = kernel_text(spec, k);
-  tok_ids prompt = {0};
-  CHECK(train_prompt_encode(tok, ktext, NULL, &prompt, &st));
   int explained = 0;
   for (uint64_t seed = 1; seed <= 3; seed++) {
     nn_model m;
@@ -1463,10 +1477,7 @@ DG_TEST(tsel_prefix_explanations_written_after) {
     nn_model_free(&m);
   }
   CHECK(explained > 0);
-  tok_ids_free(&prompt);
-  free(ktext);
-  ir_func_free(k);
-  tsel_mask_free(mask);
+  fixture_close(&fx);
 }
 
 /* One random walk over the accepted bytes from start (NULL: the empty
