@@ -90,7 +90,9 @@ void eval_score_free(eval_score *s);
  * and VerifyGPUCode, nothing compiled). A block whose bound threads fall
  * outside its bounds (meta_schedule.thread_extent_low/high_inclusive) is
  * refused as soon as they are bound, with *back_to the edit whose factors
- * set them (tsel_thread_decision). */
+ * set them (tsel_thread_decision); a build refused at the postproc line
+ * (the device's limits) is blamed on the latest edit that wrote factors
+ * (tsel_last_decision). */
 typedef struct {
   const dg_func *kernel;
   const char *spec;

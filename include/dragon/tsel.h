@@ -43,6 +43,10 @@ int tsel_graph_edit_count(const tsel_graph *g);
  * edits that the loops bound to threadIdx come from (through fuse,
  * fuse_bind and tiles of tiles); 0 where none is (src/tsel/blame.c). */
 int tsel_thread_decision(const tsel_graph *g);
+/* The latest edit with written factors (tile, split, thread_split,
+ * sample_tile): what a kernel's size on the device (its shared memory, its
+ * threads) was last chosen by; 0 where none is. */
+int tsel_last_decision(const tsel_graph *g);
 /* Removes every why and expect line (comments and edits stay). */
 void tsel_graph_strip_explanations(tsel_graph *g);
 

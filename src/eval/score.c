@@ -206,10 +206,19 @@ bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed
    * build's VerifyGPUCode would refuse them at the postproc line): the
    * blame goes to the edit whose factors set them. */
   dg_status st;
-  if (sc.scheduled && !search_thread_extents_ok(sc.scheduled, NULL, &st)) {
+  bool threads = sc.scheduled && !search_thread_extents_ok(sc.scheduled, NULL, &st);
+  /* A build refused at the postproc line (VerifyGPUCode, which the
+   * postprocessors run while the graph is lowered, or the build gate:
+   * shared memory, threads, vector widths past the device's limits) is
+   * the factors': the blame goes to the latest edit that wrote some. */
+  bool build = !ok && postprocessed &&
+               (sc.failed == EVAL_GATE_BUILD ||
+                (sc.failed == EVAL_GATE_LOWER &&
+                 strstr(sc.reason, search_postproc_name(SEARCH_POSTPROC_VERIFY_GPU_CODE))));
+  if (threads || build) {
     ok = false;
     tsel_graph *gr = tsel_parse(text, NULL, &st);
-    if (gr && back_to) *back_to = tsel_thread_decision(gr);
+    if (gr && back_to) *back_to = threads ? tsel_thread_decision(gr) : tsel_last_decision(gr);
     tsel_graph_free(gr);
   }
   eval_score_free(&sc);

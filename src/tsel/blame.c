@@ -45,6 +45,12 @@ static bool binds_threads(const tsel_edit *e) {
   return axis && axis->kind == TV_WORD && axis->s && strncmp(axis->s, "threadIdx.", 10) == 0;
 }
 
+int tsel_last_decision(const tsel_graph *g) {
+  for (int n = g->n_edits; n >= 1; n--)
+    if (is_decision(g->edits[n - 1].op)) return n;
+  return 0;
+}
+
 int tsel_thread_decision(const tsel_graph *g) {
   int best = 0;
   for (int n = 1; n <= g->n_edits; n++)
