@@ -63,11 +63,7 @@ LABEL_ARGS=${LABEL_ARGS---trials-max 64 --max-work 1e10}
 . scripts/log_steps.sh
 . scripts/debs_env.sh
 note "$DEBS_NOTE"
-{
-  date -u
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
-  nproc
-} >"$LOGDIR/machine.txt" 2>&1
+machine_log
 if [ ! -x "$BUILD/dragon" ]; then
   build_logged "$BUILD/dragon" ${DG_COMMIT:+DG_COMMIT=$DG_COMMIT}
 fi

@@ -52,11 +52,7 @@ t_start=$(date +%s)
 . scripts/log_steps.sh
 . scripts/debs_env.sh
 note "$DEBS_NOTE"
-{
-  date -u
-  [ "$DEVICE" = cpu ] || nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
-  nproc
-} >"$LOGDIR/machine.txt" 2>&1
+machine_log "$DEVICE"
 [ -x "$BUILD/dragon" ] || build_logged "$BUILD/dragon"
 DRAGON=./$BUILD/dragon
 DIRS=/tmp/dragon-sft-runs

@@ -4,6 +4,8 @@
 #                                on failure prints its tail and exits 1
 #   run_logged NAME LIMIT CMD... runs CMD under a time limit into LOGDIR/NAME.log
 #                                and notes its exit status, time and last line
+#   machine_log [cpu]            the date, the GPUs (not with cpu) and the cores
+#                                into LOGDIR/machine.txt
 summary="$LOGDIR/summary.txt"
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
@@ -24,4 +26,11 @@ run_logged() {
   timeout "$limit" "$@" >"$LOGDIR/$name.log" 2>&1
   local rc=$?
   note "$name: exit $rc in $(($(date +%s) - t)) s; $(tail -1 "$LOGDIR/$name.log")"
+}
+machine_log() {
+  {
+    date -u
+    [ "${1:-}" = cpu ] || nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1
+    nproc
+  } >"$LOGDIR/machine.txt" 2>&1
 }
