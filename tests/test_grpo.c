@@ -505,14 +505,16 @@ DG_TEST(gpu_grpo_matches_cpu) {
   flat_family = NULL;
   grpo_run_args a;
   grpo_result rc, rg, r1, r2;
+  /* one step on the CPU (its checkpoint model_1 stays: a run keeps only
+   * its last step), two on the GPU */
   run_args(&a, model, tok, dc);
-  a.steps = 2;
+  a.steps = 1;
   CHECK_MSG(grpo_run(&a, &rc, &st), "cpu: %s", st.msg);
   run_args(&a, model, tok, dg);
   a.steps = 2;
   a.device = TRAIN_DEVICE_CUDA;
   CHECK_MSG(grpo_run(&a, &rg, &st), "cuda: %s", st.msg);
-  CHECK(rc.n == 2 && rg.n == 2);
+  CHECK(rc.n == 1 && rg.n == 2);
   const grpo_step_stats *c0 = &rc.steps[0], *g0 = &rg.steps[0];
   CHECK_MSG(c0->reward_mean == g0->reward_mean && c0->tokens == g0->tokens && c0->groups == g0->groups,
             "reward %g/%g tokens %lld/%lld", c0->reward_mean, g0->reward_mean, (long long)c0->tokens,
@@ -522,8 +524,19 @@ DG_TEST(gpu_grpo_matches_cpu) {
   CHECK_MSG(fabs(c0->grad_norm - g0->grad_norm) <= 0.05 * c0->grad_norm, "grad norm %g (cpu) %g (cuda)",
             c0->grad_norm, g0->grad_norm);
   CHECK(c0->grad_norm > 0);
+  /* the GPU's first update: a run of one step, the same as the first
+   * step of two */
+  run_args(&a, model, tok, ds);
+  a.steps = 1;
+  a.device = TRAIN_DEVICE_CUDA;
+  CHECK_MSG(grpo_run(&a, &r1, &st), "%s", st.msg);
+  CHECK(r1.n == 1);
+  CHECK_MSG(r1.steps[0].reward_mean == g0->reward_mean && r1.steps[0].loss == g0->loss &&
+                r1.steps[0].grad_norm == g0->grad_norm,
+            "step 0 of one and of two steps: loss %g/%g norm %g/%g", r1.steps[0].loss, g0->loss,
+            r1.steps[0].grad_norm, g0->grad_norm);
   size_t n0, nc, ng;
-  float *p0 = params_at(model, -1, &n0), *pc = params_at(dc, 1, &nc), *pg = params_at(dg, 1, &ng);
+  float *p0 = params_at(model, -1, &n0), *pc = params_at(dc, 1, &nc), *pg = params_at(ds, 1, &ng);
   CHECK(p0 && pc && pg && n0 == nc && n0 == ng);
   double dot = 0, sc = 0, sg = 0;
   for (size_t i = 0; i < n0; i++) {
@@ -536,10 +549,6 @@ DG_TEST(gpu_grpo_matches_cpu) {
   free(pc);
   free(pg);
   /* resume on the GPU: exact */
-  run_args(&a, model, tok, ds);
-  a.steps = 1;
-  a.device = TRAIN_DEVICE_CUDA;
-  CHECK_MSG(grpo_run(&a, &r1, &st), "%s", st.msg);
   run_args(&a, NULL, NULL, ds);
   a.resume = true;
   a.steps = 2;

@@ -447,6 +447,10 @@ typedef struct {
   int groups, dropped_groups;
   int64_t tokens;      /* loss tokens */
   double grad_norm, lr, seconds;
+  /* where the seconds went: writing the graphs (the CPU cores), judging
+   * them (builds, checks, timings), the update (log-probabilities and
+   * AdamW) */
+  double write_seconds, judge_seconds, update_seconds;
 } grpo_step_stats;
 
 typedef struct {

@@ -155,17 +155,20 @@ typedef struct {
 typedef struct {
   const grpo_run_args *a;
   const nn_model *m;
-  const prompt_t *p;
-  sample_t *s;
+  const prompt_t *p; /* a round's prompts */
+  sample_t *s;       /* and their samples, g a prompt */
   int g;
 } write_ctx;
 
-/* On a thread: sample j of the prompt, with a tokenizer and mask of its
- * own (encoding and masking keep scratch state). */
-static void write_sample(void *ctx, int j) {
+/* On a thread: sample i of the round (sample i % g of prompt i / g), with
+ * a tokenizer and mask of its own (encoding and masking keep scratch
+ * state). */
+static void write_sample(void *ctx, int i) {
   write_ctx *c = ctx;
   const grpo_run_args *a = c->a;
-  sample_t *s = &c->s[j];
+  const prompt_t *p = &c->p[i / c->g];
+  int j = i % c->g;
+  sample_t *s = &c->s[i];
   dg_status st;
   tok_tokenizer *tok = tok_load(a->tokenizer_path, &st);
   tsel_mask *mask = tok ? tsel_mask_new(tok, &st) : NULL;
@@ -179,56 +182,68 @@ static void write_sample(void *ctx, int j) {
   o.sample.max_tokens = a->max_tokens;
   o.explain = false;
   o.trace = &s->trace;
-  eval_guard guard = {c->p->f, c->p->spec};
+  eval_guard guard = {p->f, p->spec};
   if (a->guard) {
     o.guard = eval_guard_line;
     o.guard_ctx = &guard;
   }
   train_decode_stats ds;
-  uint64_t seed = a->seed + (uint64_t)c->p->q * (uint64_t)c->g + (uint64_t)j;
-  s->graph = train_decode_graph(c->m, tok, mask, c->p->prompt.data, (int)c->p->prompt.len, c->p->f,
-                                c->p->spec, TSEL_TARGET_CUDA, &o, seed, &ds, &st);
+  uint64_t seed = a->seed + (uint64_t)p->q * (uint64_t)c->g + (uint64_t)j;
+  s->graph = train_decode_graph(c->m, tok, mask, p->prompt.data, (int)p->prompt.len, p->f, p->spec,
+                                TSEL_TARGET_CUDA, &o, seed, &ds, &st);
   s->truncated = ds.budget_completed;
   tsel_mask_free(mask);
   tok_free(tok);
 }
 
-/* The gates' verdicts and rewards of a prompt's samples. */
-static void judge(const grpo_run_args *a, const prompt_t *p, sample_t *s, int g) {
+/* The gates' verdicts and rewards of a round's samples (g for each of its
+ * n_p prompts): one batch, built on every core, and on a GPU one queue
+ * with each prompt's untuned baseline beside its samples. */
+static void judge(const grpo_run_args *a, const prompt_t *p, int n_p, sample_t *s, int g) {
   if (a->reward) {
-    for (int j = 0; j < g; j++)
-      s[j].reward = a->reward(a->reward_ctx, p->spec, p->f, s[j].graph, &s[j].gate, &s[j].speedup);
+    for (int i = 0; i < n_p * g; i++)
+      s[i].reward = a->reward(a->reward_ctx, p[i / g].spec, p[i / g].f, s[i].graph, &s[i].gate, &s[i].speedup);
     return;
   }
-  int n = g + (a->gpu ? 1 : 0);
+  int per = g + (a->gpu ? 1 : 0), n = n_p * per;
   eval_item *items = dg_calloc((size_t)n, sizeof *items);
   eval_score *sc = dg_calloc((size_t)n, sizeof *sc);
-  char *base = NULL;
-  for (int j = 0; j < g; j++) items[j] = (eval_item){s[j].graph ? s[j].graph : "", "sample", p->f, p->spec, NULL};
-  if (a->gpu) {
-    /* the untuned baseline in the same queue, for the speedups */
+  char **base = dg_calloc((size_t)n_p, sizeof *base);
+  for (int k = 0; k < n_p; k++) {
+    for (int j = 0; j < g; j++) {
+      const char *graph = s[k * g + j].graph;
+      items[k * per + j] = (eval_item){graph ? graph : "", "sample", p[k].f, p[k].spec, NULL};
+    }
+    if (!a->gpu) continue;
+    /* the untuned baseline, for the speedups */
     sched *bs = NULL;
     dg_status st;
-    if (search_baseline_schedule(p->f, NULL, &bs, &st)) {
-      tsel_graph *bg = tsel_lift(sched_get_trace(bs), p->spec, p->f, NULL, &st);
-      if (bg) base = tsel_print(bg);
+    if (search_baseline_schedule(p[k].f, NULL, &bs, &st)) {
+      tsel_graph *bg = tsel_lift(sched_get_trace(bs), p[k].spec, p[k].f, NULL, &st);
+      if (bg) base[k] = tsel_print(bg);
       tsel_graph_free(bg);
     }
     sched_free(bs);
-    items[g] = (eval_item){base ? base : "", "baseline", p->f, p->spec, NULL};
+    items[k * per + g] = (eval_item){base[k] ? base[k] : "", "baseline", p[k].f, p[k].spec, NULL};
   }
   eval_score_opts eo;
   memset(&eo, 0, sizeof eo);
   eo.last = a->gpu ? EVAL_GATE_MEASURE : EVAL_GATE_NUMERIC;
   eo.gpu = a->gpu;
   eval_score_batch(items, n, &eo, a->threads, sc);
-  double base_secs = a->gpu && sc[g].failed == EVAL_PASSED ? sc[g].secs : 0;
-  for (int j = 0; j < g; j++) {
-    s[j].gate = s[j].graph ? sc[j].failed : EVAL_GATE_PARSE;
-    s[j].speedup = s[j].gate == EVAL_PASSED && base_secs > 0 && sc[j].secs > 0 ? base_secs / sc[j].secs : 0;
-    s[j].reward = grpo_reward(&a->obj, s[j].gate, s[j].speedup);
+  for (int k = 0; k < n_p; k++) {
+    const eval_score *b = &sc[k * per + g];
+    double base_secs = a->gpu && b->failed == EVAL_PASSED ? b->secs : 0;
+    for (int j = 0; j < g; j++) {
+      sample_t *x = &s[k * g + j];
+      const eval_score *y = &sc[k * per + j];
+      x->gate = x->graph ? y->failed : EVAL_GATE_PARSE;
+      x->speedup = x->gate == EVAL_PASSED && base_secs > 0 && y->secs > 0 ? base_secs / y->secs : 0;
+      x->reward = grpo_reward(&a->obj, x->gate, x->speedup);
+    }
+    free(base[k]);
   }
-  for (int j = 0; j < n; j++) eval_score_free(&sc[j]);
+  for (int i = 0; i < n; i++) eval_score_free(&sc[i]);
   free(sc);
   free(items);
   free(base);
@@ -497,9 +512,11 @@ static bool log_step(const grpo_run_args *a, const grpo_step_stats *s, dg_status
   dg_str_printf(&l,
                 "{\"step\": %lld, \"reward\": %.6g, \"correct\": %.6g, \"speedup\": %.6g, \"loss\": %.6g, "
                 "\"kl\": %.6g, \"clipped\": %.6g, \"entropy\": %.6g, \"dropped\": %.6g, \"groups\": %d, "
-                "\"tokens\": %lld, \"grad_norm\": %.6g, \"lr\": %.6g, \"seconds\": %.3f}\n",
+                "\"tokens\": %lld, \"grad_norm\": %.6g, \"lr\": %.6g, \"seconds\": %.3f, "
+                "\"write_seconds\": %.3f, \"judge_seconds\": %.3f, \"update_seconds\": %.3f}\n",
                 (long long)s->step, s->reward_mean, s->correct, s->speedup_mean, s->loss, s->kl, s->clipped,
-                s->entropy, s->dropped_share, s->groups, (long long)s->tokens, s->grad_norm, s->lr, s->seconds);
+                s->entropy, s->dropped_share, s->groups, (long long)s->tokens, s->grad_norm, s->lr, s->seconds,
+                s->write_seconds, s->judge_seconds, s->update_seconds);
   bool ok = dg_append_lines(lp, l.s, l.len, st);
   dg_str_free(&l);
   free(lp);
@@ -515,41 +532,60 @@ static bool one_step(grpo_run_args *a, run_t *r, tok_tokenizer *tok, grpo_step_s
   sample_t *ss = dg_calloc((size_t)want * g, sizeof *ss);
   int kept = 0, judged_samples = 0, correct = 0, timed = 0;
   double reward_sum = 0, speed_sum = 0;
+  /* Rounds: the prompts a round still needs (want - kept, no more than
+   * 2 * want tried in all), all their samples written at once on every
+   * core and judged in one batch; a group whose rewards are all equal is
+   * dropped. The prompts tried are those of one prompt at a time (a round
+   * tries no more than would be needed if none were dropped). */
   while (kept < want && tries < 2 * want) {
-    int64_t q = r->cursor + tries;
-    tries++;
-    prompt_t *p = &ps[kept];
-    dg_status pst;
-    if (!prompt_make(a, r, tok, q, p, &pst)) {
-      prompt_free(p);
-      continue;
+    int need = want - kept;
+    if (need > 2 * want - tries) need = 2 * want - tries;
+    prompt_t *rp = dg_calloc((size_t)need, sizeof *rp);
+    int n_p = 0;
+    for (int i = 0; i < need; i++) {
+      int64_t q = r->cursor + tries;
+      tries++;
+      dg_status pst;
+      if (prompt_make(a, r, tok, q, &rp[n_p], &pst)) n_p++;
+      else prompt_free(&rp[n_p]);
     }
-    sample_t *s = &ss[(size_t)kept * g];
-    write_ctx wc = {a, &r->model, p, s, g};
-    rt_tasks *tk = rt_tasks_start(g, a->threads > 0 ? a->threads : rt_cpu_count(), write_sample, &wc);
+    sample_t *rs = dg_calloc((size_t)(n_p ? n_p : 1) * g, sizeof *rs);
+    double ta = dg_now();
+    write_ctx wc = {a, &r->model, rp, rs, g};
+    rt_tasks *tk = rt_tasks_start(n_p * g, a->threads > 0 ? a->threads : rt_cpu_count(), write_sample, &wc);
     while (rt_tasks_next(tk, true) >= 0) {
     }
     rt_tasks_free(tk);
-    judge(a, p, s, g);
-    float rw[256], adv[256];
-    for (int j = 0; j < g; j++) {
-      rw[j] = s[j].reward;
-      reward_sum += s[j].reward;
-      correct += s[j].gate == EVAL_PASSED;
-      if (s[j].speedup > 0) speed_sum += s[j].speedup, timed++;
+    double tb = dg_now();
+    judge(a, rp, n_p, rs, g);
+    out->write_seconds += tb - ta;
+    out->judge_seconds += dg_now() - tb;
+    for (int k = 0; k < n_p; k++) {
+      sample_t *s = &rs[(size_t)k * g];
+      float rw[256], adv[256];
+      for (int j = 0; j < g; j++) {
+        rw[j] = s[j].reward;
+        reward_sum += s[j].reward;
+        correct += s[j].gate == EVAL_PASSED;
+        if (s[j].speedup > 0) speed_sum += s[j].speedup, timed++;
+      }
+      judged_samples += g;
+      if (!grpo_group_advantages(rw, g, a->obj.scale_std, adv)) {
+        out->dropped_groups++;
+        for (int j = 0; j < g; j++) sample_free(&s[j]);
+        prompt_free(&rp[k]);
+        continue;
+      }
+      for (int j = 0; j < g; j++) s[j].adv = adv[j];
+      ps[kept] = rp[k];
+      memcpy(&ss[(size_t)kept * g], s, sizeof *s * (size_t)g);
+      kept++;
     }
-    judged_samples += g;
-    if (!grpo_group_advantages(rw, g, a->obj.scale_std, adv)) {
-      out->dropped_groups++;
-      for (int j = 0; j < g; j++) sample_free(&s[j]);
-      memset(s, 0, sizeof *s * (size_t)g);
-      prompt_free(p);
-      continue;
-    }
-    for (int j = 0; j < g; j++) s[j].adv = adv[j];
-    kept++;
+    free(rp);
+    free(rs);
   }
   r->cursor += tries;
+  double tu = dg_now();
   out->groups = kept;
   out->reward_mean = judged_samples ? reward_sum / judged_samples : 0;
   out->correct = judged_samples ? (double)correct / judged_samples : 0;
@@ -646,6 +682,7 @@ static bool one_step(grpo_run_args *a, run_t *r, tok_tokenizer *tok, grpo_step_s
   for (int i = 0; i < want * g; i++) sample_free(&ss[i]);
   free(ps);
   free(ss);
+  out->update_seconds = dg_now() - tu;
   out->seconds = dg_now() - t0;
   return ok;
 }
@@ -702,9 +739,10 @@ bool grpo_run(grpo_run_args *a, grpo_result *res, dg_status *st) {
     if (a->progress) {
       fprintf(a->progress,
               "step %lld/%lld | reward %.3f | correct %.1f%% | groups %d (%d dropped) | loss %.4f | kl %.4f | "
-              "%lld tokens | %.1f s\n",
+              "%lld tokens | %.1f s (write %.1f, judge %.1f, update %.1f)\n",
               (long long)r.step, (long long)a->steps, s.reward_mean, 100 * s.correct, s.groups,
-              s.dropped_groups, s.loss, s.kl, (long long)s.tokens, s.seconds);
+              s.dropped_groups, s.loss, s.kl, (long long)s.tokens, s.seconds, s.write_seconds,
+              s.judge_seconds, s.update_seconds);
       fflush(a->progress);
     }
   }
