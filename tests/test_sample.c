@@ -65,6 +65,69 @@ DG_TEST(sample_kv_matches_forward) {
   nn_model_free(&m);
 }
 
+/* Tokens fed together (a prompt at once, rows in step, more than one pass
+ * of 32) leave every row exactly as tokens fed one at a time do, bit for
+ * bit; a copied row continues as its source. */
+DG_TEST(sample_kv_feed_rows_bitwise) {
+  dg_status st;
+  dg_status_ok(&st);
+  nn_model m;
+  CHECK(random_model(&m, false, &st));
+  enum { T = 60, V = 40, R = 3 };
+  int32_t seq[R][T];
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < T; t++) seq[r][t] = (t * (7 + r) + 3 * r + t * t) % V;
+  nn_kv_cache one, all;
+  CHECK(nn_kv_init(&one, &m, R, T, &st));
+  CHECK(nn_kv_init(&all, &m, R + 1, T, &st));
+  /* one token at a time, row after row */
+  for (int r = 0; r < R; r++)
+    for (int t = 0; t < T; t++) nn_kv_feed(&one, r, &seq[r][t], 1);
+  /* row 0's first 45 tokens at once (two passes), then every row in step:
+   * rows 1 and 2 take 5 tokens together, then all three one at a time */
+  nn_kv_feed(&all, 0, seq[0], 45);
+  int rows[R] = {1, 2, 0}, n[R] = {5, 5, 0};
+  const int32_t *tk[R] = {seq[1], seq[2], seq[0]};
+  nn_kv_feed_rows(&all, rows, tk, n, 2);
+  for (int t = 0; t < T; t++) {
+    int cnt = 0, fed[R];
+    for (int r = 0; r < R; r++) {
+      int b = (r + t) % R, at = all.pos[b]; /* in a different order each time */
+      if (at >= T) continue;
+      tk[cnt] = &seq[b][at];
+      fed[cnt] = b;
+      n[cnt++] = 1;
+    }
+    if (cnt) nn_kv_feed_rows(&all, fed, tk, n, cnt);
+  }
+  for (int r = 0; r < R; r++) {
+    CHECK_EQ(all.pos[r], T);
+    CHECK(memcmp(nn_kv_logits(&one, r), nn_kv_logits(&all, r), sizeof(float) * V) == 0);
+  }
+  /* a copy of row 1 taken back to 30 and fed row 1's tokens again ends
+   * where row 1 ends */
+  int32_t back[1];
+  nn_kv_cache mid;
+  CHECK(nn_kv_init(&mid, &m, 1, T, &st));
+  nn_kv_feed(&mid, 0, seq[1], 30);
+  float at30[V];
+  memcpy(at30, nn_kv_logits(&mid, 0), sizeof at30);
+  nn_kv_copy_row(&all, R, 1);
+  CHECK_EQ(all.pos[R], T);
+  CHECK(memcmp(nn_kv_logits(&all, R), nn_kv_logits(&one, 1), sizeof(float) * V) == 0);
+  nn_kv_rewind(&all, R, 30, at30);
+  nn_kv_feed(&all, R, seq[1] + 30, T - 30);
+  CHECK(memcmp(nn_kv_logits(&all, R), nn_kv_logits(&one, 1), sizeof(float) * V) == 0);
+  back[0] = (seq[1][T - 1] + 1) % V; /* and a different last token differs */
+  nn_kv_rewind(&all, R, T - 1, at30);
+  nn_kv_feed(&all, R, back, 1);
+  CHECK(memcmp(nn_kv_logits(&all, R), nn_kv_logits(&one, 1), sizeof(float) * V) != 0);
+  nn_kv_free(&mid);
+  nn_kv_free(&one);
+  nn_kv_free(&all);
+  nn_model_free(&m);
+}
+
 /* A row taken back to an earlier position (with the logits it had there)
  * and fed other tokens gives the logits of the full forward over the new
  * sequence: the positions past the rewind are overwritten, not mixed in. */

@@ -328,6 +328,16 @@ void nn_kv_reset(nn_kv_cache *c, int b);
 /* Feeds tokens[0..n) to row b at its next positions (pos + n <= T, ids in
  * [0, V)); the row's logits are then those after the last one. */
 void nn_kv_feed(nn_kv_cache *c, int b, const int32_t *tokens, int n);
+/* Feeds tokens[r][0..n[r]) to row rows[r] for each of count distinct rows,
+ * in passes over the weights shared by up to 32 tokens (decoding is bound
+ * by reading the weights: rows written in step, or a prompt fed at once,
+ * read them once for many tokens). Each row ends as nn_kv_feed would
+ * leave it, bit for bit. */
+void nn_kv_feed_rows(nn_kv_cache *c, const int *rows, const int32_t *const *tokens, const int *n,
+                     int count);
+/* Row dst becomes a copy of row src (its positions, keys, values and
+ * logits): a prompt fed once serves every row that continues it. */
+void nn_kv_copy_row(nn_kv_cache *c, int dst, int src);
 const float *nn_kv_logits(const nn_kv_cache *c, int b);
 /* Takes row b back to its first pos positions (pos <= the positions it
  * holds), with logits (V floats) as its next-token logits: those the row

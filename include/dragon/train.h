@@ -287,6 +287,19 @@ char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
                          const int32_t *prompt, int n_prompt, const dg_func *kernel,
                          const char *spec, tsel_target target, const train_decode_opts *o,
                          uint64_t seed, train_decode_stats *stats, dg_status *st);
+/* n graphs for one prompt, written in step on the calling thread: the
+ * prompt is fed once and copied to every graph's row of one cache, and
+ * each pass of the model feeds every graph's next tokens together (the
+ * weights are read once for all of them). Graph i is drawn with seeds[i]
+ * and is the text train_decode_graph gives for that seed, bit for bit.
+ * texts[i] is NULL when graph i failed, errs[i] saying why; traces
+ * (o->trace is unused) and stats may be NULL, else n of each. False with
+ * st when nothing could start (bad arguments, no memory for the cache). */
+bool train_decode_graphs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const int32_t *prompt,
+                         int n_prompt, const dg_func *kernel, const char *spec, tsel_target target,
+                         const train_decode_opts *o, int n, const uint64_t *seeds, char **texts,
+                         train_decode_trace *traces, train_decode_stats *stats, dg_status *errs,
+                         dg_status *st);
 
 
 /* The CUDA model as a back end (src/train/backend_cuda.c). host is a

@@ -203,42 +203,65 @@ static void give_slot(cli_model *cm, cli_writer_slot *s) {
   pthread_mutex_unlock(cm->pool_lock);
 }
 
-/* One sample of cli_model_write, on whichever thread runs it. */
+/* A group of cli_model_write's samples (i, i + groups, ...), written in
+ * step on whichever thread runs it. */
 typedef struct {
   cli_model *cm;
   const dg_func *f;
   const char *spec, *kernel_text, *prior;
   const train_decode_opts *o;
   uint64_t seed;
+  int k, groups;
   char **texts;
   train_decode_stats *ds;
   char (*why)[300]; /* a failed sample's reason */
 } write_job;
 
-static void write_sample(void *p, int i) {
+static void write_group(void *p, int g) {
   write_job *j = p;
+  int n = 0;
+  int *idx = dg_malloc(sizeof(int) * (size_t)j->k);
+  for (int i = g; i < j->k; i += j->groups) idx[n++] = i;
   dg_str errs;
   dg_str_init(&errs);
-  j->why[i][0] = 0;
   cli_writer_slot *slot = take_slot(j->cm, &errs);
-  if (!slot) {
-    snprintf(j->why[i], sizeof j->why[i], "%.290s", errs.s ? errs.s : "no tokenizer");
-    dg_str_free(&errs);
-    return;
-  }
   tok_ids ids = {0};
   dg_status st;
-  if (!train_prompt_encode(slot->tok, j->kernel_text, j->prior, &ids, &st)) {
-    snprintf(j->why[i], sizeof j->why[i], "the prompt: %.260s", st.msg);
+  const char *fail = NULL;
+  char msg[300];
+  if (!slot) {
+    snprintf(msg, sizeof msg, "%.290s", errs.s ? errs.s : "no tokenizer");
+    fail = msg;
+  } else if (!train_prompt_encode(slot->tok, j->kernel_text, j->prior, &ids, &st)) {
+    snprintf(msg, sizeof msg, "the prompt: %.260s", st.msg);
+    fail = msg;
   } else {
-    j->texts[i] = train_decode_graph(&j->cm->m, slot->tok, slot->mask, ids.data, (int)ids.len, j->f,
-                                     j->spec, TSEL_TARGET_CUDA, j->o, j->seed + (uint64_t)i, &j->ds[i],
-                                     &st);
-    if (!j->texts[i]) snprintf(j->why[i], sizeof j->why[i], "decoding failed: %.260s", st.msg);
+    uint64_t *seeds = dg_malloc(sizeof *seeds * (size_t)n);
+    char **texts = dg_calloc((size_t)n, sizeof *texts);
+    train_decode_stats *ds = dg_calloc((size_t)n, sizeof *ds);
+    dg_status *es = dg_calloc((size_t)n, sizeof *es);
+    for (int r = 0; r < n; r++) seeds[r] = j->seed + (uint64_t)idx[r];
+    if (!train_decode_graphs(&j->cm->m, slot->tok, slot->mask, ids.data, (int)ids.len, j->f, j->spec,
+                             TSEL_TARGET_CUDA, j->o, n, seeds, texts, NULL, ds, es, &st)) {
+      snprintf(msg, sizeof msg, "decoding failed: %.260s", st.msg);
+      fail = msg;
+    }
+    for (int r = 0; r < n && !fail; r++) {
+      j->texts[idx[r]] = texts[r];
+      j->ds[idx[r]] = ds[r];
+      if (!texts[r]) snprintf(j->why[idx[r]], sizeof j->why[idx[r]], "decoding failed: %.260s", es[r].msg);
+    }
+    free(seeds);
+    free(texts);
+    free(ds);
+    free(es);
   }
+  if (fail)
+    for (int r = 0; r < n; r++) snprintf(j->why[idx[r]], sizeof j->why[idx[r]], "%s", fail);
   tok_ids_free(&ids);
-  give_slot(j->cm, slot);
+  if (slot) give_slot(j->cm, slot);
   dg_str_free(&errs);
+  free(idx);
 }
 
 double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const char *kernel_text,
@@ -252,14 +275,15 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
     go.guard = eval_guard_line;
     go.guard_ctx = &guard;
   }
-  /* the samples at once, a core each: sample i is written with seed + i,
-   * so the texts do not depend on the threads */
+  /* the samples in groups, a core each, a group's samples in step (with
+   * more samples than cores, a pass of the model serves several): sample
+   * i is written with seed + i, so the texts depend on neither */
   train_decode_stats *ds = dg_calloc((size_t)k, sizeof *ds);
   char(*why)[300] = dg_calloc((size_t)k, sizeof *why);
-  write_job j = {cm, f, spec, kernel_text, prior, &go, seed, texts, ds, why};
+  int threads = rt_cpu_count(), groups = threads < k ? threads : k;
+  write_job j = {cm, f, spec, kernel_text, prior, &go, seed, k, groups, texts, ds, why};
   for (int i = 0; i < k; i++) texts[i] = NULL;
-  int threads = rt_cpu_count();
-  rt_tasks *t = rt_tasks_start(k, threads < k ? threads : k, write_sample, &j);
+  rt_tasks *t = rt_tasks_start(groups, groups, write_group, &j);
   while (rt_tasks_next(t, true) >= 0) {
   }
   rt_tasks_free(t);

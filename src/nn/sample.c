@@ -5,8 +5,12 @@
  * The per-token arithmetic repeats model.c's forward for one position in the
  * same order (dot products summed left to right, the same softmax), so the
  * logits match a full nn_forward over the sequence to rounding (tested at
- * 1e-5). Rows run one after another; each row's sampling has its own RNG,
- * so a row's output does not depend on the other rows. Sampling works on a
+ * 1e-5). A token's work is bound by reading the weights, so tokens are fed
+ * in passes of up to 32 that share each weight row (a prompt's positions,
+ * or the next token of several rows written in step); a token's arithmetic
+ * does not depend on the others of its pass, so a row ends bit for bit as
+ * it would fed alone. Each row's sampling has its own RNG, so a row's
+ * output does not depend on the other rows. Sampling works on a
  * logits array and so serves any back end that can produce logits; the
  * cache itself is the C reference's. No beam search, no repetition penalty.
  *
@@ -21,8 +25,19 @@
 
 /* ---- the cache ------------------------------------------------------------ */
 
-/* Scratch for one position: x, ln, tmp (C); q, atty (QD); k, v (KVD);
- * h1, h3 (F); att (T). */
+/* A feed's work: up to CHUNK (row, position, token) items, one pass over
+ * the weights for all of them. Decoding one token is bound by reading the
+ * weights (4 bytes a parameter a token); the items of a pass share each
+ * weight row while it is in the cache. */
+enum { CHUNK = 32 };
+
+typedef struct {
+  int b, t;
+  int32_t token;
+} item_t;
+
+/* Item i's buffers in the scratch: x, ln, tmp (C); q, atty (QD); k, v
+ * (KVD); h1, h3 (F); att (T). */
 static size_t scratch_floats(const nn_config *c, int T) {
   size_t C = (size_t)c->d_model, QD = (size_t)c->n_heads * c->head_dim;
   size_t KVD = (size_t)c->n_kv_heads * c->head_dim, F = (size_t)c->ffn_hidden;
@@ -51,7 +66,7 @@ bool nn_kv_init(nn_kv_cache *c, const nn_model *m, int B, int T, dg_status *st) 
   t.v = calloc(half ? half : 1, sizeof(float));
   t.pos = calloc((size_t)B, sizeof(int));
   t.logits = calloc((size_t)B * cfg->vocab_size, sizeof(float));
-  t.scratch = calloc(scratch_floats(cfg, T), sizeof(float));
+  t.scratch = calloc(scratch_floats(cfg, T) * CHUNK, sizeof(float));
   if (!t.k || !t.v || !t.pos || !t.logits || !t.scratch) {
     nn_kv_free(&t);
     return dg_fail(st, DG_ERR_RUNTIME, "KV cache: out of memory for %d rows of %d positions (%.3g GiB)",
@@ -87,81 +102,150 @@ const float *nn_kv_logits(const nn_kv_cache *c, int b) {
   return c->logits + (size_t)b * c->m->cfg.vocab_size;
 }
 
-/* out (OUT) = x (IN) . w (OUT, IN)^T, summed as model.c's matmul_forward. */
-static void matvec(float *out, const float *x, const float *w, int IN, int OUT) {
-  for (int o = 0; o < OUT; o++) out[o] = nn_dot(x, w + (size_t)o * IN, IN);
+/* out[i] (OUT) = x[i] (IN) . w (OUT, IN)^T for the n items, each dot
+ * product summed as model.c's matmul_forward. */
+static void matvecs(float *const *out, const float *const *x, int n, const float *w, int IN, int OUT) {
+  for (int o = 0; o < OUT; o++) {
+    const float *wo = w + (size_t)o * IN;
+    for (int i = 0; i < n; i++) out[i][o] = nn_dot(x[i], wo, IN);
+  }
 }
 
-static void feed_one(nn_kv_cache *c, int b, int32_t token) {
+/* One pass of the model over n items (n <= CHUNK). Items of one row come
+ * in order of position; a row's keys and values up to an item's position
+ * are in the cache or among the items before it, so every item attends to
+ * what it would if fed alone. Each row's logits become those of its last
+ * item. */
+static void feed_items(nn_kv_cache *c, const item_t *it, int n) {
   const nn_model *m = c->m;
   const nn_config *cfg = &m->cfg;
   int L = cfg->n_layers, C = cfg->d_model, V = cfg->vocab_size, F = cfg->ffn_hidden;
   int NH = cfg->n_heads, NKV = cfg->n_kv_heads, HD = cfg->head_dim, QD = NH * HD, KVD = NKV * HD;
-  int group = NH / NKV, half = HD / 2, T = c->T, t = c->pos[b];
-  DG_ASSERT(t < T && token >= 0 && token < V);
+  int group = NH / NKV, half = HD / 2, T = c->T;
   const nn_weights *p = &m->params;
-  float *x = c->scratch, *ln = x + C, *tmp = ln + C, *q = tmp + C, *atty = q + QD, *kk = atty + QD,
-        *vv = kk + KVD, *h1 = vv + KVD, *h3 = h1 + F, *att = h3 + F;
+  size_t per = scratch_floats(cfg, T);
+  float *x[CHUNK], *ln[CHUNK], *tmp[CHUNK], *q[CHUNK], *atty[CHUNK], *kk[CHUNK], *vv[CHUNK], *h1[CHUNK],
+      *h3[CHUNK], *att[CHUNK];
   float rstd, scale = 1.0f / sqrtf((float)HD);
-  const float *cs = m->rope_cos + (size_t)t * half, *sn = m->rope_sin + (size_t)t * half;
-
-  memcpy(x, p->wte + (size_t)token * C, sizeof(float) * (size_t)C);
+  for (int i = 0; i < n; i++) {
+    DG_ASSERT(it[i].t < T && it[i].token >= 0 && it[i].token < V);
+    x[i] = c->scratch + per * (size_t)i;
+    ln[i] = x[i] + C, tmp[i] = ln[i] + C, q[i] = tmp[i] + C, atty[i] = q[i] + QD, kk[i] = atty[i] + QD;
+    vv[i] = kk[i] + KVD, h1[i] = vv[i] + KVD, h3[i] = h1[i] + F, att[i] = h3[i] + F;
+    memcpy(x[i], p->wte + (size_t)it[i].token * C, sizeof(float) * (size_t)C);
+  }
   for (int l = 0; l < L; l++) {
-    /* cache rows of this layer and row: (T, KVD) */
-    float *kc = c->k + (((size_t)l * c->B + b) * T) * KVD;
-    float *vc = c->v + (((size_t)l * c->B + b) * T) * KVD;
-    nn_rmsnorm_forward(ln, &rstd, x, p->ln1w + (size_t)l * C, 1, C, cfg->norm_eps);
-    matvec(q, ln, p->wq + (size_t)l * QD * C, C, QD);
-    matvec(kk, ln, p->wk + (size_t)l * KVD * C, C, KVD);
-    matvec(vv, ln, p->wv + (size_t)l * KVD * C, C, KVD);
-    nn_rope_rotate(q, cs, sn, 1, 1, NH, HD, 1.0f);
-    nn_rope_rotate(kk, cs, sn, 1, 1, NKV, HD, 1.0f);
-    memcpy(kc + (size_t)t * KVD, kk, sizeof(float) * (size_t)KVD);
-    memcpy(vc + (size_t)t * KVD, vv, sizeof(float) * (size_t)KVD);
-    for (int h = 0; h < NH; h++) {
-      int kvh = h / group;
-      const float *qv = q + (size_t)h * HD;
-      float mx = -INFINITY;
-      for (int t2 = 0; t2 <= t; t2++) {
-        const float *kv = kc + (size_t)t2 * KVD + (size_t)kvh * HD;
-        float s = 0;
-        for (int i = 0; i < HD; i++) s += qv[i] * kv[i];
-        s *= scale;
-        att[t2] = s;
-        if (s > mx) mx = s;
-      }
-      float sum = 0;
-      for (int t2 = 0; t2 <= t; t2++) {
-        att[t2] = expf(att[t2] - mx);
-        sum += att[t2];
-      }
-      float inv = 1.0f / sum;
-      for (int t2 = 0; t2 <= t; t2++) att[t2] *= inv;
-      float *o = atty + (size_t)h * HD;
-      for (int i = 0; i < HD; i++) o[i] = 0;
-      for (int t2 = 0; t2 <= t; t2++) {
-        const float *vr = vc + (size_t)t2 * KVD + (size_t)kvh * HD;
-        float a = att[t2];
-        for (int i = 0; i < HD; i++) o[i] += a * vr[i];
+    for (int i = 0; i < n; i++) nn_rmsnorm_forward(ln[i], &rstd, x[i], p->ln1w + (size_t)l * C, 1, C, cfg->norm_eps);
+    matvecs(q, (const float *const *)ln, n, p->wq + (size_t)l * QD * C, C, QD);
+    matvecs(kk, (const float *const *)ln, n, p->wk + (size_t)l * KVD * C, C, KVD);
+    matvecs(vv, (const float *const *)ln, n, p->wv + (size_t)l * KVD * C, C, KVD);
+    /* every item's key and value into the cache first */
+    for (int i = 0; i < n; i++) {
+      int t = it[i].t;
+      const float *cs = m->rope_cos + (size_t)t * half, *sn = m->rope_sin + (size_t)t * half;
+      nn_rope_rotate(q[i], cs, sn, 1, 1, NH, HD, 1.0f);
+      nn_rope_rotate(kk[i], cs, sn, 1, 1, NKV, HD, 1.0f);
+      size_t row = ((size_t)l * c->B + it[i].b) * T;
+      memcpy(c->k + (row + (size_t)t) * KVD, kk[i], sizeof(float) * (size_t)KVD);
+      memcpy(c->v + (row + (size_t)t) * KVD, vv[i], sizeof(float) * (size_t)KVD);
+    }
+    for (int i = 0; i < n; i++) {
+      int t = it[i].t;
+      const float *kc = c->k + (((size_t)l * c->B + it[i].b) * T) * KVD;
+      const float *vc = c->v + (((size_t)l * c->B + it[i].b) * T) * KVD;
+      float *a = att[i];
+      for (int h = 0; h < NH; h++) {
+        int kvh = h / group;
+        const float *qv = q[i] + (size_t)h * HD;
+        float mx = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++) {
+          const float *kv = kc + (size_t)t2 * KVD + (size_t)kvh * HD;
+          float s = 0;
+          for (int j = 0; j < HD; j++) s += qv[j] * kv[j];
+          s *= scale;
+          a[t2] = s;
+          if (s > mx) mx = s;
+        }
+        float sum = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+          a[t2] = expf(a[t2] - mx);
+          sum += a[t2];
+        }
+        float inv = 1.0f / sum;
+        for (int t2 = 0; t2 <= t; t2++) a[t2] *= inv;
+        float *o = atty[i] + (size_t)h * HD;
+        for (int j = 0; j < HD; j++) o[j] = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+          const float *vr = vc + (size_t)t2 * KVD + (size_t)kvh * HD;
+          float w = a[t2];
+          for (int j = 0; j < HD; j++) o[j] += w * vr[j];
+        }
       }
     }
-    matvec(tmp, atty, p->wo + (size_t)l * C * QD, QD, C);
-    for (int i = 0; i < C; i++) x[i] = x[i] + tmp[i];
-    nn_rmsnorm_forward(ln, &rstd, x, p->ln2w + (size_t)l * C, 1, C, cfg->norm_eps);
-    matvec(h1, ln, p->w1 + (size_t)l * F * C, C, F);
-    matvec(h3, ln, p->w3 + (size_t)l * F * C, C, F);
-    for (int i = 0; i < F; i++) h1[i] = h1[i] / (1.0f + expf(-h1[i])) * h3[i];
-    matvec(tmp, h1, p->w2 + (size_t)l * C * F, F, C);
-    for (int i = 0; i < C; i++) x[i] = x[i] + tmp[i];
+    matvecs(tmp, (const float *const *)atty, n, p->wo + (size_t)l * C * QD, QD, C);
+    for (int i = 0; i < n; i++) {
+      for (int j = 0; j < C; j++) x[i][j] = x[i][j] + tmp[i][j];
+      nn_rmsnorm_forward(ln[i], &rstd, x[i], p->ln2w + (size_t)l * C, 1, C, cfg->norm_eps);
+    }
+    matvecs(h1, (const float *const *)ln, n, p->w1 + (size_t)l * F * C, C, F);
+    matvecs(h3, (const float *const *)ln, n, p->w3 + (size_t)l * F * C, C, F);
+    for (int i = 0; i < n; i++)
+      for (int j = 0; j < F; j++) h1[i][j] = h1[i][j] / (1.0f + expf(-h1[i][j])) * h3[i][j];
+    matvecs(tmp, (const float *const *)h1, n, p->w2 + (size_t)l * C * F, F, C);
+    for (int i = 0; i < n; i++)
+      for (int j = 0; j < C; j++) x[i][j] = x[i][j] + tmp[i][j];
   }
-  nn_rmsnorm_forward(ln, &rstd, x, p->lnfw, 1, C, cfg->norm_eps);
-  matvec(c->logits + (size_t)b * V, ln, p->wlm, C, V);
-  c->pos[b] = t + 1;
+  /* the logits of each row's last item only */
+  float *lo[CHUNK];
+  const float *li[CHUNK];
+  int nl = 0;
+  for (int i = 0; i < n; i++) {
+    bool last = true;
+    for (int j = i + 1; j < n && last; j++) last = it[j].b != it[i].b;
+    if (!last) continue;
+    nn_rmsnorm_forward(ln[i], &rstd, x[i], p->lnfw, 1, C, cfg->norm_eps);
+    li[nl] = ln[i];
+    lo[nl++] = c->logits + (size_t)it[i].b * V;
+    c->pos[it[i].b] = it[i].t + 1;
+  }
+  matvecs(lo, li, nl, p->wlm, C, V);
+}
+
+void nn_kv_feed_rows(nn_kv_cache *c, const int *rows, const int32_t *const *tokens, const int *n, int count) {
+  item_t it[CHUNK];
+  int k = 0;
+  for (int r = 0; r < count; r++) {
+    int b = rows[r];
+    DG_ASSERT(b >= 0 && b < c->B && n[r] >= 0 && c->pos[b] + n[r] <= c->T);
+    for (int r2 = 0; r2 < r; r2++) DG_ASSERT(rows[r2] != b);
+    int at = c->pos[b]; /* a pass moves pos on */
+    for (int i = 0; i < n[r]; i++) {
+      it[k++] = (item_t){b, at + i, tokens[r][i]};
+      if (k == CHUNK) {
+        feed_items(c, it, k);
+        k = 0;
+      }
+    }
+  }
+  if (k > 0) feed_items(c, it, k);
 }
 
 void nn_kv_feed(nn_kv_cache *c, int b, const int32_t *tokens, int n) {
-  DG_ASSERT(b >= 0 && b < c->B && n >= 0 && c->pos[b] + n <= c->T);
-  for (int i = 0; i < n; i++) feed_one(c, b, tokens[i]);
+  nn_kv_feed_rows(c, &b, &tokens, &n, 1);
+}
+
+void nn_kv_copy_row(nn_kv_cache *c, int dst, int src) {
+  DG_ASSERT(dst >= 0 && dst < c->B && src >= 0 && src < c->B);
+  if (dst == src) return;
+  const nn_config *cfg = &c->m->cfg;
+  size_t KVD = (size_t)cfg->n_kv_heads * cfg->head_dim, T = (size_t)c->T, n = (size_t)c->pos[src] * KVD;
+  for (int l = 0; l < cfg->n_layers; l++) {
+    memcpy(c->k + ((size_t)l * c->B + dst) * T * KVD, c->k + ((size_t)l * c->B + src) * T * KVD, sizeof(float) * n);
+    memcpy(c->v + ((size_t)l * c->B + dst) * T * KVD, c->v + ((size_t)l * c->B + src) * T * KVD, sizeof(float) * n);
+  }
+  c->pos[dst] = c->pos[src];
+  size_t V = (size_t)cfg->vocab_size;
+  memcpy(c->logits + (size_t)dst * V, c->logits + (size_t)src * V, sizeof(float) * V);
 }
 
 /* ---- sampling ------------------------------------------------------------- */

@@ -29,7 +29,14 @@
  * is no longer asked (the gates after decoding still judge the graph).
  * A guard may name the earlier line to blame (the tile whose factors set
  * the threads that a later line finds out of bounds): the lines after it
- * are dropped at once and the blamed line is written again. */
+ * are dropped at once and the blamed line is written again.
+ *
+ * Several graphs of one prompt are written in step (train_decode_graphs):
+ * each is a writer that runs to its next tokens for the model and queues
+ * them; one pass of the model (nn_kv_feed_rows) then feeds every writer's
+ * queue, so the weights are read once for all of them. The prompt is fed
+ * once and its row copied. A writer's draws, checker and guard are its
+ * own, so graph i is the one written alone with its seed. */
 #include <string.h>
 
 #include "dragon/train.h"
@@ -50,9 +57,15 @@ void train_decode_opts_default(train_decode_opts *o) {
 
 typedef struct {
   const nn_model *m;
-  nn_kv_cache kv;
+  nn_kv_cache *kv;
+  int row; /* this graph's row of the cache */
   int used, budget;
   train_decode_trace *trace; /* every token after the prompt, or NULL */
+  /* queued: tokens waiting for the model, fed with the other graphs' (the
+   * writer's step returns as soon as it queues them); else fed at once */
+  bool queued;
+  int32_t *pend;
+  int n_pend, cap_pend;
 } decoder;
 
 static void trace_put(decoder *d, const int32_t *ids, int n, bool sampled) {
@@ -71,7 +84,16 @@ static void trace_put(decoder *d, const int32_t *ids, int n, bool sampled) {
 
 /* Feeds tokens to the model: forced text (sampled false) or a drawn token. */
 static void feed_model(decoder *d, const int32_t *ids, int n, bool sampled) {
-  nn_kv_feed(&d->kv, 0, ids, n);
+  if (d->queued) {
+    if (d->n_pend + n > d->cap_pend) {
+      d->cap_pend = (d->n_pend + n) * 2 + 16;
+      d->pend = dg_realloc(d->pend, sizeof *d->pend * (size_t)d->cap_pend);
+    }
+    memcpy(d->pend + d->n_pend, ids, sizeof *ids * (size_t)n);
+    d->n_pend += n;
+  } else {
+    nn_kv_feed(d->kv, d->row, ids, n);
+  }
   d->used += n;
   trace_put(d, ids, n, sampled);
 }
@@ -98,7 +120,7 @@ static char *unconstrained(decoder *d, tok_tokenizer *tok, const char *header, c
     feed_model(d, e.data, (int)e.len, false);
     stats->n_forced += (int)e.len;
     while (d->used < d->budget) {
-      int32_t t = nn_sample_token(nn_kv_logits(&d->kv, 0), V, &o->sample, rng);
+      int32_t t = nn_sample_token(nn_kv_logits(d->kv, d->row), V, &o->sample, rng);
       if (t == end) {
         trace_put(d, &t, 1, true);
         break;
@@ -148,11 +170,11 @@ static void stack_push(line_stack *s, const tsel_prefix *p, const decoder *d) {
   }
   line_start *l = &s->v[s->n++];
   l->saved = tsel_prefix_save(p);
-  l->pos = d->kv.pos[0];
+  l->pos = d->kv->pos[d->row];
   l->used = d->used;
   l->tries = 0;
   l->logits = dg_malloc(sizeof(float) * (size_t)s->V);
-  memcpy(l->logits, nn_kv_logits(&d->kv, 0), sizeof(float) * (size_t)s->V);
+  memcpy(l->logits, nn_kv_logits(d->kv, d->row), sizeof(float) * (size_t)s->V);
 }
 
 static void stack_pop(line_stack *s) {
@@ -180,82 +202,86 @@ static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retrie
     l->tries++;
   }
   tsel_prefix_restore(p, l->saved);
-  nn_kv_rewind(&d->kv, 0, l->pos, l->logits);
+  nn_kv_rewind(d->kv, d->row, l->pos, l->logits);
   d->used = l->used;
   if (d->trace) d->trace->n = l->used;
 }
 
-char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
-                         const int32_t *prompt, int n_prompt, const dg_func *kernel,
-                         const char *spec, tsel_target target, const train_decode_opts *o,
-                         uint64_t seed, train_decode_stats *stats, dg_status *st) {
-  dg_status_ok(st);
-  train_decode_stats local;
-  if (!stats) stats = &local;
-  memset(stats, 0, sizeof *stats);
-  int V = m->cfg.vocab_size, maxT = m->cfg.max_seq_len;
-  if (tok_vocab_size(tok) != V) {
-    dg_fail(st, DG_ERR_INVALID, "tsel decode: the tokenizer has %d ids, the model %d", tok_vocab_size(tok), V);
-    return NULL;
-  }
-  if (!o->unconstrained && (!mask || tsel_mask_vocab_size(mask) != V)) {
-    dg_fail(st, DG_ERR_INVALID, "tsel decode: the mask is not of the model's vocabulary");
-    return NULL;
-  }
-  if (n_prompt < 1 || n_prompt >= maxT) {
-    dg_fail(st, DG_ERR_INVALID, "tsel decode: the prompt has %d tokens; the model takes 1 to %d", n_prompt, maxT - 1);
-    return NULL;
-  }
-  for (int i = 0; i < n_prompt; i++)
-    if (prompt[i] < 0 || prompt[i] >= V) {
-      dg_fail(st, DG_ERR_INVALID, "tsel decode: prompt token %d = %d is outside the vocabulary", i, (int)prompt[i]);
-      return NULL;
-    }
-  if (o->sample.max_tokens < 1) {
-    dg_fail(st, DG_ERR_INVALID, "tsel decode: max_tokens must be >= 1");
-    return NULL;
-  }
-  tsel_prefix *p = tsel_prefix_new(kernel, spec, target, st);
-  if (!p) return NULL;
-  tsel_prefix_set_explain(p, o->explain);
-  decoder d = {.m = m, .trace = o->trace};
-  if (d.trace) d.trace->n = 0;
-  int T = n_prompt + o->sample.max_tokens;
-  if (T > maxT) T = maxT;
-  d.budget = T - n_prompt;
-  if (!nn_kv_init(&d.kv, m, 1, T, st)) {
-    tsel_prefix_free(p);
-    return NULL;
-  }
-  nn_kv_feed(&d.kv, 0, prompt, n_prompt);
-  dg_rng base, rng;
-  dg_rng_seed(&base, seed);
-  rng = dg_rng_fork(&base);
-  char *result = NULL;
-  if (o->unconstrained) {
-    result = unconstrained(&d, tok, tsel_prefix_forced(p), o, &rng, stats, st);
-    goto done;
-  }
-  int32_t end = tok_special(tok, TOK_END);
-  float *z = dg_malloc(sizeof(float) * (size_t)V);
-  int32_t *ids = dg_malloc(sizeof(int32_t) * (size_t)V);
-  uint8_t *allowed = dg_malloc((size_t)V);
+/* One graph being written: the checker, its row of the cache, its draws,
+ * the guard's stack. writer_step runs it up to the next tokens for the
+ * model (queued in d) or to its end (done). */
+typedef struct {
+  const train_decode_opts *o;
+  tok_tokenizer *tok;
+  tsel_mask *mask;
+  const dg_func *kernel;
+  train_decode_stats *stats;
+  tsel_prefix *p;
+  decoder d;
+  dg_rng rng;
+  int32_t end;
+  float *z;
+  int32_t *ids;
+  uint8_t *allowed;
   dg_str fin, forced;
-  dg_str_init(&fin);
-  dg_str_init(&forced);
-  tok_ids e = {0};
-  bool ok = true, finish = false;
-  /* the guard: the start of every accepted line, the edits judged so far */
-  line_stack lines = {.V = V};
-  bool guarding = o->guard != NULL;
-  int judged = 0;
-  bool retrying = false;
-  nn_sample_opts retry = o->sample;
-  if (retry.temperature < o->retry_temperature) retry.temperature = o->retry_temperature;
-  if (guarding) stack_push(&lines, p, &d);
-  while (ok && !finish) {
+  tok_ids e;
+  line_stack lines;
+  bool guarding, retrying, started, ok, finish, done;
+  int judged;
+  nn_sample_opts retry;
+  dg_status st;
+  char *result;
+} writer;
+
+static void writer_init(writer *w, const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const dg_func *kernel,
+                        tsel_prefix *p, nn_kv_cache *kv, int row, int budget, const train_decode_opts *o,
+                        train_decode_trace *trace, uint64_t seed, train_decode_stats *stats) {
+  memset(w, 0, sizeof *w);
+  w->o = o;
+  w->tok = tok;
+  w->mask = mask;
+  w->kernel = kernel;
+  w->stats = stats;
+  memset(stats, 0, sizeof *stats);
+  w->p = p;
+  w->d = (decoder){.m = m, .kv = kv, .row = row, .budget = budget, .trace = trace, .queued = true};
+  if (trace) trace->n = 0;
+  dg_rng base;
+  dg_rng_seed(&base, seed);
+  w->rng = dg_rng_fork(&base);
+  int V = m->cfg.vocab_size;
+  w->end = tok_special(tok, TOK_END);
+  w->z = dg_malloc(sizeof(float) * (size_t)V);
+  w->ids = dg_malloc(sizeof(int32_t) * (size_t)V);
+  w->allowed = dg_malloc((size_t)V);
+  dg_str_init(&w->fin);
+  dg_str_init(&w->forced);
+  w->lines = (line_stack){.V = V};
+  w->guarding = o->guard != NULL;
+  w->retry = o->sample;
+  if (w->retry.temperature < o->retry_temperature) w->retry.temperature = o->retry_temperature;
+  w->ok = true;
+  dg_status_ok(&w->st);
+}
+
+/* Runs the graph until it queues tokens for the model (they are fed
+ * before the next call: the cache and logits are then up to date) or is
+ * done. */
+static void writer_step(writer *w) {
+  const train_decode_opts *o = w->o;
+  train_decode_stats *stats = w->stats;
+  tsel_prefix *p = w->p;
+  decoder *d = &w->d;
+  int V = d->m->cfg.vocab_size;
+  d->n_pend = 0;
+  if (w->done) return;
+  if (!w->started) {
+    w->started = true;
+    if (w->guarding) stack_push(&w->lines, p, d);
+  }
+  while (w->ok && !w->finish && d->n_pend == 0) {
     /* a newly complete edit line goes to the guard */
-    if (guarding && tsel_prefix_edit_count(p) > judged) {
+    if (w->guarding && tsel_prefix_edit_count(p) > w->judged) {
       size_t len;
       const char *text = tsel_prefix_committed(p, &len);
       double g0 = dg_now();
@@ -264,96 +290,205 @@ char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
       stats->guard_secs += dg_now() - g0;
       stats->n_guarded++;
       if (pass) {
-        judged = tsel_prefix_edit_count(p);
-        retrying = false;
-        stack_push(&lines, p, &d);
+        w->judged = tsel_prefix_edit_count(p);
+        w->retrying = false;
+        stack_push(&w->lines, p, d);
       } else if (stats->n_backtracks >= o->max_backtracks) {
-        guarding = false;
+        w->guarding = false;
         stats->guard_gave_up = true;
       } else {
         stats->n_backtracks++;
-        stats->n_blamed += back_to > 0 && back_to < lines.n;
-        take_back(&lines, p, &d, o->line_retries, back_to > 0 && back_to < lines.n ? back_to : 0);
-        judged = tsel_prefix_edit_count(p);
-        retrying = true;
+        bool blamed = back_to > 0 && back_to < w->lines.n;
+        stats->n_blamed += blamed;
+        take_back(&w->lines, p, d, o->line_retries, blamed ? back_to : 0);
+        w->judged = tsel_prefix_edit_count(p);
+        w->retrying = true;
       }
       continue;
     }
     /* forced text, less a trailing space */
-    dg_str_clear(&forced);
-    dg_str_puts(&forced, tsel_prefix_forced(p));
-    while (forced.len > 0 && forced.s[forced.len - 1] == ' ') forced.s[--forced.len] = 0;
-    if (forced.len > 0) {
-      e.len = 0;
-      if (!(ok = tok_encode(tok, forced.s, forced.len, &e, st))) break;
-      if (d.used + (int)e.len + 1 > d.budget) {
-        finish = true;
-      } else if (!tsel_prefix_feed(p, forced.s, forced.len)) {
-        ok = dg_fail(st, DG_ERR_RUNTIME, "tsel decode: the checker refused its own forced text");
+    dg_str_clear(&w->forced);
+    dg_str_puts(&w->forced, tsel_prefix_forced(p));
+    while (w->forced.len > 0 && w->forced.s[w->forced.len - 1] == ' ') w->forced.s[--w->forced.len] = 0;
+    if (w->forced.len > 0) {
+      w->e.len = 0;
+      if (!(w->ok = tok_encode(w->tok, w->forced.s, w->forced.len, &w->e, &w->st))) break;
+      if (d->used + (int)w->e.len + 1 > d->budget) {
+        w->finish = true;
+      } else if (!tsel_prefix_feed(p, w->forced.s, w->forced.len)) {
+        w->ok = dg_fail(&w->st, DG_ERR_RUNTIME, "tsel decode: the checker refused its own forced text");
       } else {
-        feed_model(&d, e.data, (int)e.len, false);
-        stats->n_forced += (int)e.len;
+        feed_model(d, w->e.data, (int)w->e.len, false);
+        stats->n_forced += (int)w->e.len;
       }
       continue;
     }
-    if (d.used + 1 > d.budget) { /* no room for another token */
-      finish = true;
+    if (d->used + 1 > d->budget) { /* no room for another token */
+      w->finish = true;
       continue;
     }
     double t0 = dg_now();
-    int n = tsel_mask_compute(mask, p, allowed);
+    int n = tsel_mask_compute(w->mask, p, w->allowed);
     stats->mask_secs += dg_now() - t0;
     stats->n_masks++;
     if (n == 0) {
-      ok = dg_fail(st, DG_ERR_RUNTIME, "tsel decode: no token may follow (the checker is stuck)");
+      w->ok = dg_fail(&w->st, DG_ERR_RUNTIME, "tsel decode: no token may follow (the checker is stuck)");
       break;
     }
-    const float *logits = nn_kv_logits(&d.kv, 0);
+    const float *logits = nn_kv_logits(d->kv, d->row);
     int nz = 0;
     for (int j = 0; j < V; j++)
-      if (allowed[j]) {
-        z[nz] = logits[j];
-        ids[nz++] = j;
+      if (w->allowed[j]) {
+        w->z[nz] = logits[j];
+        w->ids[nz++] = j;
       }
-    int32_t t = ids[nn_sample_token(z, nz, retrying ? &retry : &o->sample, &rng)];
+    int32_t t = w->ids[nn_sample_token(w->z, nz, w->retrying ? &w->retry : &o->sample, &w->rng)];
     stats->n_sampled++;
-    if (t == end) {
-      trace_put(&d, &t, 1, true);
+    if (t == w->end) {
+      trace_put(d, &t, 1, true);
       break;
     }
     size_t len;
-    const uint8_t *b = tok_token_bytes(tok, t, &len);
+    const uint8_t *b = tok_token_bytes(w->tok, t, &len);
     if (!b || !tsel_prefix_feed(p, (const char *)b, len)) {
-      ok = dg_fail(st, DG_ERR_RUNTIME, "tsel decode: the checker refused allowed token %d", (int)t);
+      w->ok = dg_fail(&w->st, DG_ERR_RUNTIME, "tsel decode: the checker refused allowed token %d", (int)t);
       break;
     }
-    feed_model(&d, &t, 1, true);
+    feed_model(d, &t, 1, true);
   }
-  if (ok && finish) { /* the budget is spent: the checker's completion */
-    dg_str_clear(&fin);
-    if (!tsel_prefix_completion(p, &fin) || !tsel_prefix_feed(p, fin.s, fin.len))
-      ok = dg_fail(st, DG_ERR_RUNTIME, "tsel decode: no completion of the graph found");
+  if (d->n_pend > 0) return;
+  /* the end: the text, or why not */
+  w->done = true;
+  if (w->ok && w->finish) { /* the budget is spent: the checker's completion */
+    dg_str_clear(&w->fin);
+    if (!tsel_prefix_completion(p, &w->fin) || !tsel_prefix_feed(p, w->fin.s, w->fin.len))
+      w->ok = dg_fail(&w->st, DG_ERR_RUNTIME, "tsel decode: no completion of the graph found");
     stats->budget_completed = true;
   }
-  if (ok && !tsel_prefix_complete(p)) ok = dg_fail(st, DG_ERR_RUNTIME, "tsel decode: the graph is not complete");
-  if (ok) {
+  if (w->ok && !tsel_prefix_complete(p))
+    w->ok = dg_fail(&w->st, DG_ERR_RUNTIME, "tsel decode: the graph is not complete");
+  if (w->ok) {
     size_t len;
     const char *text = tsel_prefix_text(p, &len);
-    result = dg_malloc(len + 1);
-    memcpy(result, text, len);
-    result[len] = 0;
+    w->result = dg_malloc(len + 1);
+    memcpy(w->result, text, len);
+    w->result[len] = 0;
     stats->complete = true;
-    if (o->explain_after) explain_graph(&result, kernel);
+    if (o->explain_after) explain_graph(&w->result, w->kernel);
   }
-  stack_free(&lines);
-  tok_ids_free(&e);
-  dg_str_free(&fin);
-  dg_str_free(&forced);
-  free(z);
-  free(ids);
-  free(allowed);
-done:
-  nn_kv_free(&d.kv);
-  tsel_prefix_free(p);
-  return result;
+}
+
+static void writer_free(writer *w) {
+  stack_free(&w->lines);
+  tok_ids_free(&w->e);
+  dg_str_free(&w->fin);
+  dg_str_free(&w->forced);
+  free(w->z);
+  free(w->ids);
+  free(w->allowed);
+  free(w->d.pend);
+  free(w->result);
+}
+
+/* What every graph of a prompt checks first. */
+static bool decode_args_ok(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const int32_t *prompt,
+                           int n_prompt, const train_decode_opts *o, dg_status *st) {
+  int V = m->cfg.vocab_size, maxT = m->cfg.max_seq_len;
+  if (tok_vocab_size(tok) != V)
+    return dg_fail(st, DG_ERR_INVALID, "tsel decode: the tokenizer has %d ids, the model %d", tok_vocab_size(tok), V);
+  if (!o->unconstrained && (!mask || tsel_mask_vocab_size(mask) != V))
+    return dg_fail(st, DG_ERR_INVALID, "tsel decode: the mask is not of the model's vocabulary");
+  if (n_prompt < 1 || n_prompt >= maxT)
+    return dg_fail(st, DG_ERR_INVALID, "tsel decode: the prompt has %d tokens; the model takes 1 to %d", n_prompt,
+                   maxT - 1);
+  for (int i = 0; i < n_prompt; i++)
+    if (prompt[i] < 0 || prompt[i] >= V)
+      return dg_fail(st, DG_ERR_INVALID, "tsel decode: prompt token %d = %d is outside the vocabulary", i,
+                     (int)prompt[i]);
+  if (o->sample.max_tokens < 1) return dg_fail(st, DG_ERR_INVALID, "tsel decode: max_tokens must be >= 1");
+  return true;
+}
+
+bool train_decode_graphs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const int32_t *prompt,
+                         int n_prompt, const dg_func *kernel, const char *spec, tsel_target target,
+                         const train_decode_opts *o, int n, const uint64_t *seeds, char **texts,
+                         train_decode_trace *traces, train_decode_stats *stats, dg_status *errs, dg_status *st) {
+  dg_status_ok(st);
+  for (int i = 0; i < n; i++) {
+    texts[i] = NULL;
+    if (stats) memset(&stats[i], 0, sizeof stats[i]);
+    dg_status_ok(&errs[i]);
+  }
+  if (n < 1) return true;
+  if (!decode_args_ok(m, tok, mask, prompt, n_prompt, o, st)) return false;
+  int T = n_prompt + o->sample.max_tokens;
+  if (T > m->cfg.max_seq_len) T = m->cfg.max_seq_len;
+  nn_kv_cache kv;
+  if (!nn_kv_init(&kv, m, n, T, st)) return false;
+  /* the prompt once, copied to every row */
+  nn_kv_feed(&kv, 0, prompt, n_prompt);
+  for (int i = 1; i < n; i++) nn_kv_copy_row(&kv, i, 0);
+  writer *w = dg_calloc((size_t)n, sizeof *w);
+  train_decode_stats *local = dg_calloc((size_t)n, sizeof *local);
+  tsel_prefix **pf = dg_calloc((size_t)n, sizeof *pf);
+  bool ok = true;
+  for (int i = 0; i < n && ok; i++) {
+    if (!(pf[i] = tsel_prefix_new(kernel, spec, target, st))) ok = false;
+    else tsel_prefix_set_explain(pf[i], o->explain);
+  }
+  if (ok && o->unconstrained) {
+    /* plain sampling after the forced header, one graph after another */
+    for (int i = 0; i < n; i++) {
+      decoder d = {.m = m, .kv = &kv, .row = i, .budget = T - n_prompt, .trace = traces ? &traces[i] : NULL};
+      if (d.trace) d.trace->n = 0;
+      dg_rng base, rng;
+      dg_rng_seed(&base, seeds[i]);
+      rng = dg_rng_fork(&base);
+      texts[i] = unconstrained(&d, tok, tsel_prefix_forced(pf[i]), o, &rng, stats ? &stats[i] : &local[i], &errs[i]);
+    }
+  } else if (ok) {
+    int *rows = dg_malloc(sizeof(int) * (size_t)n), *cnt = dg_malloc(sizeof(int) * (size_t)n);
+    const int32_t **toks = dg_malloc(sizeof *toks * (size_t)n);
+    for (int i = 0; i < n; i++)
+      writer_init(&w[i], m, tok, mask, kernel, pf[i], &kv, i, T - n_prompt, o, traces ? &traces[i] : NULL,
+                  seeds[i], stats ? &stats[i] : &local[i]);
+    /* in step: each graph runs to its next tokens, then one pass of the
+     * model feeds them all */
+    for (;;) {
+      int k = 0;
+      for (int i = 0; i < n; i++) {
+        writer_step(&w[i]);
+        if (w[i].d.n_pend > 0) rows[k] = i, toks[k] = w[i].d.pend, cnt[k++] = w[i].d.n_pend;
+      }
+      if (k == 0) break;
+      nn_kv_feed_rows(&kv, rows, toks, cnt, k);
+    }
+    for (int i = 0; i < n; i++) {
+      if (w[i].ok) texts[i] = w[i].result, w[i].result = NULL;
+      else errs[i] = w[i].st;
+      writer_free(&w[i]);
+    }
+    free(rows);
+    free(cnt);
+    free(toks);
+  }
+  for (int i = 0; i < n; i++) tsel_prefix_free(pf[i]);
+  free(pf);
+  free(w);
+  free(local);
+  nn_kv_free(&kv);
+  return ok;
+}
+
+char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
+                         const int32_t *prompt, int n_prompt, const dg_func *kernel,
+                         const char *spec, tsel_target target, const train_decode_opts *o,
+                         uint64_t seed, train_decode_stats *stats, dg_status *st) {
+  char *text = NULL;
+  dg_status err;
+  if (!train_decode_graphs(m, tok, mask, prompt, n_prompt, kernel, spec, target, o, 1, &seed, &text, o->trace,
+                           stats, &err, st))
+    return NULL;
+  if (!text) *st = err;
+  return text;
 }

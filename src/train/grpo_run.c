@@ -7,8 +7,8 @@
  * A step: prompts are the training split's workloads in the split file's
  * order from a cursor (construction prompts: the kernel's text). For each,
  * G graphs are written by constrained decoding at the run's temperature
- * (sample j of prompt q with seed + q * G + j, on threads, each with a
- * tokenizer and mask of its own), and judged through the gates of the one
+ * (sample j of prompt q with seed + q * G + j; a prompt's G in step on a
+ * thread, train_decode_graphs), and judged through the gates of the one
  * road (eval_score_tsel up to the numbers in the C emulation; on a GPU,
  * eval_score_batch with the untuned baseline in the same queue, so a
  * correct graph earns the log of its speedup): grpo_reward. A group whose
@@ -160,38 +160,50 @@ typedef struct {
   int g;
 } write_ctx;
 
-/* On a thread: sample i of the round (sample i % g of prompt i / g), with
- * a tokenizer and mask of its own (encoding and masking keep scratch
- * state). */
-static void write_sample(void *ctx, int i) {
+/* On a thread: prompt k's g samples, written in step (one pass of the
+ * model feeds all of them), with a tokenizer and mask of its own
+ * (encoding and masking keep scratch state). */
+static void write_samples(void *ctx, int k) {
   write_ctx *c = ctx;
   const grpo_run_args *a = c->a;
-  const prompt_t *p = &c->p[i / c->g];
-  int j = i % c->g;
-  sample_t *s = &c->s[i];
+  const prompt_t *p = &c->p[k];
+  sample_t *s = &c->s[(size_t)k * c->g];
   dg_status st;
   tok_tokenizer *tok = tok_load(a->tokenizer_path, &st);
   tsel_mask *mask = tok ? tsel_mask_new(tok, &st) : NULL;
   if (!mask) {
     tok_free(tok);
-    return; /* no graph: judged a parse failure */
+    return; /* no graphs: judged parse failures */
   }
   train_decode_opts o;
   train_decode_opts_default(&o);
   o.sample.temperature = a->temperature;
   o.sample.max_tokens = a->max_tokens;
   o.explain = false;
-  o.trace = &s->trace;
   eval_guard guard = {p->f, p->spec};
   if (a->guard) {
     o.guard = eval_guard_line;
     o.guard_ctx = &guard;
   }
-  train_decode_stats ds;
-  uint64_t seed = a->seed + (uint64_t)p->q * (uint64_t)c->g + (uint64_t)j;
-  s->graph = train_decode_graph(c->m, tok, mask, p->prompt.data, (int)p->prompt.len, p->f, p->spec,
-                                TSEL_TARGET_CUDA, &o, seed, &ds, &st);
-  s->truncated = ds.budget_completed;
+  int g = c->g;
+  uint64_t *seeds = dg_malloc(sizeof *seeds * (size_t)g);
+  char **texts = dg_calloc((size_t)g, sizeof *texts);
+  train_decode_trace *traces = dg_calloc((size_t)g, sizeof *traces);
+  train_decode_stats *ds = dg_calloc((size_t)g, sizeof *ds);
+  dg_status *es = dg_calloc((size_t)g, sizeof *es);
+  for (int j = 0; j < g; j++) seeds[j] = a->seed + (uint64_t)p->q * (uint64_t)g + (uint64_t)j;
+  train_decode_graphs(c->m, tok, mask, p->prompt.data, (int)p->prompt.len, p->f, p->spec, TSEL_TARGET_CUDA, &o,
+                      g, seeds, texts, traces, ds, es, &st);
+  for (int j = 0; j < g; j++) {
+    s[j].graph = texts[j];
+    s[j].trace = traces[j];
+    s[j].truncated = ds[j].budget_completed;
+  }
+  free(seeds);
+  free(texts);
+  free(traces);
+  free(ds);
+  free(es);
   tsel_mask_free(mask);
   tok_free(tok);
 }
@@ -552,7 +564,7 @@ static bool one_step(grpo_run_args *a, run_t *r, tok_tokenizer *tok, grpo_step_s
     sample_t *rs = dg_calloc((size_t)(n_p ? n_p : 1) * g, sizeof *rs);
     double ta = dg_now();
     write_ctx wc = {a, &r->model, rp, rs, g};
-    rt_tasks *tk = rt_tasks_start(n_p * g, a->threads > 0 ? a->threads : rt_cpu_count(), write_sample, &wc);
+    rt_tasks *tk = rt_tasks_start(n_p, a->threads > 0 ? a->threads : rt_cpu_count(), write_samples, &wc);
     while (rt_tasks_next(tk, true) >= 0) {
     }
     rt_tasks_free(tk);
