@@ -413,7 +413,8 @@ DG_TEST(eval_cli_random_model_end_to_end) {
   CHECK_MSG(rc == 0 && strstr(out, "model.bin on test: 3 tasks"), "rc %d: %s", rc, out);
   free(out);
   /* written three at once: the same outputs, gates and reasons (the
-   * writers share the model and take tokenizers and masks of their own) */
+   * writers share the model and take tokenizers and masks of their own);
+   * with one thread the three were written in step (one group) */
   snprintf(args, sizeof args,
            "eval --workloads '%s;%s;%s' --model %s --max-tokens 300 --target c --threads 3 --out %s/ev3 --quiet",
            W1, W2, W3, model, dg_test_tmpdir());
@@ -428,8 +429,8 @@ DG_TEST(eval_cli_random_model_end_to_end) {
   CHECK(j1 && j3);
   for (size_t i = 0; i < 3; i++) {
     json_t *a = json_array_get(json_object_get(j1, "tasks"), i), *b = json_array_get(json_object_get(j3, "tasks"), i);
-    static const char *const keys[] = {"workload", "gate", "reason"};
-    for (size_t k = 0; k < 3; k++)
+    static const char *const keys[] = {"workload", "gate", "reason", "graph"};
+    for (size_t k = 0; k < 4; k++)
       CHECK_STREQ(json_string_value(json_object_get(a, keys[k])), json_string_value(json_object_get(b, keys[k])));
     CHECK_EQ(json_integer_value(json_object_get(a, "tokens")), json_integer_value(json_object_get(b, "tokens")));
   }

@@ -1502,6 +1502,36 @@ DG_TEST(tsel_prefix_graphs_in_step_match_one_at_a_time) {
     }
     if (mode == 0) CHECK_MSG(backtracks >= N, "%d lines taken back in %d graphs", backtracks, N);
   }
+  /* jobs of two kernels, one prompt repeated, one prompt too long: each
+   * graph is its kernel's graph written alone */
+  decode_fixture fy;
+  CHECK(fixture_open(&fy, "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32"));
+  int32_t *longp = dg_calloc(4096, sizeof *longp);
+  train_decode_job jobs[4] = {
+      {fx.prompt.data, (int)fx.prompt.len, fx.k, fx.spec, 5, NULL},
+      {fy.prompt.data, (int)fy.prompt.len, fy.k, fy.spec, 6, NULL},
+      {longp, 4000, fy.k, fy.spec, 7, NULL},
+      {fx.prompt.data, (int)fx.prompt.len, fx.k, fx.spec, 8, NULL},
+  };
+  train_decode_opts o;
+  train_decode_opts_default(&o);
+  o.sample.max_tokens = 300;
+  o.explain = false;
+  char *texts[4];
+  dg_status es[4];
+  CHECK_MSG(train_decode_jobs(&m, fx.tok, fx.mask, jobs, 4, TSEL_TARGET_CUDA, &o, texts, NULL, NULL, es, &st), "%s",
+            st.msg);
+  CHECK(!texts[2] && strstr(es[2].msg, "the prompt has 4000 tokens"));
+  for (int i = 0; i < 4; i++) {
+    if (i == 2) continue;
+    char *g = train_decode_graph(&m, fx.tok, fx.mask, jobs[i].prompt, jobs[i].n_prompt, jobs[i].kernel, jobs[i].spec,
+                                 TSEL_TARGET_CUDA, &o, jobs[i].seed, NULL, &st);
+    CHECK_MSG(g && texts[i] && strcmp(g, texts[i]) == 0, "job %d", i);
+    free(g);
+    free(texts[i]);
+  }
+  free(longp);
+  fixture_close(&fy);
   nn_model_free(&m);
   fixture_close(&fx);
 }

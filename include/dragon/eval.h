@@ -181,11 +181,21 @@ void eval_pick_free(eval_pick *p);
 typedef char *(*eval_writer_fn)(void *ctx, const dg_func *f, const char *spec,
                                 uint64_t seed, int64_t *tokens, dg_status *st);
 
+/* Writes the first outputs of n kernels together (kernel i with seeds[i]):
+ * texts[i] as eval_writer_fn gives kernel i alone, or NULL with sts[i];
+ * tokens[i] what it fed the model. */
+typedef void (*eval_group_writer_fn)(void *ctx, const dg_func *const *f, const char *const *specs,
+                                     const uint64_t *seeds, int n, char **texts, int64_t *tokens, dg_status *sts);
+
 typedef struct {
   const char *const *specs; /* the tasks: canonical workload specs */
   int n;
   eval_writer_fn write;
   void *write_ctx;
+  /* where not NULL, the tasks are written ahead in groups of up to 16
+   * (four groups a write thread at least), each group by one call on a
+   * thread of its own, with write_ctx */
+  eval_group_writer_fn write_group;
   struct search_cuda_measure *gpu; /* NULL: the C emulation, nothing timed */
   uint64_t seed;                   /* task i's output is written with seed + i */
   int threads;                     /* the checks; <= 0: every core */

@@ -287,6 +287,29 @@ char *train_decode_graph(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
                          const int32_t *prompt, int n_prompt, const dg_func *kernel,
                          const char *spec, tsel_target target, const train_decode_opts *o,
                          uint64_t seed, train_decode_stats *stats, dg_status *st);
+/* A graph to write: its prompt, kernel, spec, seed, and its guard's
+ * context (NULL: the options' guard_ctx). */
+typedef struct {
+  const int32_t *prompt;
+  int n_prompt;
+  const dg_func *kernel;
+  const char *spec;
+  uint64_t seed;
+  void *guard_ctx;
+} train_decode_job;
+
+/* n graphs written in step on the calling thread, one a row of one cache:
+ * each pass of the model feeds every graph's next tokens together (the
+ * weights are read once for all of them); a prompt that several jobs
+ * share is fed once and copied. Graph i is, bit for bit, the text
+ * train_decode_graph gives for job i. texts[i] is NULL when graph i
+ * failed (a bad prompt included), errs[i] saying why; traces and stats
+ * may be NULL, else n of each (o->trace is unused). False with st only
+ * when nothing could start (the tokenizer, mask or options are not the
+ * model's, no memory for the cache). */
+bool train_decode_jobs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const train_decode_job *jobs, int n,
+                       tsel_target target, const train_decode_opts *o, char **texts, train_decode_trace *traces,
+                       train_decode_stats *stats, dg_status *errs, dg_status *st);
 /* n graphs for one prompt, written in step on the calling thread: the
  * prompt is fed once and copied to every graph's row of one cache, and
  * each pass of the model feeds every graph's next tokens together (the

@@ -61,6 +61,20 @@ static char *write_one(void *ctx, const dg_func *f, const char *spec, uint64_t s
   return text;
 }
 
+/* The model's first outputs for a group of tasks, written in step. */
+static void write_group(void *ctx, const dg_func *const *f, const char *const *specs, const uint64_t *seeds, int n,
+                        char **texts, int64_t *tokens, dg_status *sts) {
+  writer_ctx *w = ctx;
+  cli_write_stats ws = {0};
+  cli_model_write_each(w->model, f, specs, seeds, n, w->dopts, texts, tokens, &ws, sts);
+  pthread_mutex_lock(&w->lock);
+  w->ws.tokens += ws.tokens;
+  w->ws.backtracks += ws.backtracks;
+  w->ws.gave_up += ws.gave_up;
+  w->ws.guard_secs += ws.guard_secs;
+  pthread_mutex_unlock(&w->lock);
+}
+
 /* --graphs FILE: one {"workload", "graph"} object a line; errors name the
  * line. */
 static json_t *load_graphs(const char *path, dg_status *st) {
@@ -430,9 +444,19 @@ int cmd_eval(int argc, char **argv) {
   /* the tasks' outputs are written at once, a core each (the model is
    * read only; each writer takes a tokenizer and mask of its own) */
   int writers = (int)(threads > 0 ? threads : rt_cpu_count());
-  eval_run_opts eo = {(const char *const *)specs, n, write_one, &w, have_gpu ? &gm : NULL,
-                      (uint64_t)seed, (int)threads, quiet ? NULL : stderr, writers,
-                      done, keep_task, &kc};
+  eval_run_opts eo = {.specs = (const char *const *)specs,
+                      .n = n,
+                      .write = write_one,
+                      .write_ctx = &w,
+                      .write_group = w.graphs ? NULL : write_group,
+                      .gpu = have_gpu ? &gm : NULL,
+                      .seed = (uint64_t)seed,
+                      .threads = (int)threads,
+                      .progress = quiet ? NULL : stderr,
+                      .write_threads = writers,
+                      .done = done,
+                      .on_task = keep_task,
+                      .on_task_ctx = &kc};
   if (!eval_run(&eo, &res, &st)) goto fail;
   json = eval_result_json(&res, name, split_name, (uint64_t)seed, temperature);
   table = eval_result_table(&res, name, split_name);

@@ -301,6 +301,75 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
   return dg_now() - t0;
 }
 
+void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *const *specs, const uint64_t *seeds,
+                          int n, const train_decode_opts *o, char **texts, int64_t *tokens, cli_write_stats *ws,
+                          dg_status *why) {
+  for (int i = 0; i < n; i++) {
+    texts[i] = NULL;
+    if (tokens) tokens[i] = 0;
+    dg_status_ok(&why[i]);
+  }
+  if (n <= 0) return;
+  dg_str errs;
+  dg_str_init(&errs);
+  cli_writer_slot *slot = take_slot(cm, &errs);
+  if (!slot) {
+    for (int i = 0; i < n; i++) dg_fail(&why[i], DG_ERR_RUNTIME, "%.400s", errs.s ? errs.s : "no tokenizer");
+    dg_str_free(&errs);
+    return;
+  }
+  train_decode_opts go = *o;
+  bool guarded = cm->mask && !cm->no_guard && !o->unconstrained;
+  eval_guard *guards = dg_calloc((size_t)n, sizeof *guards);
+  tok_ids *ids = dg_calloc((size_t)n, sizeof *ids);
+  train_decode_job *jobs = dg_calloc((size_t)n, sizeof *jobs);
+  train_decode_stats *ds = dg_calloc((size_t)n, sizeof *ds);
+  int m = 0;
+  int *at = dg_malloc(sizeof(int) * (size_t)n);
+  if (guarded) go.guard = eval_guard_line;
+  for (int i = 0; i < n; i++) {
+    char *kernel_text = ir_print(f[i]);
+    dg_status st;
+    if (!train_prompt_encode(slot->tok, kernel_text, NULL, &ids[i], &st)) {
+      dg_fail(&why[i], DG_ERR_INVALID, "the prompt: %.400s", st.msg);
+    } else {
+      guards[i] = (eval_guard){f[i], specs[i]};
+      jobs[m] = (train_decode_job){ids[i].data, (int)ids[i].len, f[i], specs[i], seeds[i],
+                                   guarded ? &guards[i] : NULL};
+      at[m++] = i;
+    }
+    free(kernel_text);
+  }
+  char **got = dg_calloc((size_t)(m ? m : 1), sizeof *got);
+  dg_status *es = dg_calloc((size_t)(m ? m : 1), sizeof *es);
+  dg_status st;
+  if (!train_decode_jobs(&cm->m, slot->tok, slot->mask, jobs, m, TSEL_TARGET_CUDA, &go, got, NULL, ds, es, &st)) {
+    for (int r = 0; r < m; r++) dg_fail(&why[at[r]], DG_ERR_RUNTIME, "decoding failed: %.400s", st.msg);
+  } else {
+    for (int r = 0; r < m; r++) {
+      texts[at[r]] = got[r];
+      if (!got[r]) dg_fail(&why[at[r]], DG_ERR_RUNTIME, "decoding failed: %.400s", es[r].msg);
+      if (tokens) tokens[at[r]] = ds[r].n_sampled + ds[r].n_forced;
+      if (ws) {
+        ws->tokens += ds[r].n_sampled + ds[r].n_forced;
+        ws->backtracks += ds[r].n_backtracks;
+        ws->gave_up += ds[r].guard_gave_up;
+        ws->guard_secs += ds[r].guard_secs;
+      }
+    }
+  }
+  give_slot(cm, slot);
+  for (int i = 0; i < n; i++) tok_ids_free(&ids[i]);
+  free(got);
+  free(es);
+  free(at);
+  free(ds);
+  free(jobs);
+  free(ids);
+  free(guards);
+  dg_str_free(&errs);
+}
+
 const char *cli_model_arg(const char *arg) {
   if (arg) return arg;
   const char *e = getenv("DRAGON_MODEL");

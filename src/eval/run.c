@@ -50,12 +50,56 @@ static void write_task(const eval_run_opts *o, int i, written *w) {
 typedef struct {
   const eval_run_opts *o;
   written *w;
+  const int *todo; /* groups: the tasks to write, group g from todo[g * size] */
+  int n_todo, size;
 } write_ctx;
 
 static void write_on_thread(void *p, int i) {
   write_ctx *c = p;
   if (c->o->done && c->o->done[i]) return; /* resumed */
   write_task(c->o, i, &c->w[i]);
+}
+
+/* Group g's tasks, written by one call of write_group. */
+static void write_group_on_thread(void *p, int g) {
+  write_ctx *c = p;
+  const eval_run_opts *o = c->o;
+  int lo = g * c->size, n = c->n_todo - lo < c->size ? c->n_todo - lo : c->size;
+  dg_func **f = dg_calloc((size_t)n, sizeof *f);
+  const char **specs = dg_calloc((size_t)n, sizeof *specs);
+  uint64_t *seeds = dg_calloc((size_t)n, sizeof *seeds);
+  char **texts = dg_calloc((size_t)n, sizeof *texts);
+  int64_t *tokens = dg_calloc((size_t)n, sizeof *tokens);
+  dg_status *sts = dg_calloc((size_t)n, sizeof *sts);
+  int *at = dg_calloc((size_t)n, sizeof *at);
+  int m = 0;
+  for (int r = 0; r < n; r++) {
+    int i = c->todo[lo + r];
+    written *w = &c->w[i];
+    dg_status_ok(&w->st);
+    dg_func *k = wl_build(o->specs[i], &w->st);
+    if (!k) continue;
+    w->built = true;
+    f[m] = k, specs[m] = o->specs[i], seeds[m] = o->seed + (uint64_t)i, at[m++] = i;
+  }
+  double t0 = dg_now();
+  if (m > 0) o->write_group(o->write_ctx, (const dg_func *const *)f, specs, seeds, m, texts, tokens, sts);
+  double each = (dg_now() - t0) / (m ? m : 1); /* written together: the group's time shared */
+  for (int r = 0; r < m; r++) {
+    written *w = &c->w[at[r]];
+    w->graph = texts[r];
+    w->tokens = tokens[r];
+    w->t_write = each;
+    if (!texts[r]) w->st = sts[r];
+    ir_func_free(f[r]);
+  }
+  free(f);
+  free(specs);
+  free(seeds);
+  free(texts);
+  free(tokens);
+  free(sts);
+  free(at);
 }
 
 /* Judges task i's output (written now, or ahead in *ahead). */
@@ -101,9 +145,36 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
   out->tasks = dg_calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *out->tasks);
   /* the outputs first, on threads, where asked; then each judged in order */
   written *ahead = NULL;
-  if (o->write_threads > 1 && o->n > 1) {
+  if (o->write_group && o->n > 0) {
+    /* the tasks to write (not resumed), in groups of up to 16, four
+     * groups a thread at least (a group takes as long as its slowest
+     * graph: more groups than threads keep the threads busy) */
     ahead = dg_calloc((size_t)o->n, sizeof *ahead);
-    write_ctx wc = {o, ahead};
+    int *todo = dg_malloc(sizeof(int) * (size_t)o->n), n_todo = 0;
+    for (int i = 0; i < o->n; i++)
+      if (!(o->done && o->done[i])) todo[n_todo++] = i;
+    int threads = o->write_threads > 1 ? o->write_threads : 1;
+    int size = (n_todo + 4 * threads - 1) / (4 * threads);
+    if (size > 16) size = 16;
+    if (size < 1) size = 1;
+    int groups = (n_todo + size - 1) / size;
+    write_ctx wc = {o, ahead, todo, n_todo, size};
+    rt_tasks *tk = rt_tasks_start(groups, threads, write_group_on_thread, &wc);
+    int done = 0, g;
+    while ((g = rt_tasks_next(tk, true)) >= 0) {
+      done += n_todo - g * size < size ? n_todo - g * size : size;
+      if (o->progress) {
+        double el = dg_now() - t_start;
+        fprintf(o->progress, "written %d of %d (%.1f s, ETA %.0f s)\n", done, n_todo, el,
+                el / done * (n_todo - done));
+        fflush(o->progress);
+      }
+    }
+    rt_tasks_free(tk);
+    free(todo);
+  } else if (o->write_threads > 1 && o->n > 1) {
+    ahead = dg_calloc((size_t)o->n, sizeof *ahead);
+    write_ctx wc = {o, ahead, NULL, 0, 0};
     rt_tasks *tk = rt_tasks_start(o->n, o->write_threads, write_on_thread, &wc);
     int done = 0;
     while (rt_tasks_next(tk, true) >= 0) {

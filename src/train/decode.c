@@ -215,6 +215,7 @@ typedef struct {
   tok_tokenizer *tok;
   tsel_mask *mask;
   const dg_func *kernel;
+  void *guard_ctx;
   train_decode_stats *stats;
   tsel_prefix *p;
   decoder d;
@@ -234,13 +235,15 @@ typedef struct {
 } writer;
 
 static void writer_init(writer *w, const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const dg_func *kernel,
-                        tsel_prefix *p, nn_kv_cache *kv, int row, int budget, const train_decode_opts *o,
-                        train_decode_trace *trace, uint64_t seed, train_decode_stats *stats) {
+                        void *guard_ctx, tsel_prefix *p, nn_kv_cache *kv, int row, int budget,
+                        const train_decode_opts *o, train_decode_trace *trace, uint64_t seed,
+                        train_decode_stats *stats) {
   memset(w, 0, sizeof *w);
   w->o = o;
   w->tok = tok;
   w->mask = mask;
   w->kernel = kernel;
+  w->guard_ctx = guard_ctx;
   w->stats = stats;
   memset(stats, 0, sizeof *stats);
   w->p = p;
@@ -286,7 +289,7 @@ static void writer_step(writer *w) {
       const char *text = tsel_prefix_committed(p, &len);
       double g0 = dg_now();
       int back_to = 0;
-      bool pass = o->guard(o->guard_ctx, text, len, tsel_prefix_postprocessed(p), &back_to);
+      bool pass = o->guard(w->guard_ctx, text, len, tsel_prefix_postprocessed(p), &back_to);
       stats->guard_secs += dg_now() - g0;
       stats->n_guarded++;
       if (pass) {
@@ -390,14 +393,20 @@ static void writer_free(writer *w) {
   free(w->result);
 }
 
-/* What every graph of a prompt checks first. */
-static bool decode_args_ok(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const int32_t *prompt,
-                           int n_prompt, const train_decode_opts *o, dg_status *st) {
-  int V = m->cfg.vocab_size, maxT = m->cfg.max_seq_len;
+/* What every graph checks first. */
+static bool decode_args_ok(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const train_decode_opts *o,
+                           dg_status *st) {
+  int V = m->cfg.vocab_size;
   if (tok_vocab_size(tok) != V)
     return dg_fail(st, DG_ERR_INVALID, "tsel decode: the tokenizer has %d ids, the model %d", tok_vocab_size(tok), V);
   if (!o->unconstrained && (!mask || tsel_mask_vocab_size(mask) != V))
     return dg_fail(st, DG_ERR_INVALID, "tsel decode: the mask is not of the model's vocabulary");
+  if (o->sample.max_tokens < 1) return dg_fail(st, DG_ERR_INVALID, "tsel decode: max_tokens must be >= 1");
+  return true;
+}
+
+static bool prompt_ok(const nn_model *m, const int32_t *prompt, int n_prompt, dg_status *st) {
+  int V = m->cfg.vocab_size, maxT = m->cfg.max_seq_len;
   if (n_prompt < 1 || n_prompt >= maxT)
     return dg_fail(st, DG_ERR_INVALID, "tsel decode: the prompt has %d tokens; the model takes 1 to %d", n_prompt,
                    maxT - 1);
@@ -405,7 +414,110 @@ static bool decode_args_ok(const nn_model *m, tok_tokenizer *tok, tsel_mask *mas
     if (prompt[i] < 0 || prompt[i] >= V)
       return dg_fail(st, DG_ERR_INVALID, "tsel decode: prompt token %d = %d is outside the vocabulary", i,
                      (int)prompt[i]);
-  if (o->sample.max_tokens < 1) return dg_fail(st, DG_ERR_INVALID, "tsel decode: max_tokens must be >= 1");
+  return true;
+}
+
+bool train_decode_jobs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const train_decode_job *jobs, int n,
+                       tsel_target target, const train_decode_opts *o, char **texts, train_decode_trace *traces,
+                       train_decode_stats *stats, dg_status *errs, dg_status *st) {
+  dg_status_ok(st);
+  for (int i = 0; i < n; i++) {
+    texts[i] = NULL;
+    if (stats) memset(&stats[i], 0, sizeof stats[i]);
+    dg_status_ok(&errs[i]);
+  }
+  if (n < 1) return true;
+  if (!decode_args_ok(m, tok, mask, o, st)) return false;
+  /* rows of the longest context any job needs; a job's own budget is its
+   * prompt's room */
+  int maxT = m->cfg.max_seq_len, T = 1;
+  bool *live = dg_calloc((size_t)n, sizeof *live);
+  for (int i = 0; i < n; i++) {
+    live[i] = prompt_ok(m, jobs[i].prompt, jobs[i].n_prompt, &errs[i]);
+    int t = jobs[i].n_prompt + o->sample.max_tokens;
+    if (t > maxT) t = maxT;
+    if (live[i] && t > T) T = t;
+  }
+  nn_kv_cache kv;
+  if (!nn_kv_init(&kv, m, n, T, st)) {
+    free(live);
+    return false;
+  }
+  /* each prompt once (in passes shared by the prompts), copied to the rows
+   * of the jobs that repeat it */
+  int *src = dg_malloc(sizeof(int) * (size_t)n), *rows = dg_malloc(sizeof(int) * (size_t)n),
+      *cnt = dg_malloc(sizeof(int) * (size_t)n);
+  const int32_t **toks = dg_malloc(sizeof *toks * (size_t)n);
+  int k = 0;
+  for (int i = 0; i < n; i++) {
+    src[i] = i;
+    if (!live[i]) continue;
+    for (int j = 0; j < i && src[i] == i; j++)
+      if (live[j] && src[j] == j && jobs[j].n_prompt == jobs[i].n_prompt &&
+          (jobs[j].prompt == jobs[i].prompt ||
+           memcmp(jobs[j].prompt, jobs[i].prompt, sizeof(int32_t) * (size_t)jobs[i].n_prompt) == 0))
+        src[i] = j;
+    if (src[i] == i) rows[k] = i, toks[k] = jobs[i].prompt, cnt[k++] = jobs[i].n_prompt;
+  }
+  nn_kv_feed_rows(&kv, rows, toks, cnt, k);
+  for (int i = 0; i < n; i++)
+    if (live[i] && src[i] != i) nn_kv_copy_row(&kv, i, src[i]);
+  writer *w = dg_calloc((size_t)n, sizeof *w);
+  train_decode_stats *local = dg_calloc((size_t)n, sizeof *local);
+  tsel_prefix **pf = dg_calloc((size_t)n, sizeof *pf);
+  for (int i = 0; i < n; i++) {
+    if (!live[i]) continue;
+    if (!(pf[i] = tsel_prefix_new(jobs[i].kernel, jobs[i].spec, target, &errs[i]))) live[i] = false;
+    else tsel_prefix_set_explain(pf[i], o->explain);
+  }
+  for (int i = 0; i < n; i++) {
+    if (!live[i]) continue;
+    int budget = jobs[i].n_prompt + o->sample.max_tokens;
+    budget = (budget > maxT ? maxT : budget) - jobs[i].n_prompt;
+    if (o->unconstrained) {
+      /* plain sampling after the forced header, one graph after another */
+      decoder d = {.m = m, .kv = &kv, .row = i, .budget = budget, .trace = traces ? &traces[i] : NULL};
+      if (d.trace) d.trace->n = 0;
+      dg_rng base, rng;
+      dg_rng_seed(&base, jobs[i].seed);
+      rng = dg_rng_fork(&base);
+      texts[i] = unconstrained(&d, tok, tsel_prefix_forced(pf[i]), o, &rng, stats ? &stats[i] : &local[i],
+                               &errs[i]);
+    } else {
+      writer_init(&w[i], m, tok, mask, jobs[i].kernel, jobs[i].guard_ctx ? jobs[i].guard_ctx : o->guard_ctx, pf[i],
+                  &kv, i, budget, o, traces ? &traces[i] : NULL, jobs[i].seed, stats ? &stats[i] : &local[i]);
+    }
+  }
+  if (!o->unconstrained) {
+    /* in step: each graph runs to its next tokens, then one pass of the
+     * model feeds them all */
+    for (;;) {
+      k = 0;
+      for (int i = 0; i < n; i++) {
+        if (!live[i]) continue;
+        writer_step(&w[i]);
+        if (w[i].d.n_pend > 0) rows[k] = i, toks[k] = w[i].d.pend, cnt[k++] = w[i].d.n_pend;
+      }
+      if (k == 0) break;
+      nn_kv_feed_rows(&kv, rows, toks, cnt, k);
+    }
+    for (int i = 0; i < n; i++) {
+      if (!live[i]) continue;
+      if (w[i].ok) texts[i] = w[i].result, w[i].result = NULL;
+      else errs[i] = w[i].st;
+      writer_free(&w[i]);
+    }
+  }
+  for (int i = 0; i < n; i++) tsel_prefix_free(pf[i]);
+  free(pf);
+  free(w);
+  free(local);
+  free(live);
+  free(src);
+  free(rows);
+  free(cnt);
+  free(toks);
+  nn_kv_free(&kv);
   return true;
 }
 
@@ -414,69 +526,11 @@ bool train_decode_graphs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask,
                          const train_decode_opts *o, int n, const uint64_t *seeds, char **texts,
                          train_decode_trace *traces, train_decode_stats *stats, dg_status *errs, dg_status *st) {
   dg_status_ok(st);
-  for (int i = 0; i < n; i++) {
-    texts[i] = NULL;
-    if (stats) memset(&stats[i], 0, sizeof stats[i]);
-    dg_status_ok(&errs[i]);
-  }
-  if (n < 1) return true;
-  if (!decode_args_ok(m, tok, mask, prompt, n_prompt, o, st)) return false;
-  int T = n_prompt + o->sample.max_tokens;
-  if (T > m->cfg.max_seq_len) T = m->cfg.max_seq_len;
-  nn_kv_cache kv;
-  if (!nn_kv_init(&kv, m, n, T, st)) return false;
-  /* the prompt once, copied to every row */
-  nn_kv_feed(&kv, 0, prompt, n_prompt);
-  for (int i = 1; i < n; i++) nn_kv_copy_row(&kv, i, 0);
-  writer *w = dg_calloc((size_t)n, sizeof *w);
-  train_decode_stats *local = dg_calloc((size_t)n, sizeof *local);
-  tsel_prefix **pf = dg_calloc((size_t)n, sizeof *pf);
-  bool ok = true;
-  for (int i = 0; i < n && ok; i++) {
-    if (!(pf[i] = tsel_prefix_new(kernel, spec, target, st))) ok = false;
-    else tsel_prefix_set_explain(pf[i], o->explain);
-  }
-  if (ok && o->unconstrained) {
-    /* plain sampling after the forced header, one graph after another */
-    for (int i = 0; i < n; i++) {
-      decoder d = {.m = m, .kv = &kv, .row = i, .budget = T - n_prompt, .trace = traces ? &traces[i] : NULL};
-      if (d.trace) d.trace->n = 0;
-      dg_rng base, rng;
-      dg_rng_seed(&base, seeds[i]);
-      rng = dg_rng_fork(&base);
-      texts[i] = unconstrained(&d, tok, tsel_prefix_forced(pf[i]), o, &rng, stats ? &stats[i] : &local[i], &errs[i]);
-    }
-  } else if (ok) {
-    int *rows = dg_malloc(sizeof(int) * (size_t)n), *cnt = dg_malloc(sizeof(int) * (size_t)n);
-    const int32_t **toks = dg_malloc(sizeof *toks * (size_t)n);
-    for (int i = 0; i < n; i++)
-      writer_init(&w[i], m, tok, mask, kernel, pf[i], &kv, i, T - n_prompt, o, traces ? &traces[i] : NULL,
-                  seeds[i], stats ? &stats[i] : &local[i]);
-    /* in step: each graph runs to its next tokens, then one pass of the
-     * model feeds them all */
-    for (;;) {
-      int k = 0;
-      for (int i = 0; i < n; i++) {
-        writer_step(&w[i]);
-        if (w[i].d.n_pend > 0) rows[k] = i, toks[k] = w[i].d.pend, cnt[k++] = w[i].d.n_pend;
-      }
-      if (k == 0) break;
-      nn_kv_feed_rows(&kv, rows, toks, cnt, k);
-    }
-    for (int i = 0; i < n; i++) {
-      if (w[i].ok) texts[i] = w[i].result, w[i].result = NULL;
-      else errs[i] = w[i].st;
-      writer_free(&w[i]);
-    }
-    free(rows);
-    free(cnt);
-    free(toks);
-  }
-  for (int i = 0; i < n; i++) tsel_prefix_free(pf[i]);
-  free(pf);
-  free(w);
-  free(local);
-  nn_kv_free(&kv);
+  if (n > 0 && !prompt_ok(m, prompt, n_prompt, st)) return false;
+  train_decode_job *jobs = dg_calloc((size_t)(n > 0 ? n : 1), sizeof *jobs);
+  for (int i = 0; i < n; i++) jobs[i] = (train_decode_job){prompt, n_prompt, kernel, spec, seeds[i], NULL};
+  bool ok = train_decode_jobs(m, tok, mask, jobs, n, target, o, texts, traces, stats, errs, st);
+  free(jobs);
   return ok;
 }
 
