@@ -215,10 +215,13 @@ bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed
                (sc.failed == EVAL_GATE_BUILD ||
                 (sc.failed == EVAL_GATE_LOWER &&
                  strstr(sc.reason, search_postproc_name(SEARCH_POSTPROC_VERIFY_GPU_CODE))));
+  /* a build refused for a block's threads (one the postprocessors made,
+   * as the init block of a decomposed reduction) is the thread tile's too */
+  bool build_threads = build && strstr(sc.reason, "threads, outside its bounds");
   if (threads || build) {
     ok = false;
     tsel_graph *gr = tsel_parse(text, NULL, &st);
-    if (gr && back_to) *back_to = threads ? tsel_thread_decision(gr) : tsel_last_decision(gr);
+    if (gr && back_to) *back_to = threads || build_threads ? tsel_thread_decision(gr) : tsel_last_decision(gr);
     tsel_graph_free(gr);
   }
   eval_score_free(&sc);
