@@ -1293,7 +1293,11 @@ DG_TEST(tsel_prefix_guard_takes_lines_back) {
   int V = tok_vocab_size(tok);
   dg_status st;
   int real_passed = 0, real_runs = 0, gave_up = 0, planted_refusals = 0;
-  for (uint64_t seed = 1; seed <= 4; seed++) {
+  /* four random models at least, more until each case was met (the
+   * tokenizer is trained on the committed examples and docs, so which
+   * models meet them changes with those) */
+  for (uint64_t seed = 1; seed <= 32 && (seed <= 4 || real_passed == 0 || gave_up == 0 || planted_refusals < 2);
+       seed++) {
     nn_model m;
     CHECK(random_model(&m, V, 900 + seed, &st));
     train_decode_opts o;

@@ -31,6 +31,16 @@ typedef struct {
   pthread_mutex_t lock;
 } writer_ctx;
 
+/* A writer's stats into the evaluation's. */
+static void add_stats(writer_ctx *w, const cli_write_stats *ws) {
+  pthread_mutex_lock(&w->lock);
+  w->ws.tokens += ws->tokens;
+  w->ws.backtracks += ws->backtracks;
+  w->ws.gave_up += ws->gave_up;
+  w->ws.guard_secs += ws->guard_secs;
+  pthread_mutex_unlock(&w->lock);
+}
+
 static char *write_one(void *ctx, const dg_func *f, const char *spec, uint64_t seed,
                        int64_t *tokens, dg_status *st) {
   writer_ctx *w = ctx;
@@ -49,12 +59,7 @@ static char *write_one(void *ctx, const dg_func *f, const char *spec, uint64_t s
   cli_write_stats ws = {0};
   cli_model_write(w->model, f, spec, kernel_text, NULL, 1, w->dopts, seed, &text, &ws, &errs);
   *tokens += ws.tokens;
-  pthread_mutex_lock(&w->lock);
-  w->ws.tokens += ws.tokens;
-  w->ws.backtracks += ws.backtracks;
-  w->ws.gave_up += ws.gave_up;
-  w->ws.guard_secs += ws.guard_secs;
-  pthread_mutex_unlock(&w->lock);
+  add_stats(w, &ws);
   if (!text) dg_fail(st, DG_ERR_RUNTIME, "%s", errs.len ? errs.s : "decoding failed");
   dg_str_free(&errs);
   free(kernel_text);
@@ -67,12 +72,7 @@ static void write_group(void *ctx, const dg_func *const *f, const char *const *s
   writer_ctx *w = ctx;
   cli_write_stats ws = {0};
   cli_model_write_each(w->model, f, specs, seeds, n, w->dopts, texts, tokens, &ws, sts);
-  pthread_mutex_lock(&w->lock);
-  w->ws.tokens += ws.tokens;
-  w->ws.backtracks += ws.backtracks;
-  w->ws.gave_up += ws.gave_up;
-  w->ws.guard_secs += ws.guard_secs;
-  pthread_mutex_unlock(&w->lock);
+  add_stats(w, &ws);
 }
 
 /* --graphs FILE: one {"workload", "graph"} object a line; errors name the
