@@ -308,55 +308,40 @@ DG_TEST(eval_guard_blames_the_thread_tiles) {
   ir_func_free(f);
 }
 
+/* A gemm's multi-level tiling as the model writes it, with its three
+ * tiles (spec's extents), the second read stage's vector lanes and the
+ * unroll choice; the caller frees. */
+static char *gemm_tiling_graph(const char *spec, const char *ti, const char *tj, const char *tk, int coop2,
+                               int unroll) {
+  dg_str t;
+  dg_str_init(&t);
+  dg_str_printf(&t,
+                "tsel 1 kernel %s\n"
+                "t1 block \"C\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x3\n"
+                "t5 tile t4.0 [%s] max=64\nt6 tile t4.1 [%s] max=64\nt7 tile t4.2 [%s] max=64\n"
+                "t8 reorder t5.0 t6.0 t5.1 t6.1 t5.2 t6.2 t7.0 t7.1 t5.3 t6.3 t7.2 t5.4 t6.4\n"
+                "t9 fuse_bind t5.0 t6.0 blockIdx.x\nt10 fuse_bind t5.1 t6.1 vthread.x\n"
+                "t11 fuse_bind t5.2 t6.2 threadIdx.x\n"
+                "t12 annotate t1 tx_lo 32\nt13 annotate t1 tx_hi 1024\nt14 cache_write_at t1 0 local t11\n"
+                "t15 cache_read_at t1 0 shared t7.0\nt16 loops t15 x6\nt17 fuse t16.4 t16.5\n"
+                "t18 coop t15 [1 2 3 4] =4\n"
+                "t19 cache_read_at t1 1 shared t7.0\nt20 loops t19 x6\nt21 fuse t20.4 t20.5\n"
+                "t22 coop t19 [1 2 3 4] =%d\n"
+                "t23 fuse t7.0\nt24 annotate t23 \"software_pipeline_stage\" [0 0 3]\n"
+                "t25 annotate t23 \"software_pipeline_order\" [0 1 2]\n"
+                "t26 annotate t23 \"software_pipeline_async_stages\" [0]\n"
+                "t27 unroll_steps t2 [0 16 64 512 1024] =%d\nt28 postproc default\n",
+                spec, ti, tj, tk, coop2, unroll);
+  return dg_str_take(&t);
+}
+
 /* A graph a model wrote for gemm m=896 n=64 k=8192 (validation split):
  * its shared stages, pipelined four deep, need 65,536 bytes, past the 48 KiB
  * VerifyGPUCode allows; the guard refuses its postproc line and blames the
  * latest tile (t7, the reduction loop's: the stages' depth in k). */
-/* A build refused for the threads of a block the postprocessors made (the
- * init block of the decomposed reduction, under a thread tile of 16) is
- * blamed on the thread tile, not on the latest tile. */
-DG_TEST(eval_guard_blames_a_refused_init_block_on_the_thread_tile) {
-  const char *spec = "gemm:m=512,n=128,k=3584,trans_a=0,trans_b=1,dtype=f32";
-  const char *text =
-      "tsel 1 kernel gemm:m=512,n=128,k=3584,trans_a=0,trans_b=1,dtype=f32\n"
-      "t1 block \"C\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x3\n"
-      "t5 tile t4.0 [512 1 1 1 1] max=64\nt6 tile t4.1 [2 1 16 4 1] max=64\nt7 tile t4.2 [256 14 1] max=64\n"
-      "t8 reorder t5.0 t6.0 t5.1 t6.1 t5.2 t6.2 t7.0 t7.1 t5.3 t6.3 t7.2 t5.4 t6.4\n"
-      "t9 fuse_bind t5.0 t6.0 blockIdx.x\nt10 fuse_bind t5.1 t6.1 vthread.x\nt11 fuse_bind t5.2 t6.2 threadIdx.x\n"
-      "t12 annotate t1 tx_lo 32\nt13 annotate t1 tx_hi 1024\nt14 cache_write_at t1 0 local t11\n"
-      "t15 cache_read_at t1 0 shared t7.0\nt16 loops t15 x6\nt17 fuse t16.4 t16.5\nt18 coop t15 [1 2 3 4] =4\n"
-      "t19 cache_read_at t1 1 shared t7.0\nt20 loops t19 x6\nt21 fuse t20.4 t20.5\nt22 coop t19 [1 2 3 4] =4\n"
-      "t23 fuse t7.0\nt24 annotate t23 \"software_pipeline_stage\" [0 0 3]\n"
-      "t25 annotate t23 \"software_pipeline_order\" [0 1 2]\nt26 annotate t23 \"software_pipeline_async_stages\" [0]\n"
-      "t27 unroll_steps t2 [0 16 64 512 1024] =512\nt28 postproc default\n";
-  dg_status st;
-  dg_func *f = wl_build(spec, &st);
-  CHECK_MSG(f, "%s", st.msg);
-  eval_guard g = {f, spec};
-  int back_to = 0;
-  CHECK(!eval_guard_line(&g, text, strlen(text), true, &back_to));
-  tsel_graph *gr = tsel_parse(text, NULL, &st);
-  CHECK(gr);
-  CHECK_MSG(back_to == tsel_thread_decision(gr) && back_to != tsel_last_decision(gr), "blamed t%d (threads t%d)",
-            back_to, gr ? tsel_thread_decision(gr) : -1);
-  tsel_graph_free(gr);
-  ir_func_free(f);
-}
-
 DG_TEST(eval_guard_blames_a_refused_build_on_the_tiles) {
   const char *spec = "gemm:m=896,n=64,k=8192,trans_a=0,trans_b=1,dtype=f32";
-  const char *text =
-      "tsel 1 kernel gemm:m=896,n=64,k=8192,trans_a=0,trans_b=1,dtype=f32\n"
-      "t1 block \"C\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x3\n"
-      "t5 tile t4.0 [16 1 14 1 4] max=64\nt6 tile t4.1 [8 1 8 1 1] max=64\nt7 tile t4.2 [128 1 64] max=64\n"
-      "t8 reorder t5.0 t6.0 t5.1 t6.1 t5.2 t6.2 t7.0 t7.1 t5.3 t6.3 t7.2 t5.4 t6.4\n"
-      "t9 fuse_bind t5.0 t6.0 blockIdx.x\nt10 fuse_bind t5.1 t6.1 vthread.x\nt11 fuse_bind t5.2 t6.2 threadIdx.x\n"
-      "t12 annotate t1 tx_lo 32\nt13 annotate t1 tx_hi 1024\nt14 cache_write_at t1 0 local t11\n"
-      "t15 cache_read_at t1 0 shared t7.0\nt16 loops t15 x6\nt17 fuse t16.4 t16.5\nt18 coop t15 [1 2 3 4] =4\n"
-      "t19 cache_read_at t1 1 shared t7.0\nt20 loops t19 x6\nt21 fuse t20.4 t20.5\nt22 coop t19 [1 2 3 4] =1\n"
-      "t23 fuse t7.0\nt24 annotate t23 \"software_pipeline_stage\" [0 0 3]\n"
-      "t25 annotate t23 \"software_pipeline_order\" [0 1 2]\nt26 annotate t23 \"software_pipeline_async_stages\" [0]\n"
-      "t27 unroll_steps t2 [0 16 64 512 1024] =64\nt28 postproc default\n";
+  char *text = gemm_tiling_graph(spec, "16 1 14 1 4", "8 1 8 1 1", "128 1 64", 1, 64);
   dg_status st;
   dg_func *f = wl_build(spec, &st);
   CHECK_MSG(f, "%s", st.msg);
@@ -373,5 +358,27 @@ DG_TEST(eval_guard_blames_a_refused_build_on_the_tiles) {
   CHECK(eval_guard_line(&g, head, strlen(head), false, &back_to));
   CHECK_EQ(back_to, 0);
   free(head);
+  free(text);
+  ir_func_free(f);
+}
+
+/* A build refused for the threads of a block the postprocessors made (the
+ * init block of the decomposed reduction, under a thread tile of 16) is
+ * blamed on the thread tile, not on the latest tile. */
+DG_TEST(eval_guard_blames_a_refused_init_block_on_the_thread_tile) {
+  const char *spec = "gemm:m=512,n=128,k=3584,trans_a=0,trans_b=1,dtype=f32";
+  char *text = gemm_tiling_graph(spec, "512 1 1 1 1", "2 1 16 4 1", "256 14 1", 4, 512);
+  dg_status st;
+  dg_func *f = wl_build(spec, &st);
+  CHECK_MSG(f, "%s", st.msg);
+  eval_guard g = {f, spec};
+  int back_to = 0;
+  CHECK(!eval_guard_line(&g, text, strlen(text), true, &back_to));
+  tsel_graph *gr = tsel_parse(text, NULL, &st);
+  CHECK(gr);
+  CHECK_MSG(back_to == tsel_thread_decision(gr) && back_to != tsel_last_decision(gr), "blamed t%d (threads t%d)",
+            back_to, gr ? tsel_thread_decision(gr) : -1);
+  tsel_graph_free(gr);
+  free(text);
   ir_func_free(f);
 }

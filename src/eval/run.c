@@ -50,8 +50,8 @@ static void write_task(const eval_run_opts *o, int i, written *w) {
 typedef struct {
   const eval_run_opts *o;
   written *w;
-  const int *todo; /* groups: the tasks to write, group g from todo[g * size] */
-  int n_todo, size;
+  const int *unwritten; /* groups: the tasks to write, group g from unwritten[g * size] */
+  int n_unwritten, size;
 } write_ctx;
 
 static void write_on_thread(void *p, int i) {
@@ -64,7 +64,7 @@ static void write_on_thread(void *p, int i) {
 static void write_group_on_thread(void *p, int g) {
   write_ctx *c = p;
   const eval_run_opts *o = c->o;
-  int lo = g * c->size, n = c->n_todo - lo < c->size ? c->n_todo - lo : c->size;
+  int lo = g * c->size, n = c->n_unwritten - lo < c->size ? c->n_unwritten - lo : c->size;
   dg_func **f = dg_calloc((size_t)n, sizeof *f);
   const char **specs = dg_calloc((size_t)n, sizeof *specs);
   uint64_t *seeds = dg_calloc((size_t)n, sizeof *seeds);
@@ -74,7 +74,7 @@ static void write_group_on_thread(void *p, int g) {
   int *at = dg_calloc((size_t)n, sizeof *at);
   int m = 0;
   for (int r = 0; r < n; r++) {
-    int i = c->todo[lo + r];
+    int i = c->unwritten[lo + r];
     written *w = &c->w[i];
     dg_status_ok(&w->st);
     dg_func *k = wl_build(o->specs[i], &w->st);
@@ -150,28 +150,28 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
      * groups a thread at least (a group takes as long as its slowest
      * graph: more groups than threads keep the threads busy) */
     ahead = dg_calloc((size_t)o->n, sizeof *ahead);
-    int *todo = dg_malloc(sizeof(int) * (size_t)o->n), n_todo = 0;
+    int *unwritten = dg_malloc(sizeof(int) * (size_t)o->n), n_unwritten = 0;
     for (int i = 0; i < o->n; i++)
-      if (!(o->done && o->done[i])) todo[n_todo++] = i;
+      if (!(o->done && o->done[i])) unwritten[n_unwritten++] = i;
     int threads = o->write_threads > 1 ? o->write_threads : 1;
-    int size = (n_todo + 4 * threads - 1) / (4 * threads);
+    int size = (n_unwritten + 4 * threads - 1) / (4 * threads);
     if (size > 16) size = 16;
     if (size < 1) size = 1;
-    int groups = (n_todo + size - 1) / size;
-    write_ctx wc = {o, ahead, todo, n_todo, size};
+    int groups = (n_unwritten + size - 1) / size;
+    write_ctx wc = {o, ahead, unwritten, n_unwritten, size};
     rt_tasks *tk = rt_tasks_start(groups, threads, write_group_on_thread, &wc);
     int done = 0, g;
     while ((g = rt_tasks_next(tk, true)) >= 0) {
-      done += n_todo - g * size < size ? n_todo - g * size : size;
+      done += n_unwritten - g * size < size ? n_unwritten - g * size : size;
       if (o->progress) {
         double el = dg_now() - t_start;
-        fprintf(o->progress, "written %d of %d (%.1f s, ETA %.0f s)\n", done, n_todo, el,
-                el / done * (n_todo - done));
+        fprintf(o->progress, "written %d of %d (%.1f s, ETA %.0f s)\n", done, n_unwritten, el,
+                el / done * (n_unwritten - done));
         fflush(o->progress);
       }
     }
     rt_tasks_free(tk);
-    free(todo);
+    free(unwritten);
   } else if (o->write_threads > 1 && o->n > 1) {
     ahead = dg_calloc((size_t)o->n, sizeof *ahead);
     write_ctx wc = {o, ahead, NULL, 0, 0};
