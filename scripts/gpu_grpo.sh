@@ -19,7 +19,7 @@
 #               not lost work: every finished step is checkpointed)
 #   EVAL_LIMIT  validation tasks a model (default 20; 0: no evaluation)
 #   EVAL_S      seconds an evaluation may take (default 90)
-#   GPU_TESTS=1 first the GRPO and CUDA-model GPU tests (at most 120 s)
+#   GPU_TESTS=1 first the GRPO, GPU-writing and CUDA-model GPU tests (at most 240 s)
 #   DEVICE      cuda (default) or cpu (the C reference, the C emulation: a
 #               check of the script itself, anywhere, with small GRPO_ARGS)
 #
@@ -51,7 +51,7 @@ DRAGON=./$BUILD/dragon
 
 if [ -n "${GPU_TESTS:-}" ]; then
   [ -x "$BUILD/dragon_tests" ] || build_logged "$BUILD/dragon_tests"
-  DRAGON_BIN=$DRAGON timeout 120 "./$BUILD/dragon_tests" gpu_grpo gpu_nn_sft >"$LOGDIR/gpu_tests.txt" 2>&1
+  DRAGON_BIN=$DRAGON timeout 240 "./$BUILD/dragon_tests" gpu_grpo gpu_nn_sft gpu_decode >"$LOGDIR/gpu_tests.txt" 2>&1
   note "gpu tests: exit $?; $(tail -1 "$LOGDIR/gpu_tests.txt")"
 fi
 

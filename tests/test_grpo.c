@@ -488,7 +488,10 @@ static float *params_at(const char *dir, int step, size_t *n) {
  * - a GPU run stopped after a step and resumed on the GPU logs its second
  *   step exactly as the run that was not stopped (the checkpoint holds
  *   the fp32 parameters and AdamW state; the rollouts are written with
- *   the parameters the GPU holds); a run resumed on the CPU goes on. */
+ *   the parameters the GPU holds); a run resumed on the CPU goes on
+ *   (these runs write their rollouts on the CPU, write_on_cpu);
+ * - with the rollouts written on the GPU (the default there), a run of
+ *   two steps, and one of one resumed to two, log the same steps. */
 DG_TEST(gpu_grpo_matches_cpu) {
   dg_status st;
   dg_status_ok(&st);
@@ -513,6 +516,7 @@ DG_TEST(gpu_grpo_matches_cpu) {
   run_args(&a, model, tok, dg);
   a.steps = 2;
   a.device = TRAIN_DEVICE_CUDA;
+  a.write_on_cpu = true; /* the same rollouts as the CPU run */
   CHECK_MSG(grpo_run(&a, &rg, &st), "cuda: %s", st.msg);
   CHECK(rc.n == 1 && rg.n == 2);
   const grpo_step_stats *c0 = &rc.steps[0], *g0 = &rg.steps[0];
@@ -529,6 +533,7 @@ DG_TEST(gpu_grpo_matches_cpu) {
   run_args(&a, model, tok, ds);
   a.steps = 1;
   a.device = TRAIN_DEVICE_CUDA;
+  a.write_on_cpu = true; /* the same rollouts as the CPU run */
   CHECK_MSG(grpo_run(&a, &r1, &st), "%s", st.msg);
   CHECK(r1.n == 1);
   CHECK_MSG(r1.steps[0].reward_mean == g0->reward_mean && r1.steps[0].loss == g0->loss &&
@@ -553,6 +558,7 @@ DG_TEST(gpu_grpo_matches_cpu) {
   a.resume = true;
   a.steps = 2;
   a.device = TRAIN_DEVICE_CUDA;
+  a.write_on_cpu = true; /* the same rollouts as the CPU run */
   CHECK_MSG(grpo_run(&a, &r2, &st), "%s", st.msg);
   CHECK(r2.n == 1 && r2.first_step == 1);
   const grpo_step_stats *x = &rg.steps[1], *y = &r2.steps[0];
@@ -569,5 +575,35 @@ DG_TEST(gpu_grpo_matches_cpu) {
   CHECK(r2.n == 1 && r2.last_step == 3);
   grpo_result_free(&r2);
   grpo_result_free(&rc);
+  grpo_result_free(&rg);
+  /* rollouts written on the GPU (its KV cache, the policy's current
+   * weights): two steps, then a run of one resumed to two logs the same
+   * second step */
+  char dw[700], dr[700];
+  snprintf(dw, sizeof dw, "%s/grpo_write_gpu", dg_test_tmpdir());
+  snprintf(dr, sizeof dr, "%s/grpo_write_gpu_split", dg_test_tmpdir());
+  run_args(&a, model, tok, dw);
+  a.steps = 2;
+  a.device = TRAIN_DEVICE_CUDA;
+  CHECK_MSG(grpo_run(&a, &rg, &st), "written on the GPU: %s", st.msg);
+  CHECK(rg.n == 2 && rg.steps[0].tokens > 0 && rg.steps[1].tokens > 0);
+  run_args(&a, model, tok, dr);
+  a.steps = 1;
+  a.device = TRAIN_DEVICE_CUDA;
+  CHECK_MSG(grpo_run(&a, &r1, &st), "%s", st.msg);
+  run_args(&a, NULL, NULL, dr);
+  a.resume = true;
+  a.steps = 2;
+  a.device = TRAIN_DEVICE_CUDA;
+  CHECK_MSG(grpo_run(&a, &r2, &st), "%s", st.msg);
+  CHECK(r1.n == 1 && r2.n == 1);
+  CHECK_MSG(r1.steps[0].reward_mean == rg.steps[0].reward_mean && r1.steps[0].tokens == rg.steps[0].tokens,
+            "step 0: reward %g/%g tokens %lld/%lld", r1.steps[0].reward_mean, rg.steps[0].reward_mean,
+            (long long)r1.steps[0].tokens, (long long)rg.steps[0].tokens);
+  CHECK_MSG(r2.steps[0].reward_mean == rg.steps[1].reward_mean && r2.steps[0].tokens == rg.steps[1].tokens,
+            "step 1 resumed: reward %g/%g tokens %lld/%lld", r2.steps[0].reward_mean, rg.steps[1].reward_mean,
+            (long long)r2.steps[0].tokens, (long long)rg.steps[1].tokens);
+  grpo_result_free(&r1);
+  grpo_result_free(&r2);
   grpo_result_free(&rg);
 }

@@ -1793,3 +1793,122 @@ DG_TEST(tsel_prefix_counts_the_tiling_factors) {
   tsel_prefix_free(p);
   ir_func_free(k);
 }
+
+/* The graphs of the GPU writer (train_decode_jobs_cuda) with the shipped
+ * model: greedy, those the C reference writes (the GPU's logits are bf16's:
+ * one graph of six may part from the CPU's at a near-tie), a planted
+ * guard's refused lines taken back on the GPU's rows as on the CPU's;
+ * sampled at temperature 1, every graph complete and checking, and the
+ * same graphs whether the writers run on three threads or one. */
+DG_TEST(gpu_decode_jobs_match_cpu) {
+  dg_status st;
+  dg_status_ok(&st);
+  if (!train_device_available(TRAIN_DEVICE_CUDA, &st)) {
+    dg_test_skip("%s", st.msg);
+    return;
+  }
+  const char *mp = "models/little-dragon/model.safetensors.zst";
+  nn_config c;
+  CHECK_MSG(nn_safetensors_read_config(mp, &c, &st), "%s", st.msg);
+  nn_model m;
+  CHECK(nn_model_init(&m, &c, false, &st));
+  CHECK_MSG(nn_safetensors_import(&m, mp, &st), "%s", st.msg);
+  enum { NT = 3, NK = 3, NS = 8 };
+  tok_tokenizer *toks[NT];
+  tsel_mask *masks[NT];
+  for (int t = 0; t < NT; t++) {
+    toks[t] = tok_load("models/little-dragon/tokenizer.bin", &st);
+    CHECK_MSG(toks[t], "%s", st.msg);
+    masks[t] = tsel_mask_new(toks[t], &st);
+    CHECK_MSG(masks[t], "%s", st.msg);
+  }
+  train_cuda *gpu = NULL;
+  CHECK_MSG(train_cuda_init_frozen(&gpu, &m, 1, 64, &st), "%s", st.msg);
+  const char *specs[NK] = {"gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32", "softmax:m=33,n=1536,dtype=f32",
+                           "batch_matmul:b=12,n=21,m=21,k=256,dtype=f32"};
+  dg_func *k[NK];
+  tok_ids prompt[NK];
+  memset(prompt, 0, sizeof prompt);
+  for (int i = 0; i < NK; i++) {
+    k[i] = wl_build(specs[i], &st);
+    CHECK_MSG(k[i], "%s", st.msg);
+    char *text = kernel_text(specs[i], k[i]);
+    CHECK_MSG(train_prompt_encode(toks[0], text, NULL, &prompt[i], &st), "%s", st.msg);
+    free(text);
+  }
+  /* greedy: each kernel with a guard that passes every line, and with one
+   * that refuses edits 2 and 4 once each (one guard a job and a device:
+   * a planted guard remembers what it was shown) */
+  planted_guard gc[2 * NK], gg[2 * NK];
+  train_decode_job jc[2 * NK], jg[2 * NK];
+  for (int i = 0; i < 2 * NK; i++) {
+    memset(&gc[i], 0, sizeof gc[i]);
+    if (i >= NK) gc[i].refuse_at[0] = 2, gc[i].refuse_at[1] = 4, gc[i].n_refuse = 2;
+    gg[i] = gc[i];
+    int w = i % NK;
+    jc[i] = (train_decode_job){prompt[w].data, (int)prompt[w].len, k[w], specs[w], 11 + (uint64_t)i, &gc[i]};
+    jg[i] = jc[i];
+    jg[i].guard_ctx = &gg[i];
+  }
+  train_decode_opts o;
+  train_decode_opts_default(&o);
+  o.sample.temperature = 0;
+  o.sample.max_tokens = 600;
+  o.explain = false;
+  o.guard = planted_guard_fn;
+  char *tc[2 * NK], *tg[2 * NK];
+  dg_status ec[2 * NK], eg[2 * NK];
+  CHECK_MSG(train_decode_jobs(&m, toks[0], masks[0], jc, 2 * NK, TSEL_TARGET_CUDA, &o, tc, NULL, NULL, ec, &st), "%s",
+            st.msg);
+  train_decode_gpu_stats gs;
+  CHECK_MSG(train_decode_jobs_cuda(gpu, toks, masks, NT, jg, 2 * NK, TSEL_TARGET_CUDA, &o, tg, NULL, NULL, eg, &gs, &st),
+            "%s", st.msg);
+  CHECK(gs.steps > 0 && gs.threads == NT);
+  int same = 0;
+  for (int i = 0; i < 2 * NK; i++) {
+    CHECK_MSG(tc[i] && tg[i], "job %d: %s / %s", i, tc[i] ? "" : ec[i].msg, tg[i] ? "" : eg[i].msg);
+    bool eq = tc[i] && tg[i] && strcmp(tc[i], tg[i]) == 0;
+    same += eq;
+    if (i >= NK) CHECK_MSG(gc[i].refused >= 1 && (!eq || gg[i].refused == gc[i].refused),
+                           "job %d: %d lines refused on the CPU, %d on the GPU", i, gc[i].refused, gg[i].refused);
+    free(tc[i]);
+    free(tg[i]);
+  }
+  CHECK_MSG(same >= 2 * NK - 1, "%d of %d greedy graphs as the CPU writes them", same, 2 * NK);
+  /* sampled: complete, checking, the same on three threads and on one */
+  train_decode_job js[NS];
+  for (int i = 0; i < NS; i++) {
+    int w = i % NK;
+    js[i] = (train_decode_job){prompt[w].data, (int)prompt[w].len, k[w], specs[w], 100 + (uint64_t)i, NULL};
+  }
+  o.sample.temperature = 1;
+  o.guard = NULL;
+  char *t3[NS], *t1[NS];
+  dg_status e3[NS], e1[NS];
+  train_decode_trace tr[NS];
+  memset(tr, 0, sizeof tr);
+  CHECK_MSG(train_decode_jobs_cuda(gpu, toks, masks, NT, js, NS, TSEL_TARGET_CUDA, &o, t3, tr, NULL, e3, NULL, &st),
+            "%s", st.msg);
+  CHECK_MSG(train_decode_jobs_cuda(gpu, toks, masks, 1, js, NS, TSEL_TARGET_CUDA, &o, t1, NULL, NULL, e1, NULL, &st),
+            "%s", st.msg);
+  for (int i = 0; i < NS; i++) {
+    char why[256];
+    CHECK_MSG(t3[i], "job %d: %s", i, e3[i].msg);
+    if (t3[i]) CHECK_MSG(graph_checks(t3[i], k[i % NK], TSEL_TARGET_CUDA, why, sizeof why), "job %d: %s", i, why);
+    CHECK_MSG(t3[i] && t1[i] && strcmp(t3[i], t1[i]) == 0, "job %d: three threads and one differ", i);
+    CHECK(tr[i].n > 0);
+    free(t3[i]);
+    free(t1[i]);
+    train_decode_trace_free(&tr[i]);
+  }
+  train_cuda_free(gpu);
+  for (int i = 0; i < NK; i++) {
+    tok_ids_free(&prompt[i]);
+    ir_func_free(k[i]);
+  }
+  for (int t = 0; t < NT; t++) {
+    tsel_mask_free(masks[t]);
+    tok_free(toks[t]);
+  }
+  nn_model_free(&m);
+}

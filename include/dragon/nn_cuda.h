@@ -195,6 +195,10 @@ bool nn_cuda_kv_step(nn_cuda_kv *c, const int32_t *tokens, const bool *active, d
 void nn_cuda_kv_set_prefill_tokens(nn_cuda_kv *c, int tokens);
 /* Positions filled in row b. */
 int nn_cuda_kv_pos(const nn_cuda_kv *c, int b);
+/* Takes row b (< the rows of the last prefill) back to its first pos
+ * positions (1 <= pos <= nn_cuda_kv_pos): the next step feeds position
+ * pos. The logits are not restored (the caller keeps those it needs). */
+void nn_cuda_kv_set_pos(nn_cuda_kv *c, int b, int pos);
 /* The next-token logits of rows 0..n-1, (n, V) fp32, to the host. */
 bool nn_cuda_kv_logits(const nn_cuda_kv *c, float *out, dg_status *st);
 /* Draws one token per active row (b < n; active NULL: all) on the device

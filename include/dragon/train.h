@@ -341,6 +341,31 @@ void train_cuda_free(train_cuda *c);
 /* The back end; takes host->opt as the optimizer settings (set them
  * first). */
 train_backend train_backend_cuda(train_cuda *c);
+/* The GPU model of a CUDA back end (NULL in a build without CUDA): its
+ * current weights, those of its latest update. */
+struct nn_cuda_model *train_cuda_model(train_cuda *c);
+
+/* Where the time of train_decode_jobs_cuda went. */
+typedef struct {
+  double prefill_s; /* the cache made and the prompts fed */
+  double decode_s;  /* the writers and the steps */
+  int64_t steps;    /* GPU steps (each feeds one token of every row that has one) */
+  int threads;      /* host threads the writers ran on */
+} train_decode_gpu_stats;
+
+/* train_decode_jobs with the model on the GPU: gpu's weights (bf16), every
+ * job a row of one GPU KV cache, each step feeding the next queued token
+ * of every row at once; the writers (checker, mask, draws, guard) run on
+ * `threads` host threads, thread t with toks[t] and masks[t] (its own:
+ * encoding and masking keep scratch state). Graph i is written as
+ * train_decode_graph writes job i, with the GPU's logits: the same graph
+ * where they agree with the C reference's to the precision of bf16.
+ * Constrained writing only. gs may be NULL. False with st when nothing
+ * could start or the GPU failed. */
+bool train_decode_jobs_cuda(train_cuda *gpu, tok_tokenizer *const *toks, tsel_mask *const *masks, int threads,
+                            const train_decode_job *jobs, int n, tsel_target target, const train_decode_opts *o,
+                            char **texts, train_decode_trace *traces, train_decode_stats *stats, dg_status *errs,
+                            train_decode_gpu_stats *gs, dg_status *st);
 
 /* ---- the SFT run --------------------------------------------------------- */
 
@@ -462,6 +487,8 @@ typedef struct {
   int epochs;                  /* updates on a step's samples (1: on policy) */
   int micro_rows;              /* rows a forward (4) */
   train_device device;         /* where the policy trains and scores (the C reference) */
+  bool write_on_cpu;           /* with device cuda: rollouts written with the host copy on the
+                                  cores (default: in the GPU's cache, train_decode_jobs_cuda) */
   bool guard;                  /* decode with the line guard (off: the policy's own lines) */
   uint64_t seed;
   struct search_cuda_measure *gpu; /* NULL: correctness in the C emulation, no latency bonus */
@@ -487,6 +514,9 @@ typedef struct {
    * them (builds, checks, timings), the update (log-probabilities and
    * AdamW) */
   double write_seconds, judge_seconds, update_seconds;
+  /* of the judging on a GPU: NVRTC thread-seconds, and the wall seconds
+   * waiting for a compile (the GPU idle) and for the GPU's runs */
+  double compile_seconds, compile_wait_seconds, gpu_wait_seconds;
 } grpo_step_stats;
 
 typedef struct {

@@ -129,7 +129,10 @@ void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *co
 /* The GPU measurement of a command that judges GPU schedules: --target
  * cuda (target "cuda": a GPU is required), c (none), or NULL (cuda where a
  * GPU is seen, else the C emulation, with a note why appended to notes).
+ * A candidate's NVRTC compile is stopped after gm->compile_limit_s, or
+ * CLI_COMPILE_LIMIT_S where that is unset (it then fails its build).
  * False with st set only when cuda was asked for and cannot measure. */
+#define CLI_COMPILE_LIMIT_S 30.0
 struct search_cuda_measure;
 bool cli_gpu_open(const char *target, int threads, struct search_cuda_measure *gm, bool *have,
                   dg_str *notes, dg_status *st);

@@ -223,7 +223,7 @@ static int sub_grpo(int argc, char **argv) {
   grpo_run_args a;
   grpo_run_args_default(&a);
   const char *init = NULL, *tokp = NULL, *out = NULL, *splits_path = DATA_SPLIT_FILE, *target = "c",
-             *norm = "token", *device = "cpu";
+             *norm = "token", *device = "cpu", *write = NULL;
   int64_t steps = 0, prompts = a.prompts, samples = a.samples, warmup = a.warmup, max_tokens = a.max_tokens,
           epochs = a.epochs, micro = a.micro_rows, seed = 1, threads = 0;
   double lr = a.lr, beta = a.obj.beta, eps_low = a.obj.eps_low, eps_high = a.obj.eps_high,
@@ -250,6 +250,7 @@ static int sub_grpo(int argc, char **argv) {
       {"--epochs", CLI_OPT_INT, &epochs, 1, 100, "updates on a step's samples (default 1: on policy)"},
       {"--micro-rows", CLI_OPT_INT, &micro, 1, 4096, "samples a forward (default 4)"},
       {"--device", CLI_OPT_STR, &device, 0, 0, "where the policy trains: cpu (the C reference; default) or cuda (the GPU model; resumes either way)"},
+      {"--write", CLI_OPT_STR, &write, 0, 0, "where the rollouts are written: cuda (the GPU's KV cache, the default with --device cuda) or cpu (the host copy on every core)"},
       {"--guard", CLI_OPT_FLAG, &guard, 0, 0, "write with the line guard (default: the policy's own lines)"},
       {"--seed", CLI_OPT_INT, &seed, 0, INT64_MAX, "seed of the rollouts (default 1)"},
       {"--target", CLI_OPT_STR, &target, 0, 0, "c (correctness in the C emulation; default) or cuda (timed on the GPU: the latency bonus)"},
@@ -265,9 +266,9 @@ static int sub_grpo(int argc, char **argv) {
       "correct graph 1, plus log(speedup over the untuned baseline) on a GPU); groups of\n"
       "equal rewards are replaced by new prompts; group-normalised advantages, the\n"
       "clipped ratio objective, an optional KL to the starting model. Trains on the C\n"
-      "reference model or, with --device cuda, the GPU's (the rollouts are written on\n"
-      "every core either way); checkpoints every step and resumes exactly (on either\n"
-      "device). Writes grpo.cfg,\n"
+      "reference model or, with --device cuda, the GPU's (the rollouts are then written\n"
+      "there too, every sample a row of one KV cache, the checks on every core);\n"
+      "checkpoints every step and resumes exactly (on either device). Writes grpo.cfg,\n"
       "tokenizer.bin, model_<S>.bin, state_<S>.bin, cursor_<S>.txt, latest and log.jsonl\n"
       "(one line a step: reward, correct share, speedup, loss, KL, clipped share,\n"
       "entropy, dropped groups) and its plot (grpo.png, grpo.svg: reward and correct\n"
@@ -294,6 +295,16 @@ static int sub_grpo(int argc, char **argv) {
     dg_status dst;
     dg_status_ok(&dst);
     if (!train_device_parse(device, &a.device, &dst)) return cli_report("train grpo", &dst);
+    train_device w = a.device;
+    if (write && !train_device_parse(write, &w, &dst)) {
+      fprintf(stderr, "dragon train grpo: --write %s: cpu or cuda\n", write);
+      return CLI_USAGE;
+    }
+    if (w == TRAIN_DEVICE_CUDA && a.device != TRAIN_DEVICE_CUDA) {
+      fprintf(stderr, "dragon train grpo: --write cuda writes with the GPU's policy: it needs --device cuda\n");
+      return CLI_USAGE;
+    }
+    a.write_on_cpu = w == TRAIN_DEVICE_CPU;
   }
   a.out_dir = out;
   a.resume = resume;

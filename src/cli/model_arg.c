@@ -384,6 +384,9 @@ bool cli_gpu_open(const char *target, int threads, search_cuda_measure *gm, bool
   dg_status_ok(st);
   if (!want) return true;
   gm->threads = threads;
+  /* a candidate NVRTC takes longer than this on is stopped and fails its
+   * build (an unrolled giant would otherwise hold the whole batch) */
+  if (gm->compile_limit_s <= 0) gm->compile_limit_s = CLI_COMPILE_LIMIT_S;
   if (search_cuda_measure_init(gm, st)) {
     *have = true;
     return true;

@@ -239,6 +239,13 @@ extern "C" int nn_cuda_kv_pos(const nn_cuda_kv *c, int b) {
   return c->pos[b];
 }
 
+/* Positions live on the host and go with each step's tokens, so taking a
+ * row back is setting its count: the next step writes over what followed. */
+extern "C" void nn_cuda_kv_set_pos(nn_cuda_kv *c, int b, int pos) {
+  DG_ASSERT(b >= 0 && b < c->n && pos >= 1 && pos <= c->pos[b]);
+  c->pos[b] = pos;
+}
+
 /* ---- kernels -------------------------------------------------------------- */
 
 /* 8 bf16 (16 bytes) to float: a bf16 is the top half of a float, and the

@@ -246,6 +246,8 @@ static bool cuda_pull(void *ctx, dg_status *st) {
   return nn_cuda_model_store(c->g, c->host, false, st);
 }
 
+struct nn_cuda_model *train_cuda_model(train_cuda *c) { return c->g; }
+
 train_backend train_backend_cuda(train_cuda *c) {
   if (!c->frozen) *nn_cuda_model_optim(c->g) = c->host->opt;
   train_backend b = {.name = "cuda",
@@ -284,6 +286,11 @@ bool train_cuda_init_frozen(train_cuda **out, nn_model *host, int B, int T, dg_s
 }
 
 void train_cuda_free(train_cuda *c) { (void)c; }
+
+struct nn_cuda_model *train_cuda_model(train_cuda *c) {
+  (void)c;
+  return NULL;
+}
 
 train_backend train_backend_cuda(train_cuda *c) {
   (void)c;

@@ -40,6 +40,11 @@
 #include <string.h>
 
 #include "dragon/train.h"
+#ifdef DG_HAVE_CUDA
+#include <pthread.h>
+
+#include "dragon/nn_cuda.h"
+#endif
 
 void train_decode_opts_default(train_decode_opts *o) {
   memset(o, 0, sizeof *o);
@@ -55,10 +60,19 @@ void train_decode_opts_default(train_decode_opts *o) {
   o->retry_temperature = 1.0f;
 }
 
+/* The GPU's cache as the writers see it: positions on the device's host
+ * side, each row's logits after its last fed token copied here. */
 typedef struct {
-  const nn_model *m;
-  nn_kv_cache *kv;
-  int row; /* this graph's row of the cache */
+  struct nn_cuda_kv *kv;
+  float *logits; /* (rows, V) */
+  int V;
+} gpu_rows;
+
+typedef struct {
+  int V;
+  nn_kv_cache *kv; /* the C reference's cache, or */
+  gpu_rows *g;     /* the GPU's */
+  int row;         /* this graph's row of the cache */
   int used, budget;
   train_decode_trace *trace; /* every token after the prompt, or NULL */
   /* queued: tokens waiting for the model, fed with the other graphs' (the
@@ -80,6 +94,30 @@ static void trace_put(decoder *d, const int32_t *ids, int n, bool sampled) {
     t->ids[t->n] = ids[i];
     t->sampled[t->n++] = sampled;
   }
+}
+
+/* The model's side of a row: its next-token logits, its positions, and
+ * going back to an earlier position with the logits saved there. */
+static const float *row_logits(const decoder *d) {
+  return d->kv ? nn_kv_logits(d->kv, d->row) : d->g->logits + (size_t)d->row * d->V;
+}
+
+static int row_pos(const decoder *d) {
+#ifdef DG_HAVE_CUDA
+  if (!d->kv) return nn_cuda_kv_pos(d->g->kv, d->row);
+#endif
+  return d->kv->pos[d->row];
+}
+
+static void row_rewind(decoder *d, int pos, const float *logits) {
+  if (d->kv) {
+    nn_kv_rewind(d->kv, d->row, pos, logits);
+    return;
+  }
+#ifdef DG_HAVE_CUDA
+  nn_cuda_kv_set_pos(d->g->kv, d->row, pos);
+#endif
+  memcpy(d->g->logits + (size_t)d->row * d->V, logits, sizeof(float) * (size_t)d->V);
 }
 
 /* Feeds tokens to the model: forced text (sampled false) or a drawn token. */
@@ -106,7 +144,7 @@ void train_decode_trace_free(train_decode_trace *t) {
 
 static char *unconstrained(decoder *d, tok_tokenizer *tok, const char *header, const train_decode_opts *o,
                            dg_rng *rng, train_decode_stats *stats, dg_status *st) {
-  int V = d->m->cfg.vocab_size;
+  int V = d->V;
   int32_t end = tok_special(tok, TOK_END);
   dg_str text;
   dg_str_init(&text);
@@ -170,11 +208,11 @@ static void stack_push(line_stack *s, const tsel_prefix *p, const decoder *d) {
   }
   line_start *l = &s->v[s->n++];
   l->saved = tsel_prefix_save(p);
-  l->pos = d->kv->pos[d->row];
+  l->pos = row_pos(d);
   l->used = d->used;
   l->tries = 0;
   l->logits = dg_malloc(sizeof(float) * (size_t)s->V);
-  memcpy(l->logits, nn_kv_logits(d->kv, d->row), sizeof(float) * (size_t)s->V);
+  memcpy(l->logits, row_logits(d), sizeof(float) * (size_t)s->V);
 }
 
 static void stack_pop(line_stack *s) {
@@ -202,7 +240,7 @@ static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retrie
     l->tries++;
   }
   tsel_prefix_restore(p, l->saved);
-  nn_kv_rewind(d->kv, d->row, l->pos, l->logits);
+  row_rewind(d, l->pos, l->logits);
   d->used = l->used;
   if (d->trace) d->trace->n = l->used;
 }
@@ -234,8 +272,8 @@ typedef struct {
   char *result;
 } writer;
 
-static void writer_init(writer *w, const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const dg_func *kernel,
-                        void *guard_ctx, tsel_prefix *p, nn_kv_cache *kv, int row, int budget,
+static void writer_init(writer *w, int V, tok_tokenizer *tok, tsel_mask *mask, const dg_func *kernel,
+                        void *guard_ctx, tsel_prefix *p, nn_kv_cache *kv, gpu_rows *g, int row, int budget,
                         const train_decode_opts *o, train_decode_trace *trace, uint64_t seed,
                         train_decode_stats *stats) {
   memset(w, 0, sizeof *w);
@@ -247,12 +285,11 @@ static void writer_init(writer *w, const nn_model *m, tok_tokenizer *tok, tsel_m
   w->stats = stats;
   memset(stats, 0, sizeof *stats);
   w->p = p;
-  w->d = (decoder){.m = m, .kv = kv, .row = row, .budget = budget, .trace = trace, .queued = true};
+  w->d = (decoder){.V = V, .kv = kv, .g = g, .row = row, .budget = budget, .trace = trace, .queued = true};
   if (trace) trace->n = 0;
   dg_rng base;
   dg_rng_seed(&base, seed);
   w->rng = dg_rng_fork(&base);
-  int V = m->cfg.vocab_size;
   w->end = tok_special(tok, TOK_END);
   w->z = dg_malloc(sizeof(float) * (size_t)V);
   w->ids = dg_malloc(sizeof(int32_t) * (size_t)V);
@@ -275,7 +312,7 @@ static void writer_step(writer *w) {
   train_decode_stats *stats = w->stats;
   tsel_prefix *p = w->p;
   decoder *d = &w->d;
-  int V = d->m->cfg.vocab_size;
+  int V = d->V;
   d->n_pend = 0;
   if (w->done) return;
   if (!w->started) {
@@ -338,7 +375,7 @@ static void writer_step(writer *w) {
       w->ok = dg_fail(&w->st, DG_ERR_RUNTIME, "tsel decode: no token may follow (the checker is stuck)");
       break;
     }
-    const float *logits = nn_kv_logits(d->kv, d->row);
+    const float *logits = row_logits(d);
     int nz = 0;
     for (int j = 0; j < V; j++)
       if (w->allowed[j]) {
@@ -394,9 +431,8 @@ static void writer_free(writer *w) {
 }
 
 /* What every graph checks first. */
-static bool decode_args_ok(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const train_decode_opts *o,
+static bool decode_args_ok(int V, tok_tokenizer *tok, tsel_mask *mask, const train_decode_opts *o,
                            dg_status *st) {
-  int V = m->cfg.vocab_size;
   if (tok_vocab_size(tok) != V)
     return dg_fail(st, DG_ERR_INVALID, "tsel decode: the tokenizer has %d ids, the model %d", tok_vocab_size(tok), V);
   if (!o->unconstrained && (!mask || tsel_mask_vocab_size(mask) != V))
@@ -405,8 +441,8 @@ static bool decode_args_ok(const nn_model *m, tok_tokenizer *tok, tsel_mask *mas
   return true;
 }
 
-static bool prompt_ok(const nn_model *m, const int32_t *prompt, int n_prompt, dg_status *st) {
-  int V = m->cfg.vocab_size, maxT = m->cfg.max_seq_len;
+static bool prompt_ok(const nn_config *cfg, const int32_t *prompt, int n_prompt, dg_status *st) {
+  int V = cfg->vocab_size, maxT = cfg->max_seq_len;
   if (n_prompt < 1 || n_prompt >= maxT)
     return dg_fail(st, DG_ERR_INVALID, "tsel decode: the prompt has %d tokens; the model takes 1 to %d", n_prompt,
                    maxT - 1);
@@ -427,13 +463,13 @@ bool train_decode_jobs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, c
     dg_status_ok(&errs[i]);
   }
   if (n < 1) return true;
-  if (!decode_args_ok(m, tok, mask, o, st)) return false;
+  if (!decode_args_ok(m->cfg.vocab_size, tok, mask, o, st)) return false;
   /* rows of the longest context any job needs; a job's own budget is its
    * prompt's room */
   int maxT = m->cfg.max_seq_len, T = 1;
   bool *live = dg_calloc((size_t)n, sizeof *live);
   for (int i = 0; i < n; i++) {
-    live[i] = prompt_ok(m, jobs[i].prompt, jobs[i].n_prompt, &errs[i]);
+    live[i] = prompt_ok(&m->cfg, jobs[i].prompt, jobs[i].n_prompt, &errs[i]);
     int t = jobs[i].n_prompt + o->sample.max_tokens;
     if (t > maxT) t = maxT;
     if (live[i] && t > T) T = t;
@@ -476,7 +512,7 @@ bool train_decode_jobs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, c
     budget = (budget > maxT ? maxT : budget) - jobs[i].n_prompt;
     if (o->unconstrained) {
       /* plain sampling after the forced header, one graph after another */
-      decoder d = {.m = m, .kv = &kv, .row = i, .budget = budget, .trace = traces ? &traces[i] : NULL};
+      decoder d = {.V = m->cfg.vocab_size, .kv = &kv, .row = i, .budget = budget, .trace = traces ? &traces[i] : NULL};
       if (d.trace) d.trace->n = 0;
       dg_rng base, rng;
       dg_rng_seed(&base, jobs[i].seed);
@@ -484,8 +520,8 @@ bool train_decode_jobs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, c
       texts[i] = unconstrained(&d, tok, tsel_prefix_forced(pf[i]), o, &rng, stats ? &stats[i] : &local[i],
                                &errs[i]);
     } else {
-      writer_init(&w[i], m, tok, mask, jobs[i].kernel, jobs[i].guard_ctx ? jobs[i].guard_ctx : o->guard_ctx, pf[i],
-                  &kv, i, budget, o, traces ? &traces[i] : NULL, jobs[i].seed, stats ? &stats[i] : &local[i]);
+      writer_init(&w[i], m->cfg.vocab_size, tok, mask, jobs[i].kernel,
+                  jobs[i].guard_ctx ? jobs[i].guard_ctx : o->guard_ctx, pf[i], &kv, NULL, i, budget, o, traces ? &traces[i] : NULL, jobs[i].seed, stats ? &stats[i] : &local[i]);
     }
   }
   if (!o->unconstrained) {
@@ -521,12 +557,215 @@ bool train_decode_jobs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, c
   return true;
 }
 
+/* ---- on the GPU ------------------------------------------------------------ */
+
+#ifdef DG_HAVE_CUDA
+/* train_decode_jobs_cuda's writers and threads. Thread t runs the writers
+ * of rows t, t + threads, ... whose queues are empty to their next tokens;
+ * then, between two barriers, thread 0 (the caller, whose the CUDA context
+ * is) feeds one queued token of every row that has one in one step of the
+ * GPU cache, and copies the logits of each row whose queue it emptied. A
+ * queue of forced text takes a step a token while the other rows go on. */
+typedef struct {
+  writer *w;
+  const bool *live;
+  int n, threads;
+  int *head; /* (n) tokens of each row's queue fed so far */
+  nn_cuda_kv *kv;
+  gpu_rows *g;
+  float *step_logits; /* (n, V) */
+  int32_t *tokens;
+  bool *active;
+  pthread_barrier_t bar;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  bool go, stop, failed;
+  dg_status err;
+  int64_t steps;
+} gpu_loop;
+
+typedef struct {
+  gpu_loop *L;
+  int t;
+} gpu_worker;
+
+static void gpu_feed(gpu_loop *L) {
+  int n = L->n, V = L->g->V, k = 0;
+  for (int i = 0; i < n; i++) {
+    const decoder *d = &L->w[i].d;
+    L->active[i] = L->live[i] && L->head[i] < d->n_pend;
+    L->tokens[i] = L->active[i] ? d->pend[L->head[i]] : 0;
+    k += L->active[i];
+  }
+  if (k == 0) {
+    L->stop = true;
+    return;
+  }
+  if (!nn_cuda_kv_step(L->kv, L->tokens, L->active, &L->err) || !nn_cuda_kv_logits(L->kv, L->step_logits, &L->err)) {
+    L->failed = L->stop = true;
+    return;
+  }
+  L->steps++;
+  for (int i = 0; i < n; i++)
+    if (L->active[i] && ++L->head[i] == L->w[i].d.n_pend)
+      memcpy(L->g->logits + (size_t)i * V, L->step_logits + (size_t)i * V, sizeof(float) * (size_t)V);
+}
+
+static void *gpu_work(void *arg) {
+  gpu_worker *me = arg;
+  gpu_loop *L = me->L;
+  /* the thread count is known once every thread has been started */
+  pthread_mutex_lock(&L->mu);
+  while (!L->go) pthread_cond_wait(&L->cv, &L->mu);
+  pthread_mutex_unlock(&L->mu);
+  for (;;) {
+    for (int i = me->t; i < L->n; i += L->threads)
+      if (L->live[i] && !L->w[i].done && L->head[i] >= L->w[i].d.n_pend) {
+        writer_step(&L->w[i]);
+        L->head[i] = 0;
+      }
+    pthread_barrier_wait(&L->bar);
+    if (me->t == 0) gpu_feed(L);
+    pthread_barrier_wait(&L->bar);
+    if (L->stop) break;
+  }
+  return NULL;
+}
+
+/* Runs the loop on the caller and up to threads - 1 more threads. */
+static void gpu_run(gpu_loop *L, int threads) {
+  pthread_t *th = dg_malloc(sizeof *th * (size_t)threads);
+  gpu_worker *wk = dg_malloc(sizeof *wk * (size_t)threads);
+  pthread_mutex_init(&L->mu, NULL);
+  pthread_cond_init(&L->cv, NULL);
+  int started = 1;
+  for (int t = 1; t < threads; t++) {
+    wk[t] = (gpu_worker){L, t};
+    if (pthread_create(&th[t], NULL, gpu_work, &wk[t]) != 0) break;
+    started++;
+  }
+  L->threads = started;
+  pthread_barrier_init(&L->bar, NULL, (unsigned)started);
+  pthread_mutex_lock(&L->mu);
+  L->go = true;
+  pthread_cond_broadcast(&L->cv);
+  pthread_mutex_unlock(&L->mu);
+  wk[0] = (gpu_worker){L, 0};
+  gpu_work(&wk[0]);
+  for (int t = 1; t < started; t++) pthread_join(th[t], NULL);
+  pthread_barrier_destroy(&L->bar);
+  pthread_cond_destroy(&L->cv);
+  pthread_mutex_destroy(&L->mu);
+  free(th);
+  free(wk);
+}
+#endif
+
+bool train_decode_jobs_cuda(train_cuda *gpu, tok_tokenizer *const *toks, tsel_mask *const *masks, int threads,
+                            const train_decode_job *jobs, int n, tsel_target target, const train_decode_opts *o,
+                            char **texts, train_decode_trace *traces, train_decode_stats *stats, dg_status *errs,
+                            train_decode_gpu_stats *gs, dg_status *st) {
+  dg_status_ok(st);
+  if (gs) memset(gs, 0, sizeof *gs);
+  for (int i = 0; i < n; i++) {
+    texts[i] = NULL;
+    if (stats) memset(&stats[i], 0, sizeof stats[i]);
+    dg_status_ok(&errs[i]);
+  }
+  if (n < 1) return true;
+#ifndef DG_HAVE_CUDA
+  (void)gpu, (void)toks, (void)masks, (void)threads, (void)jobs, (void)target, (void)o, (void)traces;
+  return dg_fail(st, DG_ERR_RUNTIME, "tsel decode: this dragon was built without CUDA");
+#else
+  nn_cuda_model *gm = gpu ? train_cuda_model(gpu) : NULL;
+  if (!gm) return dg_fail(st, DG_ERR_INVALID, "tsel decode: no GPU model to write with");
+  if (threads < 1) return dg_fail(st, DG_ERR_INVALID, "tsel decode: %d threads", threads);
+  if (o->unconstrained) return dg_fail(st, DG_ERR_INVALID, "tsel decode: unconstrained writing runs on the CPU");
+  if (threads > n) threads = n;
+  const nn_config *cfg = nn_cuda_model_config(gm);
+  int V = cfg->vocab_size, maxT = cfg->max_seq_len, T = 1;
+  for (int t = 0; t < threads; t++)
+    if (!decode_args_ok(V, toks[t], masks[t], o, st)) return false;
+  double t0 = dg_now();
+  bool *live = dg_calloc((size_t)n, sizeof *live);
+  for (int i = 0; i < n; i++) {
+    live[i] = prompt_ok(cfg, jobs[i].prompt, jobs[i].n_prompt, &errs[i]);
+    int t = jobs[i].n_prompt + o->sample.max_tokens;
+    if (t > maxT) t = maxT;
+    if (live[i] && t > T) T = t;
+  }
+  nn_cuda_kv *kv;
+  if (!nn_cuda_kv_init(&kv, gm, n, T, st)) {
+    free(live);
+    return false;
+  }
+  /* every row's prompt (a failed job's row: one token, never fed again) */
+  static const int32_t none = 0;
+  const int32_t **pr = dg_malloc(sizeof *pr * (size_t)n);
+  int *lens = dg_malloc(sizeof(int) * (size_t)n);
+  for (int i = 0; i < n; i++) {
+    pr[i] = live[i] ? jobs[i].prompt : &none;
+    lens[i] = live[i] ? jobs[i].n_prompt : 1;
+  }
+  gpu_rows g = {kv, dg_malloc(sizeof(float) * (size_t)n * V), V};
+  bool ok = nn_cuda_kv_prefill(kv, pr, lens, n, st) && nn_cuda_kv_logits(kv, g.logits, st);
+  free(pr);
+  free(lens);
+  if (gs) gs->prefill_s = dg_now() - t0;
+  writer *w = dg_calloc((size_t)n, sizeof *w);
+  train_decode_stats *local = dg_calloc((size_t)n, sizeof *local);
+  tsel_prefix **pf = dg_calloc((size_t)n, sizeof *pf);
+  for (int i = 0; ok && i < n; i++) {
+    if (!live[i]) continue;
+    if (!(pf[i] = tsel_prefix_new(jobs[i].kernel, jobs[i].spec, target, &errs[i]))) {
+      live[i] = false;
+      continue;
+    }
+    tsel_prefix_set_explain(pf[i], o->explain);
+    int budget = jobs[i].n_prompt + o->sample.max_tokens;
+    budget = (budget > maxT ? maxT : budget) - jobs[i].n_prompt;
+    writer_init(&w[i], V, toks[i % threads], masks[i % threads], jobs[i].kernel,
+                jobs[i].guard_ctx ? jobs[i].guard_ctx : o->guard_ctx, pf[i], NULL, &g, i, budget, o,
+                traces ? &traces[i] : NULL, jobs[i].seed, stats ? &stats[i] : &local[i]);
+  }
+  if (ok) {
+    gpu_loop L = {.w = w, .live = live, .n = n, .kv = kv, .g = &g};
+    L.head = dg_calloc((size_t)n, sizeof *L.head);
+    L.step_logits = dg_malloc(sizeof(float) * (size_t)n * V);
+    L.tokens = dg_malloc(sizeof(int32_t) * (size_t)n);
+    L.active = dg_malloc((size_t)n);
+    double t1 = dg_now();
+    gpu_run(&L, threads);
+    if (gs) gs->steps = L.steps, gs->decode_s = dg_now() - t1, gs->threads = L.threads;
+    if (L.failed) ok = (*st = L.err, false);
+    free(L.head);
+    free(L.step_logits);
+    free(L.tokens);
+    free(L.active);
+  }
+  for (int i = 0; i < n; i++) {
+    if (!live[i] || !pf[i]) continue;
+    if (ok && w[i].ok) texts[i] = w[i].result, w[i].result = NULL;
+    else if (ok) errs[i] = w[i].st;
+    writer_free(&w[i]);
+  }
+  for (int i = 0; i < n; i++) tsel_prefix_free(pf[i]);
+  free(pf);
+  free(w);
+  free(local);
+  free(live);
+  free(g.logits);
+  nn_cuda_kv_free(kv);
+  return ok;
+#endif
+}
+
 bool train_decode_graphs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const int32_t *prompt,
                          int n_prompt, const dg_func *kernel, const char *spec, tsel_target target,
                          const train_decode_opts *o, int n, const uint64_t *seeds, char **texts,
                          train_decode_trace *traces, train_decode_stats *stats, dg_status *errs, dg_status *st) {
   dg_status_ok(st);
-  if (n > 0 && !prompt_ok(m, prompt, n_prompt, st)) return false;
+  if (n > 0 && !prompt_ok(&m->cfg, prompt, n_prompt, st)) return false;
   train_decode_job *jobs = dg_calloc((size_t)(n > 0 ? n : 1), sizeof *jobs);
   for (int i = 0; i < n; i++) jobs[i] = (train_decode_job){prompt, n_prompt, kernel, spec, seeds[i], NULL};
   bool ok = train_decode_jobs(m, tok, mask, jobs, n, target, o, texts, traces, stats, errs, st);

@@ -1,14 +1,16 @@
 /* grpo_run.c: a GRPO run (`dragon train grpo`; the objective is
  * grpo.c's), on the C reference model or on the GPU's (train_backend: the
  * log-probabilities, the weighted forward, the accumulated gradients and
- * AdamW run there, the rollouts are written on the CPU cores with the host
- * copy of the model, refreshed after every update).
+ * AdamW run there). On the GPU the rollouts are written there too, every
+ * sample of a round a row of one KV cache with the writers on every core
+ * (train_decode_jobs_cuda); else (or with write_on_cpu) on the CPU cores
+ * with the host copy of the model, refreshed after every update.
  *
  * A step: prompts are the training split's workloads in the split file's
  * order from a cursor (construction prompts: the kernel's text). For each,
  * G graphs are written by constrained decoding at the run's temperature
- * (sample j of prompt q with seed + q * G + j; a prompt's G in step on a
- * thread, train_decode_graphs), and judged through the gates of the one
+ * (sample j of prompt q with seed + q * G + j; on the CPU a prompt's G in
+ * step on a thread, train_decode_graphs), and judged through the gates of the one
  * road (eval_score_tsel up to the numbers in the C emulation; on a GPU,
  * eval_score_batch with the untuned baseline in the same queue, so a
  * correct graph earns the log of its speedup): grpo_reward. A group whose
@@ -206,6 +208,66 @@ static void write_samples(void *ctx, int k) {
   free(es);
   tsel_mask_free(mask);
   tok_free(tok);
+}
+
+/* A round's samples written on the GPU with the policy's current weights:
+ * every prompt's g graphs, one row each of one cache
+ * (train_decode_jobs_cuda), the writers on every core, each thread with a
+ * tokenizer and mask of its own. */
+static bool write_gpu(const grpo_run_args *a, train_cuda *gpu, const prompt_t *p, int n_p, sample_t *s, int g,
+                      dg_status *st) {
+  int n = n_p * g, threads = a->threads > 0 ? a->threads : rt_cpu_count();
+  if (threads > n) threads = n;
+  if (n < 1) return true;
+  tok_tokenizer **toks = dg_calloc((size_t)threads, sizeof *toks);
+  tsel_mask **masks = dg_calloc((size_t)threads, sizeof *masks);
+  bool ok = true;
+  for (int t = 0; ok && t < threads; t++) {
+    toks[t] = tok_load(a->tokenizer_path, st);
+    masks[t] = toks[t] ? tsel_mask_new(toks[t], st) : NULL;
+    ok = masks[t] != NULL;
+  }
+  eval_guard *guards = dg_calloc((size_t)n_p, sizeof *guards);
+  train_decode_job *jobs = dg_calloc((size_t)n, sizeof *jobs);
+  for (int k = 0; k < n_p; k++) {
+    guards[k] = (eval_guard){p[k].f, p[k].spec};
+    for (int j = 0; j < g; j++)
+      jobs[k * g + j] = (train_decode_job){p[k].prompt.data, (int)p[k].prompt.len, p[k].f, p[k].spec,
+                                           a->seed + (uint64_t)p[k].q * (uint64_t)g + (uint64_t)j,
+                                           a->guard ? &guards[k] : NULL};
+  }
+  train_decode_opts o;
+  train_decode_opts_default(&o);
+  o.sample.temperature = a->temperature;
+  o.sample.max_tokens = a->max_tokens;
+  o.explain = false;
+  if (a->guard) o.guard = eval_guard_line;
+  char **texts = dg_calloc((size_t)n, sizeof *texts);
+  train_decode_trace *traces = dg_calloc((size_t)n, sizeof *traces);
+  train_decode_stats *ds = dg_calloc((size_t)n, sizeof *ds);
+  dg_status *es = dg_calloc((size_t)n, sizeof *es);
+  if (ok)
+    ok = train_decode_jobs_cuda(gpu, toks, masks, threads, jobs, n, TSEL_TARGET_CUDA, &o, texts, traces, ds, es,
+                                NULL, st);
+  for (int i = 0; i < n; i++) {
+    /* a graph that failed is judged a parse failure */
+    s[i].graph = texts[i];
+    s[i].trace = traces[i];
+    s[i].truncated = ds[i].budget_completed;
+  }
+  for (int t = 0; t < threads; t++) {
+    tsel_mask_free(masks[t]);
+    tok_free(toks[t]);
+  }
+  free(toks);
+  free(masks);
+  free(guards);
+  free(jobs);
+  free(texts);
+  free(traces);
+  free(ds);
+  free(es);
+  return ok;
 }
 
 /* The gates' verdicts and rewards of a round's samples (g for each of its
@@ -525,10 +587,12 @@ static bool log_step(const grpo_run_args *a, const grpo_step_stats *s, dg_status
                 "{\"step\": %lld, \"reward\": %.6g, \"correct\": %.6g, \"speedup\": %.6g, \"loss\": %.6g, "
                 "\"kl\": %.6g, \"clipped\": %.6g, \"entropy\": %.6g, \"dropped\": %.6g, \"groups\": %d, "
                 "\"tokens\": %lld, \"grad_norm\": %.6g, \"lr\": %.6g, \"seconds\": %.3f, "
-                "\"write_seconds\": %.3f, \"judge_seconds\": %.3f, \"update_seconds\": %.3f}\n",
+                "\"write_seconds\": %.3f, \"judge_seconds\": %.3f, \"update_seconds\": %.3f, "
+                "\"compile_seconds\": %.3f, \"compile_wait_seconds\": %.3f, \"gpu_wait_seconds\": %.3f}\n",
                 (long long)s->step, s->reward_mean, s->correct, s->speedup_mean, s->loss, s->kl, s->clipped,
                 s->entropy, s->dropped_share, s->groups, (long long)s->tokens, s->grad_norm, s->lr, s->seconds,
-                s->write_seconds, s->judge_seconds, s->update_seconds);
+                s->write_seconds, s->judge_seconds, s->update_seconds, s->compile_seconds, s->compile_wait_seconds,
+                s->gpu_wait_seconds);
   bool ok = dg_append_lines(lp, l.s, l.len, st);
   dg_str_free(&l);
   free(lp);
@@ -563,15 +627,36 @@ static bool one_step(grpo_run_args *a, run_t *r, tok_tokenizer *tok, grpo_step_s
     }
     sample_t *rs = dg_calloc((size_t)(n_p ? n_p : 1) * g, sizeof *rs);
     double ta = dg_now();
-    write_ctx wc = {a, &r->model, rp, rs, g};
-    rt_tasks *tk = rt_tasks_start(n_p, a->threads > 0 ? a->threads : rt_cpu_count(), write_samples, &wc);
-    while (rt_tasks_next(tk, true) >= 0) {
+    if (r->gpu && !a->write_on_cpu) {
+      if (!write_gpu(a, r->gpu, rp, n_p, rs, g, st)) {
+        for (int i = 0; i < n_p * g; i++) sample_free(&rs[i]);
+        for (int k = 0; k < n_p; k++) prompt_free(&rp[k]);
+        free(rp);
+        free(rs);
+        for (int k = 0; k < kept; k++) prompt_free(&ps[k]);
+        for (int i = 0; i < kept * g; i++) sample_free(&ss[i]);
+        free(ps);
+        free(ss);
+        return false;
+      }
+    } else {
+      write_ctx wc = {a, &r->model, rp, rs, g};
+      rt_tasks *tk = rt_tasks_start(n_p, a->threads > 0 ? a->threads : rt_cpu_count(), write_samples, &wc);
+      while (rt_tasks_next(tk, true) >= 0) {
+      }
+      rt_tasks_free(tk);
     }
-    rt_tasks_free(tk);
     double tb = dg_now();
+    double c0 = a->gpu ? a->gpu->stats.t_compile : 0, cw0 = a->gpu ? a->gpu->stats.t_compile_wait : 0,
+           gw0 = a->gpu ? a->gpu->stats.t_gpu_wait : 0;
     judge(a, rp, n_p, rs, g);
     out->write_seconds += tb - ta;
     out->judge_seconds += dg_now() - tb;
+    if (a->gpu) {
+      out->compile_seconds += a->gpu->stats.t_compile - c0;
+      out->compile_wait_seconds += a->gpu->stats.t_compile_wait - cw0;
+      out->gpu_wait_seconds += a->gpu->stats.t_gpu_wait - gw0;
+    }
     for (int k = 0; k < n_p; k++) {
       sample_t *s = &rs[(size_t)k * g];
       float rw[256], adv[256];
