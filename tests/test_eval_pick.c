@@ -15,6 +15,7 @@
 #include "dragon/nn.h"
 #include "dragon/search.h"
 #include "dragon/tokenizer.h"
+#include "dragon/train.h"
 #include "dragon/tsel.h"
 #include "dragon/wl.h"
 #include "sched_support.h"
@@ -210,7 +211,7 @@ DG_TEST(optimize_cli_random_model_graphs_all_check) {
            model, dg_test_tmpdir());
   int rc = dg_test_run_dragon(args, NULL, &out);
   CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
-  CHECK_MSG(strstr(out, "(constrained decoding, line guard)") && strstr(out, "round 1  "), "%s", out);
+  CHECK_MSG(strstr(out, "(constrained decoding, line guard, written on the CPU)") && strstr(out, "round 1  "), "%s", out);
   /* every sample parsed, named the kernel and type-checked */
   CHECK_MSG(!strstr(out, ": parse: ") && !strstr(out, ": header: ") && !strstr(out, ": check: "), "%s", out);
   char path[800];
@@ -462,5 +463,62 @@ DG_TEST(eval_cli_random_model_end_to_end) {
   }
   json_decref(j);
   free(good);
+  ir_func_free(f);
+}
+
+/* --write: a word other than cpu or cuda is refused by name, and where no
+ * GPU is, asking to write on one says so and writes nothing. */
+DG_TEST(optimize_cli_write_device_refusals) {
+  char args[1400], *out = NULL;
+  snprintf(args, sizeof args, "optimize GMM/0 --target c --samples 1 --write gpu --out %s/opt_w", dg_test_tmpdir());
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc != 0 && strstr(out, "--write gpu: cpu or cuda"), "rc %d: %s", rc, out);
+  free(out);
+  dg_status st;
+  if (train_device_available(TRAIN_DEVICE_CUDA, &st)) return;
+  snprintf(args, sizeof args, "optimize GMM/0 --target c --samples 1 --write cuda --out %s/opt_w", dg_test_tmpdir());
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc != 0 && strstr(out, "--write cuda"), "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args, "eval --split val --limit 1 --target c --write cuda --out %s/eval_w", dg_test_tmpdir());
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc != 0 && strstr(out, "--write cuda"), "rc %d: %s", rc, out);
+  free(out);
+}
+
+/* On a GPU the shipped model writes where the checks run: optimize's
+ * samples and eval's tasks are rows of the GPU's cache (the report says
+ * so), the kept graph passes, and --write cpu writes on the cores. */
+DG_TEST(gpu_optimize_and_eval_write_on_gpu) {
+  dg_status st;
+  if (!train_device_available(TRAIN_DEVICE_CUDA, &st)) {
+    dg_test_skip("%s", st.msg);
+    return;
+  }
+  dg_func *f = wl_build(GMM, &st);
+  CHECK(f);
+  char args[1400], *out = NULL;
+  for (int gpu = 1; gpu >= 0; gpu--) {
+    snprintf(args, sizeof args, "optimize GMM/0 --target cuda --samples 4 --write %s --out %s/opt_g%d",
+             gpu ? "cuda" : "cpu", dg_test_tmpdir(), gpu);
+    int rc = dg_test_run_dragon(args, NULL, &out);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+    CHECK_MSG(strstr(out, gpu ? "written on the GPU)" : "written on the CPU)"), "%s", out);
+    char path[800];
+    snprintf(path, sizeof path, "%s/opt_g%d/graph.tsel", dg_test_tmpdir(), gpu);
+    char *kept = dg_read_file(path, NULL, &st);
+    CHECK_MSG(kept && passes(kept, f), "%s", kept ? kept : st.msg);
+    free(kept);
+    free(out);
+  }
+  snprintf(args, sizeof args, "eval --split val --limit 4 --target cuda --out %s/eval_g", dg_test_tmpdir());
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "Correct@1"), "rc %d: %s", rc, out);
+  free(out);
+  char path[800];
+  snprintf(path, sizeof path, "%s/eval_g/val.tasks.jsonl", dg_test_tmpdir());
+  char *tasks = dg_read_file(path, NULL, &st);
+  CHECK_MSG(tasks && strstr(tasks, "write=cuda"), "%s", tasks ? tasks : st.msg);
+  free(tasks);
   ir_func_free(f);
 }

@@ -196,6 +196,8 @@ typedef struct {
    * (four groups a write thread at least), each group by one call on a
    * thread of its own, with write_ctx */
   eval_group_writer_fn write_group;
+  int write_group_size; /* > 0: the tasks a group holds (one writer a group
+                           that writes them all at once: the GPU's) */
   struct search_cuda_measure *gpu; /* NULL: the C emulation, nothing timed */
   uint64_t seed;                   /* task i's output is written with seed + i */
   int threads;                     /* the checks; <= 0: every core */

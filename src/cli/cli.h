@@ -103,9 +103,21 @@ typedef struct {
   char *tok_path;
   void *pool_lock;
   cli_writer_slot *slots; /* every slot made beyond (tok, mask), each once */
+  struct train_cuda *gpu; /* set: constrained graphs are written on the GPU */
 } cli_model;
 bool cli_model_open(cli_model *cm, const char *flag, const char *arg, const char *tokp,
                     bool constrained, dg_status *st);
+/* From now on the model's constrained graphs are written on the GPU
+ * (train_decode_jobs_cuda: its weights in bf16 there, every graph of a
+ * call a row of one KV cache, the writers on every core), where the build
+ * has CUDA and a GPU is seen; false with st otherwise. */
+bool cli_model_use_gpu(cli_model *cm, dg_status *st);
+/* --write S of a command that writes graphs: "cpu", "cuda", or NULL (cuda
+ * where the command measures on a GPU). Sets *gpu; false with a usage
+ * message in st for another word. */
+bool cli_write_device(const char *arg, bool have_gpu, bool *gpu, dg_status *st);
+/* Graphs a GPU writer takes at once (rows of its KV cache). */
+#define CLI_GPU_ROWS 128
 void cli_model_close(cli_model *cm); /* also on a zeroed or failed one */
 typedef struct {
   int64_t tokens;     /* fed to the model */
@@ -118,8 +130,9 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
                        char **texts, cli_write_stats *ws, dg_str *errs);
 /* One graph for each of n kernels (no prior), kernel i with seeds[i], all
  * in step on the calling thread (train_decode_jobs: a pass of the model
- * feeds every graph's next token); each is the graph cli_model_write
- * gives that kernel and seed. texts[i] NULL where decoding failed, why[i]
+ * feeds every graph's next token; on the GPU, one cache and the writers on
+ * every core); each is the graph cli_model_write gives that kernel and
+ * seed. texts[i] NULL where decoding failed, why[i]
  * saying why; tokens[i] (tokens may be NULL) what graph i fed the model.
  * Thread-safe as cli_model_write. */
 void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *const *specs, const uint64_t *seeds,

@@ -296,7 +296,8 @@ int cmd_eval(int argc, char **argv) {
              *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE;
   int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048;
   double temperature = 0;
-  bool quiet = false, no_guard = false, resume = false, unconstrained = false;
+  bool quiet = false, no_guard = false, resume = false, unconstrained = false, write_gpu = false;
+  const char *write_on = NULL;
   const cli_opt opts[] = {
       {"--split", CLI_OPT_STR, &split_name, 0, 0, "the held-out split: val, test, heldout_shape or heldout_family (default test)"},
       {"--limit", CLI_OPT_INT, &limit, 0, INT32_MAX, "the split's first N workloads (default 0: all)"},
@@ -310,6 +311,7 @@ int cmd_eval(int argc, char **argv) {
       {"--max-tokens", CLI_OPT_INT, &max_tokens, 16, 1 << 16, "tokens per graph at most (default 2048)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
+      {"--write", CLI_OPT_STR, &write_on, 0, 0, "where the model writes: cuda (the GPU's KV cache, every task a row; the default where the checks run on a GPU) or cpu (every core)"},
       {"--unconstrained", CLI_OPT_FLAG, &unconstrained, 0, 0, "decode without the grammar and type mask (and so without the guard; for comparison)"},
       {"--splits", CLI_OPT_STR, &splits_path, 0, 0, "the splits file (default " DATA_SPLIT_FILE ")"},
       {"--out", CLI_OPT_STR, &out_dir, 0, 0, "where SPLIT.json and SPLIT.md go (default eval/MODEL)"},
@@ -423,6 +425,11 @@ int cmd_eval(int argc, char **argv) {
     dg_str_free(&notes);
     if (!ok) goto fail;
   }
+  if (!cli_write_device(write_on, have_gpu && !graphs && !unconstrained, &write_gpu, &st)) goto fail;
+  if (write_gpu && !graphs && !cli_model_use_gpu(&cm, &st)) {
+    dg_status_prefix(&st, "--write cuda");
+    goto fail;
+  }
   char dir[1200], tasks_path[1600];
   if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);
   else snprintf(dir, sizeof dir, "eval/%s", name);
@@ -433,6 +440,8 @@ int cmd_eval(int argc, char **argv) {
   snprintf(key, sizeof key, "writer=%s seed=%lld temperature=%.17g target=%s guard=%d max_tokens=%lld",
            graphs_path ? graphs_path : cm.path, (long long)seed, temperature,
            have_gpu ? "cuda" : "c", unconstrained ? -1 : !no_guard, (long long)max_tokens);
+  /* the GPU's logits are bf16's: its graphs are another evaluation's */
+  if (write_gpu) snprintf(key + strlen(key), sizeof key - strlen(key), " write=cuda");
   if (resume) {
     if (!(done = load_done(tasks_path, key, (const char *const *)specs, n, &st))) goto fail;
   } else if (unlink(tasks_path) != 0 && errno != ENOENT) {
@@ -449,11 +458,12 @@ int cmd_eval(int argc, char **argv) {
                       .write = write_one,
                       .write_ctx = &w,
                       .write_group = w.graphs ? NULL : write_group,
+                      .write_group_size = write_gpu ? CLI_GPU_ROWS : 0,
                       .gpu = have_gpu ? &gm : NULL,
                       .seed = (uint64_t)seed,
                       .threads = (int)threads,
                       .progress = quiet ? NULL : stderr,
-                      .write_threads = writers,
+                      .write_threads = write_gpu ? 1 : writers,
                       .done = done,
                       .on_task = keep_task,
                       .on_task_ctx = &kc};

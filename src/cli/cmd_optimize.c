@@ -73,7 +73,8 @@ int cmd_optimize(int argc, char **argv) {
   const char *prior_path = NULL, *model_arg = NULL, *tokp = NULL, *target = NULL, *out_dir = NULL;
   int64_t samples = 4, rounds = 0, seed = 1, max_tokens = 2048, top_k = 0, threads = 0;
   double temperature = 0.8, top_p = 1.0, min_gain = 1.03;
-  bool unconstrained = false, no_explain = false, no_guard = false, decode_explain = false;
+  bool unconstrained = false, no_explain = false, no_guard = false, decode_explain = false, write_gpu = false;
+  const char *write_on = NULL;
   const cli_opt opts[] = {
       {"--prior", CLI_OPT_STR, &prior_path, 0, 0, "a TSEL graph to refine instead of writing one"},
       {"--samples", CLI_OPT_INT, &samples, 0, 256, "graphs the model writes per round (default 4; 0: none)"},
@@ -92,6 +93,7 @@ int cmd_optimize(int argc, char **argv) {
       {"--no-explain", CLI_OPT_FLAG, &no_explain, 0, 0, "stop each graph after its edits (no why/expect lines)"},
       {"--decode-explain", CLI_OPT_FLAG, &decode_explain, 0, 0, "the model writes the why/expect lines (default: dragon writes them from the compiler's facts on the finished graph)"},
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
+      {"--write", CLI_OPT_STR, &write_on, 0, 0, "where the model writes: cuda (the GPU's KV cache, the samples its rows; the default where the checks run on a GPU) or cpu (every core)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
   };
   const cli_spec spec = {
@@ -158,6 +160,11 @@ int cmd_optimize(int argc, char **argv) {
     }
     ms.no_guard = no_guard;
   }
+  if (!cli_write_device(write_on, have_gpu && ms.loaded && !unconstrained, &write_gpu, &st)) goto fail;
+  if (write_gpu && ms.loaded && !cli_model_use_gpu(&ms, &st)) {
+    dg_status_prefix(&st, "--write cuda");
+    goto fail;
+  }
   train_decode_opts dopts;
   train_decode_opts_default(&dopts);
   dopts.sample.temperature = (float)temperature;
@@ -170,10 +177,11 @@ int cmd_optimize(int argc, char **argv) {
 
   dg_str_printf(&report, "kernel   %s\n", hspec);
   if (ms.loaded)
-    dg_str_printf(&report, "model    %s (%s)\n", ms.path,
+    dg_str_printf(&report, "model    %s (%s, written on the %s)\n", ms.path,
                   unconstrained ? "unconstrained decoding"
                   : no_guard    ? "constrained decoding, no line guard"
-                                : "constrained decoding, line guard");
+                                : "constrained decoding, line guard",
+                  write_gpu ? "GPU" : "CPU");
   else
     dg_str_printf(&report, "model    none\n");
   dg_str_printf(&report, "checks   %s\n",

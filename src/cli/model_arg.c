@@ -147,7 +147,26 @@ bool cli_model_open(cli_model *cm, const char *flag, const char *arg, const char
   return true;
 }
 
+bool cli_model_use_gpu(cli_model *cm, dg_status *st) {
+  if (cm->gpu) return true;
+  if (!cm->mask) return dg_fail(st, DG_ERR_USAGE, "--write cuda: the GPU writes constrained graphs only");
+  /* a model that only scores: its batch shape is the smallest (the
+   * writers' KV caches are their own) */
+  return train_cuda_init_frozen(&cm->gpu, &cm->m, 1, 16, st);
+}
+
+bool cli_write_device(const char *arg, bool have_gpu, bool *gpu, dg_status *st) {
+  *gpu = have_gpu;
+  if (!arg) return true;
+  if (strcmp(arg, "cpu") == 0 || strcmp(arg, "cuda") == 0) {
+    *gpu = strcmp(arg, "cuda") == 0;
+    return true;
+  }
+  return dg_fail(st, DG_ERR_USAGE, "--write %s: cpu or cuda", arg);
+}
+
 void cli_model_close(cli_model *cm) {
+  train_cuda_free(cm->gpu);
   tsel_mask_free(cm->mask);
   for (cli_writer_slot *s = cm->slots, *next; s; s = next) {
     next = s->next;
@@ -201,6 +220,32 @@ static void give_slot(cli_model *cm, cli_writer_slot *s) {
   pthread_mutex_lock(cm->pool_lock);
   s->busy = false;
   pthread_mutex_unlock(cm->pool_lock);
+}
+
+/* The jobs on the GPU: the writers on up to one thread a core, each with a
+ * slot of its own (fewer where no more could be made). */
+static bool write_on_gpu(cli_model *cm, const train_decode_job *jobs, int n, const train_decode_opts *o, char **texts,
+                         train_decode_stats *ds, dg_status *es, dg_status *st) {
+  int want = rt_cpu_count() < n ? rt_cpu_count() : n, threads = 0;
+  cli_writer_slot **slots = dg_calloc((size_t)want, sizeof *slots);
+  tok_tokenizer **toks = dg_calloc((size_t)want, sizeof *toks);
+  tsel_mask **masks = dg_calloc((size_t)want, sizeof *masks);
+  dg_str errs;
+  dg_str_init(&errs);
+  while (threads < want && (slots[threads] = take_slot(cm, &errs))) {
+    toks[threads] = slots[threads]->tok;
+    masks[threads] = slots[threads]->mask;
+    threads++;
+  }
+  bool ok = threads > 0 ? train_decode_jobs_cuda(cm->gpu, toks, masks, threads, jobs, n, TSEL_TARGET_CUDA, o, texts,
+                                                 NULL, ds, es, NULL, st)
+                        : dg_fail(st, DG_ERR_RUNTIME, "%.400s", errs.s ? errs.s : "no tokenizer");
+  for (int t = 0; t < threads; t++) give_slot(cm, slots[t]);
+  dg_str_free(&errs);
+  free(slots);
+  free(toks);
+  free(masks);
+  return ok;
 }
 
 /* A group of cli_model_write's samples (i, i + groups, ...), written in
@@ -280,13 +325,41 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
    * i is written with seed + i, so the texts depend on neither */
   train_decode_stats *ds = dg_calloc((size_t)k, sizeof *ds);
   char(*why)[300] = dg_calloc((size_t)k, sizeof *why);
-  int threads = rt_cpu_count(), groups = threads < k ? threads : k;
-  write_job j = {cm, f, spec, kernel_text, prior, &go, seed, k, groups, texts, ds, why};
   for (int i = 0; i < k; i++) texts[i] = NULL;
-  rt_tasks *t = rt_tasks_start(groups, groups, write_group, &j);
-  while (rt_tasks_next(t, true) >= 0) {
+  if (cm->gpu && cm->mask && !o->unconstrained) {
+    /* on the GPU: the k samples rows of one cache */
+    dg_str perr;
+    dg_str_init(&perr);
+    cli_writer_slot *slot = take_slot(cm, &perr);
+    tok_ids ids = {0};
+    dg_status st;
+    bool ok = slot && train_prompt_encode(slot->tok, kernel_text, prior, &ids, &st);
+    if (slot) give_slot(cm, slot);
+    if (!slot) snprintf(why[0], sizeof why[0], "%.290s", perr.s ? perr.s : "no tokenizer");
+    else if (!ok) snprintf(why[0], sizeof why[0], "the prompt: %.260s", st.msg);
+    if (ok) {
+      train_decode_job *jobs = dg_calloc((size_t)k, sizeof *jobs);
+      dg_status *es = dg_calloc((size_t)k, sizeof *es);
+      for (int i = 0; i < k; i++)
+        jobs[i] = (train_decode_job){ids.data, (int)ids.len, f, spec, seed + (uint64_t)i, NULL};
+      if (!write_on_gpu(cm, jobs, k, &go, texts, ds, es, &st)) snprintf(why[0], sizeof why[0], "decoding failed: %.260s", st.msg);
+      for (int i = 0; i < k; i++)
+        if (!texts[i]) snprintf(why[i], sizeof why[i], "decoding failed: %.260s", es[i].msg[0] ? es[i].msg : st.msg);
+      free(jobs);
+      free(es);
+    } else {
+      for (int i = 1; i < k; i++) snprintf(why[i], sizeof why[i], "%s", why[0]);
+    }
+    tok_ids_free(&ids);
+    dg_str_free(&perr);
+  } else {
+    int threads = rt_cpu_count(), groups = threads < k ? threads : k;
+    write_job j = {cm, f, spec, kernel_text, prior, &go, seed, k, groups, texts, ds, why};
+    rt_tasks *t = rt_tasks_start(groups, groups, write_group, &j);
+    while (rt_tasks_next(t, true) >= 0) {
+    }
+    rt_tasks_free(t);
   }
-  rt_tasks_free(t);
   for (int i = 0; i < k; i++) {
     if (ws) {
       ws->tokens += ds[i].n_sampled + ds[i].n_forced;
@@ -343,7 +416,15 @@ void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *co
   char **got = dg_calloc((size_t)(m ? m : 1), sizeof *got);
   dg_status *es = dg_calloc((size_t)(m ? m : 1), sizeof *es);
   dg_status st;
-  if (!train_decode_jobs(&cm->m, slot->tok, slot->mask, jobs, m, TSEL_TARGET_CUDA, &go, got, NULL, ds, es, &st)) {
+  bool on_gpu = cm->gpu && cm->mask && !o->unconstrained;
+  if (on_gpu) { /* the GPU's writers take slots of their own */
+    give_slot(cm, slot);
+    slot = NULL;
+  }
+  bool wrote = on_gpu ? write_on_gpu(cm, jobs, m, &go, got, ds, es, &st)
+                      : train_decode_jobs(&cm->m, slot->tok, slot->mask, jobs, m, TSEL_TARGET_CUDA, &go, got, NULL,
+                                          ds, es, &st);
+  if (!wrote) {
     for (int r = 0; r < m; r++) dg_fail(&why[at[r]], DG_ERR_RUNTIME, "decoding failed: %.400s", st.msg);
   } else {
     for (int r = 0; r < m; r++) {
@@ -358,7 +439,7 @@ void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *co
       }
     }
   }
-  give_slot(cm, slot);
+  if (slot) give_slot(cm, slot);
   for (int i = 0; i < n; i++) tok_ids_free(&ids[i]);
   free(got);
   free(es);

@@ -156,6 +156,7 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
     int threads = o->write_threads > 1 ? o->write_threads : 1;
     int size = (n_unwritten + 4 * threads - 1) / (4 * threads);
     if (size > 16) size = 16;
+    if (o->write_group_size > 0) size = o->write_group_size;
     if (size < 1) size = 1;
     int groups = (n_unwritten + size - 1) / size;
     write_ctx wc = {o, ahead, unwritten, n_unwritten, size};
