@@ -10,8 +10,14 @@
  * reply; with one, each passes with a time. gpu_measure_cuda_rounds (GPU
  * only): two rounds of one workload (the data file and the worker's device
  * buffers reused), then another workload, every candidate checked and
- * timed, the stats adding up.
+ * timed, the stats adding up. search_cuda_measure_prepare_keeps_files
+ * (where NVRTC is): a batch's data files made at once, each once, kept for
+ * the measurement, removed at the end.
  */
+#include <glob.h>
+#include <stdio.h>
+#include <unistd.h>
+
 #include "dragon/rt_cuda.h"
 #include "dragon/sched.h"
 #include "dragon/search.h"
@@ -126,6 +132,49 @@ DG_TEST(search_cuda_measure_pipeline) {
     CHECK_ERR(st, "cuda");
     CHECK(m2.state == NULL);
   }
+}
+
+/* This process's data files (search_cuda_measure's inputs and
+ * references). */
+static int data_files(void) {
+  char pat[96];
+  snprintf(pat, sizeof pat, "/tmp/dragon-tune-%ld-*", (long)getpid());
+  glob_t g;
+  int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+  globfree(&g);
+  return n;
+}
+
+/* A batch's workloads are prepared at once, each once: measuring one of
+ * them then makes no file of its own, and free removes them all. */
+DG_TEST(search_cuda_measure_prepare_keeps_files) {
+  dg_status st;
+  if (!rt_nvrtc_available(&st)) {
+    SKIP("NVRTC is not here: %s", st.msg);
+  }
+  bool on_gpu = rt_cuda_available(&st);
+  search_cuda_measure m = {3, 10, 1, NULL};
+  m.threads = 2;
+  m.allow_no_gpu = true;
+  CHECK_MSG(search_cuda_measure_init(&m, &st), "%s", st.msg);
+  int before = data_files();
+  dg_func *gmm = NULL, *nrm = wl_build("NRM/0", &st);
+  CHECK(nrm);
+  enum { N = 2 };
+  search_cand *c = cands_of("GMM", "GMM/0", N, false, &gmm);
+  CHECK(c != NULL);
+  const dg_func *batch[3] = {gmm, nrm, gmm};
+  search_cuda_measure_prepare(&m, batch, 3);
+  CHECK_EQ(data_files(), before + 2);
+  measure_and_check(&m, gmm, c, N, false, on_gpu);
+  CHECK_EQ(data_files(), before + 2);
+  search_cuda_measure_prepare(&m, batch, 3); /* kept: nothing new */
+  CHECK_EQ(data_files(), before + 2);
+  search_cuda_measure_free(&m);
+  CHECK_EQ(data_files(), before);
+  search_cands_free(c, N);
+  ir_func_free(gmm);
+  ir_func_free(nrm);
 }
 
 DG_TEST(gpu_measure_cuda_rounds) {

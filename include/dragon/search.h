@@ -471,6 +471,12 @@ typedef struct search_cuda_measure {
 } search_cuda_measure;
 bool search_cuda_measure_init(search_cuda_measure *m, dg_status *st);
 void search_cuda_measure_free(search_cuda_measure *m);
+/* Makes, at once on m->threads threads (0: every core), the data files
+ * (inputs and float64 reference) of the workloads that search_measure_cuda
+ * is about to measure and has not kept (it keeps the last 64). A workload
+ * whose file cannot be made is tried again, and its candidates fail with
+ * the reason, when it is measured. */
+void search_cuda_measure_prepare(search_cuda_measure *m, const dg_func *const *f, int n);
 void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, int n,
                          search_measure_result *out, const search_measure_sink *sink);
 

@@ -273,7 +273,13 @@ void eval_score_batch(const eval_item *items, int n, const eval_score_opts *o, i
   rt_tasks_free(t);
   if (!b.gpu_after) return;
   /* one queue on the GPU, a workload's candidates together (its inputs and
-   * reference are prepared once) */
+   * reference are prepared once: every workload's at once, first) */
+  const dg_func **kernels = dg_malloc(sizeof *kernels * (size_t)(n ? n : 1));
+  int nk = 0;
+  for (int i = 0; i < n; i++)
+    if (out[i].failed == EVAL_PASSED) kernels[nk++] = items[i].kernel;
+  search_cuda_measure_prepare(o->gpu, kernels, nk);
+  free(kernels);
   bool *done = dg_calloc((size_t)(n ? n : 1), sizeof(bool));
   eval_score **group = dg_calloc((size_t)(n ? n : 1), sizeof *group);
   for (int i = 0; i < n; i++) {

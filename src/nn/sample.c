@@ -159,10 +159,7 @@ static void feed_items(nn_kv_cache *c, const item_t *it, int n) {
         const float *qv = q[i] + (size_t)h * HD;
         float mx = -INFINITY;
         for (int t2 = 0; t2 <= t; t2++) {
-          const float *kv = kc + (size_t)t2 * KVD + (size_t)kvh * HD;
-          float s = 0;
-          for (int j = 0; j < HD; j++) s += qv[j] * kv[j];
-          s *= scale;
+          float s = nn_dot(qv, kc + (size_t)t2 * KVD + (size_t)kvh * HD, HD) * scale;
           a[t2] = s;
           if (s > mx) mx = s;
         }

@@ -3,7 +3,10 @@
  * Per workload, once: the inputs are drawn from the seed, the unscheduled
  * kernel's float64 reference is computed on the CPU (compiled C), and both
  * are written to a data file that the GPU workers map (and keep on the
- * device across candidates). Per round, a pipeline: threads build each
+ * device across candidates). The files of the last 64 workloads are kept,
+ * and search_cuda_measure_prepare makes those of a batch of workloads at
+ * once on threads (a batch of many workloads would otherwise wait for
+ * each reference in turn). Per round, a pipeline: threads build each
  * candidate (rt_program_build: lowered, checked against the limits, CUDA
  * emitted and compiled by NVRTC for the device's architecture) and encode
  * its job; the calling thread hands each job to the worker pool as soon as
@@ -27,19 +30,28 @@
 #include "dragon/rt_cuda.h"
 #include "dragon/search.h"
 
+/* A workload's data file: its inputs and float64 reference. */
+typedef struct {
+  uint64_t hash; /* ir_func_hash of the workload */
+  char path[64];
+  uint64_t used; /* the state's clock when last asked for */
+} data_file;
+
+enum { DATA_FILES = 64 }; /* kept at once; the least recently used goes */
+
 struct search_cuda_measure_state {
   struct rt_worker_pool *pool;
-  uint64_t hash;  /* the workload the data file holds */
-  char path[64];
+  data_file files[DATA_FILES];
+  int n_files;
+  uint64_t clock;
   uint64_t next_id; /* job ids are never reused, so a stale result is known */
 };
 
-static bool prepare(search_cuda_measure *m, const dg_func *f, dg_status *st) {
-  search_cuda_measure_state *s = m->state;
-  uint64_t h = ir_func_hash(f);
-  if (s->path[0] && s->hash == h) return true;
-  if (s->path[0]) unlink(s->path);
-  s->path[0] = 0;
+/* Draws workload f's inputs from the seed, computes the unscheduled
+ * kernel's float64 reference on the CPU (compiled C) and writes both to a
+ * new file, its name into path. Thread-safe. */
+static bool data_make(const search_cuda_measure *m, const dg_func *f, char path[64], dg_status *st) {
+  path[0] = 0;
   rt_tensors ts;
   if (!rt_tensors_init(&ts, f, st)) return false;
   rt_data_fill(&ts, m->seed, rt_data_dist_for(f));
@@ -49,20 +61,96 @@ static bool prepare(search_cuda_measure *m, const dg_func *f, dg_status *st) {
   bool ok = rt_program_build(f, &bo, &b, st);
   if (ok) {
     rt_cpu_call(b.ref_fn, ts.ref_args);
-    snprintf(s->path, sizeof s->path, "/tmp/dragon-tune-%ld-XXXXXX", (long)getpid());
-    int fd = mkstemp(s->path);
+    snprintf(path, 64, "/tmp/dragon-tune-%ld-XXXXXX", (long)getpid());
+    int fd = mkstemp(path);
     if (fd < 0) {
-      ok = dg_fail(st, DG_ERR_IO, "%s: cannot create the data file", s->path);
-      s->path[0] = 0;
+      ok = dg_fail(st, DG_ERR_IO, "%s: cannot create the data file", path);
     } else {
       close(fd);
-      ok = rt_cuda_data_write(&ts, rt_check_reduce_len(f), s->path, st);
-      if (ok) s->hash = h;
+      ok = rt_cuda_data_write(&ts, rt_check_reduce_len(f), path, st);
+      if (!ok) unlink(path);
     }
+    if (!ok) path[0] = 0;
   }
   rt_build_free(&b);
   rt_tensors_free(&ts);
   return ok;
+}
+
+static data_file *data_find(search_cuda_measure_state *s, uint64_t h) {
+  for (int i = 0; i < s->n_files; i++)
+    if (s->files[i].hash == h) {
+      s->files[i].used = ++s->clock;
+      return &s->files[i];
+    }
+  return NULL;
+}
+
+/* Keeps a made file, in place of the least recently used one when full. */
+static data_file *data_keep(search_cuda_measure_state *s, uint64_t h, const char *path) {
+  data_file *d = &s->files[0];
+  if (s->n_files < DATA_FILES) {
+    d = &s->files[s->n_files++];
+  } else {
+    for (int i = 1; i < DATA_FILES; i++)
+      if (s->files[i].used < d->used) d = &s->files[i];
+    unlink(d->path);
+  }
+  d->hash = h;
+  snprintf(d->path, sizeof d->path, "%s", path);
+  d->used = ++s->clock;
+  return d;
+}
+
+/* Workload f's data file: kept from before, else made now. */
+static const char *prepare(search_cuda_measure *m, const dg_func *f, dg_status *st) {
+  search_cuda_measure_state *s = m->state;
+  uint64_t h = ir_func_hash(f);
+  data_file *d = data_find(s, h);
+  if (d) return d->path;
+  char path[64];
+  if (!data_make(m, f, path, st)) return NULL;
+  return data_keep(s, h, path)->path;
+}
+
+typedef struct {
+  const search_cuda_measure *m;
+  const dg_func *const *f;
+  char (*path)[64];
+} many_ctx;
+
+static void many_task(void *p, int i) {
+  many_ctx *c = p;
+  dg_status st;
+  data_make(c->m, c->f[i], c->path[i], &st);
+}
+
+void search_cuda_measure_prepare(search_cuda_measure *m, const dg_func *const *f, int n) {
+  search_cuda_measure_state *s = m->state;
+  if (!s || n <= 0) return;
+  /* the workloads not kept yet, each once, no more than are kept at once */
+  const dg_func **todo = dg_malloc(sizeof *todo * (size_t)n);
+  uint64_t *hs = dg_malloc(sizeof *hs * (size_t)n);
+  int k = 0;
+  for (int i = 0; i < n && k < DATA_FILES; i++) {
+    uint64_t h = ir_func_hash(f[i]);
+    bool seen = data_find(s, h) != NULL;
+    for (int j = 0; j < k && !seen; j++) seen = hs[j] == h;
+    if (!seen) todo[k] = f[i], hs[k++] = h;
+  }
+  char(*path)[64] = dg_calloc((size_t)(k ? k : 1), sizeof *path);
+  many_ctx c = {m, todo, path};
+  int threads = m->threads > 0 ? m->threads : rt_cpu_count();
+  rt_tasks *t = rt_tasks_start(k, threads < k ? threads : k, many_task, &c);
+  while (rt_tasks_next(t, true) >= 0) {
+  }
+  rt_tasks_free(t);
+  /* a failure is made again, and reported, when its workload is measured */
+  for (int j = 0; j < k; j++)
+    if (path[j][0]) data_keep(s, hs[j], path[j]);
+  free(path);
+  free(todo);
+  free(hs);
 }
 
 /* One worker, one job at a time. No warm spare: where the GPU is in an
@@ -99,7 +187,7 @@ bool search_cuda_measure_init(search_cuda_measure *m, dg_status *st) {
 void search_cuda_measure_free(search_cuda_measure *m) {
   if (!m->state) return;
   if (m->state->pool) rt_worker_pool_free(m->state->pool);
-  if (m->state->path[0]) unlink(m->state->path);
+  for (int i = 0; i < m->state->n_files; i++) unlink(m->state->files[i].path);
   free(m->state);
   m->state = NULL;
 }
@@ -259,7 +347,8 @@ void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, i
   for (int i = 0; i < n; i++) memset(&out[i], 0, sizeof out[i]);
   if (n <= 0) return;
   m->stats.candidates += n;
-  if (!m->state || !prepare(m, f, &st)) {
+  const char *data_path = m->state ? prepare(m, f, &st) : NULL;
+  if (!data_path) {
     for (int i = 0; i < n; i++) {
       fail(&out[i], m->state ? st.msg : "GPU measurement not set up");
       if (sink) sink->fn(sink->ctx, i, &out[i]);
@@ -269,7 +358,7 @@ void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, i
   }
   search_cuda_measure_state *s = m->state;
   int reps = m->repeats < 1 ? 1 : m->repeats > 8 ? 8 : m->repeats;
-  round_ctx r = {cand,  s->path, m->seed, {1, reps, true, m->timeout_s}, NULL, m->compile_limit_s,
+  round_ctx r = {cand,  data_path, m->seed, {1, reps, true, m->timeout_s}, NULL, m->compile_limit_s,
                  m->arch[0] ? m->arch : NULL};
   r.jobs = dg_calloc((size_t)n, sizeof *r.jobs);
   for (int i = 0; i < n; i++) dg_str_init(&r.jobs[i].msg);
