@@ -1143,8 +1143,9 @@ static char *kernel_text(const char *spec, const dg_func *k) {
 }
 
 /* Masked decoding with a random model writes graphs that parse and check,
- * for a gemm, a conv2d and a softmax and several seeds, deterministically;
- * the same model unmasked writes text that does not. */
+ * for a gemm, a conv2d and a softmax and several seeds, deterministically
+ * (and long ones: models are drawn until one writes five edits); the same
+ * model unmasked writes text that does not. */
 DG_TEST(tsel_prefix_masked_random_model_decodes) {
   tok_tokenizer *tok = trained_tokenizer();
   CHECK(tok);
@@ -1200,6 +1201,27 @@ DG_TEST(tsel_prefix_masked_random_model_decodes) {
       CHECK(strncmp(u, "tsel 1 kernel ", 14) == 0);
       garbage += !graph_checks(u, k, TSEL_TARGET_CUDA, why, sizeof why);
       free(u);
+      free(g);
+      nn_model_free(&m);
+    }
+    /* a random model's graphs are short or long by its draws: more models
+     * (each graph checked) until one has written five edits or more */
+    for (uint64_t seed = 4; seed <= 40 && most < 5; seed++) {
+      nn_model m;
+      CHECK(random_model(&m, V, 100 * w + seed, &st));
+      train_decode_opts o;
+      train_decode_opts_default(&o);
+      o.sample.max_tokens = 400;
+      train_decode_stats ds;
+      char *g = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA, &o, seed,
+                                   &ds, &st);
+      char why[600];
+      CHECK_MSG(g && graph_checks(g, k, TSEL_TARGET_CUDA, why, sizeof why), "%s seed %llu: %s", specs[w],
+                (unsigned long long)seed, g ? why : st.msg);
+      tsel_graph *pg = g ? tsel_parse(g, NULL, &st) : NULL;
+      if (pg && tsel_graph_edit_count(pg) > most) most = tsel_graph_edit_count(pg);
+      tsel_graph_free(pg);
+      masks += ds.n_masks;
       free(g);
       nn_model_free(&m);
     }

@@ -36,7 +36,16 @@
  * them; one pass of the model (nn_kv_feed_rows) then feeds every writer's
  * queue, so the weights are read once for all of them. The prompt is fed
  * once and its row copied. A writer's draws, checker and guard are its
- * own, so graph i is the one written alone with its seed. */
+ * own, so graph i is the one written alone with its seed.
+ *
+ * On the GPU (train_decode_jobs_cuda) the same writers feed one bf16 KV
+ * cache (nn_cuda_kv), a row each: the prompts are prefilled together, and
+ * each GPU step takes the next queued token of every row that has one (a
+ * queue of forced text takes a step a token while the other rows go on).
+ * Between steps the writers run on several host threads, each row always
+ * on the same one, with that thread's tokenizer and mask; taking a line
+ * back sets the row's position back (the next steps write over the rest)
+ * and restores the logits saved on the line stack. */
 #include <string.h>
 
 #include "dragon/train.h"
