@@ -462,6 +462,26 @@ static bool prompt_ok(const nn_config *cfg, const int32_t *prompt, int n_prompt,
   return true;
 }
 
+/* A job's tokens after its prompt: max_tokens, or the context's room. */
+static int job_budget(const train_decode_job *j, const train_decode_opts *o, int maxT) {
+  int budget = j->n_prompt + o->sample.max_tokens;
+  return (budget > maxT ? maxT : budget) - j->n_prompt;
+}
+
+/* The end of a call: each started writer's graph, or why not (every one
+ * failed with the call where ok is false), and the checkers freed. */
+static void writers_finish(writer *w, tsel_prefix **pf, const bool *live, int n, bool ok, char **texts,
+                           dg_status *errs) {
+  for (int i = 0; i < n; i++) {
+    if (live[i] && pf[i]) {
+      if (ok && w[i].ok) texts[i] = w[i].result, w[i].result = NULL;
+      else if (ok) errs[i] = w[i].st;
+      writer_free(&w[i]);
+    }
+    tsel_prefix_free(pf[i]);
+  }
+}
+
 bool train_decode_jobs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, const train_decode_job *jobs, int n,
                        tsel_target target, const train_decode_opts *o, char **texts, train_decode_trace *traces,
                        train_decode_stats *stats, dg_status *errs, dg_status *st) {
@@ -517,8 +537,7 @@ bool train_decode_jobs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, c
   }
   for (int i = 0; i < n; i++) {
     if (!live[i]) continue;
-    int budget = jobs[i].n_prompt + o->sample.max_tokens;
-    budget = (budget > maxT ? maxT : budget) - jobs[i].n_prompt;
+    int budget = job_budget(&jobs[i], o, maxT);
     if (o->unconstrained) {
       /* plain sampling after the forced header, one graph after another */
       decoder d = {.V = m->cfg.vocab_size, .kv = &kv, .row = i, .budget = budget, .trace = traces ? &traces[i] : NULL};
@@ -546,14 +565,10 @@ bool train_decode_jobs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, c
       if (k == 0) break;
       nn_kv_feed_rows(&kv, rows, toks, cnt, k);
     }
-    for (int i = 0; i < n; i++) {
-      if (!live[i]) continue;
-      if (w[i].ok) texts[i] = w[i].result, w[i].result = NULL;
-      else errs[i] = w[i].st;
-      writer_free(&w[i]);
-    }
+    writers_finish(w, pf, live, n, true, texts, errs);
+  } else {
+    for (int i = 0; i < n; i++) tsel_prefix_free(pf[i]);
   }
-  for (int i = 0; i < n; i++) tsel_prefix_free(pf[i]);
   free(pf);
   free(w);
   free(local);
@@ -731,8 +746,7 @@ bool train_decode_jobs_cuda(train_cuda *gpu, tok_tokenizer *const *toks, tsel_ma
       continue;
     }
     tsel_prefix_set_explain(pf[i], o->explain);
-    int budget = jobs[i].n_prompt + o->sample.max_tokens;
-    budget = (budget > maxT ? maxT : budget) - jobs[i].n_prompt;
+    int budget = job_budget(&jobs[i], o, maxT);
     writer_init(&w[i], V, toks[i % threads], masks[i % threads], jobs[i].kernel,
                 jobs[i].guard_ctx ? jobs[i].guard_ctx : o->guard_ctx, pf[i], NULL, &g, i, budget, o,
                 traces ? &traces[i] : NULL, jobs[i].seed, stats ? &stats[i] : &local[i]);
@@ -752,13 +766,7 @@ bool train_decode_jobs_cuda(train_cuda *gpu, tok_tokenizer *const *toks, tsel_ma
     free(L.tokens);
     free(L.active);
   }
-  for (int i = 0; i < n; i++) {
-    if (!live[i] || !pf[i]) continue;
-    if (ok && w[i].ok) texts[i] = w[i].result, w[i].result = NULL;
-    else if (ok) errs[i] = w[i].st;
-    writer_free(&w[i]);
-  }
-  for (int i = 0; i < n; i++) tsel_prefix_free(pf[i]);
+  writers_finish(w, pf, live, n, ok, texts, errs);
   free(pf);
   free(w);
   free(local);
