@@ -51,7 +51,7 @@ DRAGON=./$BUILD/dragon
 
 if [ -n "${GPU_TESTS:-}" ]; then
   [ -x "$BUILD/dragon_tests" ] || build_logged "$BUILD/dragon_tests"
-  DRAGON_BIN=$DRAGON timeout 240 "./$BUILD/dragon_tests" gpu_grpo gpu_nn_sft gpu_decode gpu_optimize >"$LOGDIR/gpu_tests.txt" 2>&1
+  DRAGON_BIN=$DRAGON timeout 240 "./$BUILD/dragon_tests" gpu_grpo gpu_nn_sft gpu_decode gpu_optimize gpu_measure >"$LOGDIR/gpu_tests.txt" 2>&1
   note "gpu tests: exit $?; $(tail -1 "$LOGDIR/gpu_tests.txt")"
 fi
 
