@@ -97,16 +97,23 @@ static void print_stats(const search_cuda_measure *m) {
          m->stats.t_worker, m->stats.t_wall);
 }
 
+/* A measurement on two threads that starts without a GPU too (its
+ * candidates then fail with the worker's reason). */
+static bool measure_open(search_cuda_measure *m, dg_status *st) {
+  *m = (search_cuda_measure){3, 10, 1, NULL};
+  m->threads = 2;
+  m->allow_no_gpu = true;
+  return search_cuda_measure_init(m, st);
+}
+
 DG_TEST(search_cuda_measure_pipeline) {
   dg_status st;
   if (!rt_nvrtc_available(&st)) {
     SKIP("NVRTC is not here: %s", st.msg);
   }
   bool on_gpu = rt_cuda_available(&st);
-  search_cuda_measure m = {3, 10, 1, NULL};
-  m.threads = 2;
-  m.allow_no_gpu = true;
-  CHECK_MSG(search_cuda_measure_init(&m, &st), "%s", st.msg);
+  search_cuda_measure m;
+  CHECK_MSG(measure_open(&m, &st), "%s", st.msg);
   dg_func *f = NULL;
   enum { N = 3 };
   search_cand *c = cands_of("GMM", "GMM/0", N, true, &f);
@@ -153,10 +160,8 @@ DG_TEST(search_cuda_measure_prepare_keeps_files) {
     SKIP("NVRTC is not here: %s", st.msg);
   }
   bool on_gpu = rt_cuda_available(&st);
-  search_cuda_measure m = {3, 10, 1, NULL};
-  m.threads = 2;
-  m.allow_no_gpu = true;
-  CHECK_MSG(search_cuda_measure_init(&m, &st), "%s", st.msg);
+  search_cuda_measure m;
+  CHECK_MSG(measure_open(&m, &st), "%s", st.msg);
   int before = data_files();
   dg_func *gmm = NULL, *nrm = wl_build("NRM/0", &st);
   CHECK(nrm);

@@ -426,6 +426,14 @@ DG_TEST(grpo_cli_step_log_and_plot) {
   rc = dg_test_run_dragon(args, NULL, &out);
   CHECK_MSG(rc == 2 && strstr(out, "token or sequence"), "rc %d: %s", rc, out);
   free(out);
+  snprintf(args, sizeof args, "train grpo --out %s/grpo_bad --write gpu", dg_test_tmpdir());
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 2 && strstr(out, "--write gpu: cpu or cuda"), "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args, "train grpo --out %s/grpo_bad --write cuda", dg_test_tmpdir());
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 2 && strstr(out, "it needs --device cuda"), "rc %d: %s", rc, out);
+  free(out);
 }
 
 /* With --device cuda on a machine without a GPU (or a build without CUDA)

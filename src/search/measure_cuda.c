@@ -129,17 +129,17 @@ void search_cuda_measure_prepare(search_cuda_measure *m, const dg_func *const *f
   search_cuda_measure_state *s = m->state;
   if (!s || n <= 0) return;
   /* the workloads not kept yet, each once, no more than are kept at once */
-  const dg_func **todo = dg_malloc(sizeof *todo * (size_t)n);
+  const dg_func **missing = dg_malloc(sizeof *missing * (size_t)n);
   uint64_t *hs = dg_malloc(sizeof *hs * (size_t)n);
   int k = 0;
   for (int i = 0; i < n && k < DATA_FILES; i++) {
     uint64_t h = ir_func_hash(f[i]);
     bool seen = data_find(s, h) != NULL;
     for (int j = 0; j < k && !seen; j++) seen = hs[j] == h;
-    if (!seen) todo[k] = f[i], hs[k++] = h;
+    if (!seen) missing[k] = f[i], hs[k++] = h;
   }
   char(*path)[64] = dg_calloc((size_t)(k ? k : 1), sizeof *path);
-  many_ctx c = {m, todo, path};
+  many_ctx c = {m, missing, path};
   int threads = m->threads > 0 ? m->threads : rt_cpu_count();
   rt_tasks *t = rt_tasks_start(k, threads < k ? threads : k, many_task, &c);
   while (rt_tasks_next(t, true) >= 0) {
@@ -149,7 +149,7 @@ void search_cuda_measure_prepare(search_cuda_measure *m, const dg_func *const *f
   for (int j = 0; j < k; j++)
     if (path[j][0]) data_keep(s, hs[j], path[j]);
   free(path);
-  free(todo);
+  free(missing);
   free(hs);
 }
 
