@@ -348,7 +348,7 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
       free(jobs);
       free(es);
     } else {
-      for (int i = 1; i < k; i++) snprintf(why[i], sizeof why[i], "%s", why[0]);
+      for (int i = 1; i < k; i++) memcpy(why[i], why[0], sizeof why[i]);
     }
     tok_ids_free(&ids);
     dg_str_free(&perr);
