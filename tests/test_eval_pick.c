@@ -398,6 +398,45 @@ DG_TEST(eval_cli_planted_outputs_counted) {
 
 /* dragon eval end to end with a (random) model on the C emulation: every
  * task judged, its tokens counted, the files written. */
+/* --max-work leaves out the split's workloads whose float64 reference is
+ * larger, as labelling defers them: the tasks judged are the first N
+ * under the limit, and the count left out stands beside the table. */
+DG_TEST(eval_cli_max_work_leaves_out_large_workloads) {
+  char path[600], args[1600], out_dir[700];
+  dg_status st;
+  snprintf(path, sizeof path, "%s/none.jsonl", dg_test_tmpdir());
+  snprintf(out_dir, sizeof out_dir, "%s/evw", dg_test_tmpdir());
+  CHECK(dg_write_file_atomic(path, "\n", 1, &st));
+  snprintf(args, sizeof args, "eval --split test --limit 4 --max-work 1e7 --graphs %s --target c --out %s --quiet",
+           path, out_dir);
+  char *out = NULL;
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  const char *left = strstr(out, "Left out: ");
+  CHECK_MSG(strstr(out, "4 tasks") && left && atoi(left + 10) > 0, "%s", out);
+  free(out);
+  char jpath[800];
+  snprintf(jpath, sizeof jpath, "%s/test.json", out_dir);
+  json_error_t je;
+  json_t *j = json_load_file(jpath, 0, &je);
+  CHECK_MSG(j, "%s", je.text);
+  json_t *tasks = json_object_get(j, "tasks");
+  CHECK_EQ(json_array_size(tasks), 4);
+  for (size_t i = 0; i < 4; i++) {
+    const char *w = json_string_value(json_object_get(json_array_get(tasks, i), "workload"));
+    dg_func *f = w ? wl_build(w, &st) : NULL;
+    CHECK_MSG(f && data_label_work(f) <= 1e7, "%s", w ? w : "(no workload)");
+    ir_func_free(f);
+  }
+  json_decref(j);
+  /* 0: nothing left out */
+  snprintf(args, sizeof args, "eval --split test --limit 2 --max-work 0 --graphs %s --target c --out %s --quiet",
+           path, out_dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "2 tasks") && !strstr(out, "Left out"), "rc %d: %s", rc, out);
+  free(out);
+}
+
 DG_TEST(eval_cli_random_model_end_to_end) {
   dg_status st;
   dg_func *f = wl_build(GMM, &st);

@@ -880,11 +880,46 @@ static bool narrowed(const char *text) {
   return n;
 }
 
+/* The fuse narrowing: the line of the refused byte (at) is a fuse,
+ * fuse_bind or bind, and the graph up to and with it does not replay (it
+ * names a loop that is not plain or not the only child of the one before
+ * it, or binds a loop holding a reduction to other than threadIdx). */
+static bool fuse_narrowed(const char *text, const dg_func *k, size_t at) {
+  dg_status st;
+  tsel_graph *g = tsel_parse(text, NULL, &st);
+  if (!g) return false;
+  int line = 1;
+  for (size_t i = 0; i < at; i++) line += text[i] == '\n';
+  int edit = 0;
+  for (int i = 0; i < g->n_edits; i++)
+    if (g->edits[i].line == line) edit = i + 1;
+  int op = edit ? g->edits[edit - 1].op : -1;
+  bool fuse = op == TSEL_OP_FUSE || op == TSEL_OP_FUSE_BIND || op == TSEL_OP_BIND;
+  tsel_graph_free(g);
+  if (!fuse) return false;
+  /* the graph up to and with the changed edit, replayed */
+  const char *end = strchr(text + at, '\n');
+  size_t hn = end ? (size_t)(end - text) + 1 : strlen(text);
+  char *head = dg_malloc(hn + 1);
+  memcpy(head, text, hn);
+  head[hn] = 0;
+  eval_score_opts o;
+  memset(&o, 0, sizeof o);
+  o.kernel = k;
+  o.last = EVAL_GATE_REPLAY;
+  eval_score sc;
+  bool replays = eval_score_tsel(head, "graph", &o, &sc);
+  eval_score_free(&sc);
+  free(head);
+  return !replays;
+}
+
 /* Single-byte changes of the first 16 unique targets and 2 hand schedules,
  * at every position: whatever the checker reads to a complete graph parses
  * and checks (no false acceptance), and whatever it refuses does not check,
  * unless the change made one of the documented narrowings (a leading zero,
- * repeated candidates, ...) or changed the header's kernel spec. */
+ * repeated candidates, a fuse the schedule refuses, ...) or changed the
+ * header's kernel spec. */
 DG_TEST(tsel_prefix_mutations_are_sound) {
   CHECK(load_records() && load_lifts());
   int idx[16], nu = unique_targets(idx, 16), hand[2], nh = 0;
@@ -918,7 +953,7 @@ DG_TEST(tsel_prefix_mutations_are_sound) {
         } else if (bad >= 0) { /* (a text read whole but not complete lacks the final newline) */
           char why[600];
           CHECK_MSG(i < header || leading_zero(m, i) || !graph_checks(m, k, TSEL_TARGET_CUDA, why, sizeof why) ||
-                        narrowed(m),
+                        narrowed(m) || fuse_narrowed(m, k, i + (size_t)bad),
                     "%s: '%c' at %zu is refused but checks", spec, reps[r], i);
           n_refused++;
         }
@@ -1297,6 +1332,64 @@ static bool planted_guard_fn(void *ctx, const char *text, size_t len, bool postp
   return true;
 }
 
+/* A guard that refuses the first `n_refuse` lines it is shown at edit
+ * `at`, keeping their texts. */
+typedef struct {
+  int at, n_refuse, refused;
+  char *seen[8];
+} remembering_guard;
+
+static bool remembering_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to) {
+  (void)postprocessed;
+  (void)back_to;
+  remembering_guard *g = ctx;
+  if (edit_lines(text) != g->at || g->refused >= g->n_refuse || g->refused >= 8) return true;
+  g->seen[g->refused] = dg_malloc(len + 1);
+  memcpy(g->seen[g->refused], text, len);
+  g->seen[g->refused++][len] = 0;
+  return false;
+}
+
+/* A refused line is never written again after the same text: greedy
+ * retries (retry_temperature 0) would write it as it was, and its last
+ * free draw takes another token instead. */
+DG_TEST(tsel_prefix_guard_never_writes_a_refused_line_again) {
+  decode_fixture fx;
+  CHECK(fixture_open(&fx, "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32"));
+  int V = tok_vocab_size(fx.tok);
+  dg_status st;
+  int banned = 0, compared = 0;
+  for (uint64_t seed = 1; seed <= 6; seed++) {
+    nn_model m;
+    CHECK(random_model(&m, V, 900 + seed, &st));
+    train_decode_opts o;
+    train_decode_opts_default(&o);
+    o.sample.max_tokens = 1500;
+    o.explain = false;
+    o.sample.temperature = 0;
+    o.retry_temperature = 0;
+    o.line_retries = 8; /* the three refusals stay on the line */
+    remembering_guard rg = {.at = 3, .n_refuse = 3};
+    o.guard = remembering_guard_fn;
+    o.guard_ctx = &rg;
+    train_decode_stats ds;
+    char *g = train_decode_graph(&m, fx.tok, fx.mask, fx.prompt.data, (int)fx.prompt.len, fx.k, fx.spec,
+                                 TSEL_TARGET_CUDA, &o, seed, &ds, &st);
+    CHECK_MSG(g, "%s", st.msg);
+    for (int i = 0; i < rg.refused; i++)
+      for (int j = 0; j < i; j++) {
+        CHECK_MSG(strcmp(rg.seen[i], rg.seen[j]) != 0, "refused twice:\n%s", rg.seen[i]);
+        compared++;
+      }
+    banned += ds.n_banned;
+    for (int i = 0; i < rg.refused; i++) free(rg.seen[i]);
+    free(g);
+    nn_model_free(&m);
+  }
+  CHECK_MSG(compared >= 6 && banned >= 3, "%d pairs compared, %d draws banned", compared, banned);
+  fixture_close(&fx);
+}
+
 /* The line guard of constrained decoding: a refused line is taken back and
  * written again (the graph still checks, and its lines were each passed),
  * a guard that refuses everything is given up after max_backtracks (the
@@ -1341,7 +1434,7 @@ DG_TEST(tsel_prefix_guard_takes_lines_back) {
      * a refused third line may also be followed by the end, where the
      * graph may end after two) */
     int edits = edit_lines(g);
-    CHECK_MSG(ds.n_backtracks == pg.refused && pg.refused <= 2 &&
+    CHECK_MSG(ds.n_backtracks == pg.refused + ds.n_repeats && pg.refused <= 2 &&
                   (ds.budget_completed || pg.refused >= (edits >= 2) + (edits >= 3)),
               "%d edits: %d taken back, %d refused", edits, ds.n_backtracks, pg.refused);
     planted_refusals += pg.refused;
@@ -1359,7 +1452,7 @@ DG_TEST(tsel_prefix_guard_takes_lines_back) {
     CHECK(graph_checks(g, k, TSEL_TARGET_CUDA, why, sizeof why));
     /* (a line written again may also run into the token budget first) */
     CHECK_MSG((ds.guard_gave_up || ds.budget_completed) && ds.n_backtracks <= 5 &&
-                  never.calls == ds.n_backtracks + ds.guard_gave_up,
+                  never.calls + ds.n_repeats == ds.n_backtracks + ds.guard_gave_up,
               "gave up %d, %d taken back, %d calls", ds.guard_gave_up, ds.n_backtracks, never.calls);
     gave_up += ds.guard_gave_up;
     free(g);
@@ -1720,21 +1813,33 @@ DG_TEST(tsel_prefix_random_walks_never_stick) {
   CHECK(complete >= 20 && completions >= 100);
 }
 
+/* A batched matmul's multi-level tiling up to its last tile: the tests of
+ * the tiling's reorder and of fuse's loops start here. */
+#define BMM_SPEC "batch_matmul:b=12,n=21,m=21,k=256,dtype=f32"
+#define BMM_TILED                                                                                  \
+  "tsel 1 kernel " BMM_SPEC "\n"                                                                  \
+  "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n"           \
+  "t5 tile t4.0 [4 1 3 1 1] max=64\nt6 tile t4.1 [3 1 1 1 7] max=64\nt7 tile t4.2 [1 1 7 3 1] max=64\n"
+
+static tsel_prefix *bmm_prefix(dg_func **k) {
+  dg_status st;
+  *k = wl_build(BMM_SPEC, &st);
+  CHECKR(*k, NULL);
+  tsel_prefix *p = tsel_prefix_new(*k, BMM_SPEC, TSEL_TARGET_CUDA, &st);
+  CHECKR(p, NULL);
+  CHECKR(tsel_prefix_feed(p, BMM_TILED, strlen(BMM_TILED)), NULL);
+  return p;
+}
+
 /* After a multi-level tiling's last tile the reorder is forced, level by
  * level (the structure's S and R), whole; the completion writes it too; a
  * tiling whose tile was tiled again is left to the model. */
 DG_TEST(tsel_prefix_forces_the_tiling_reorder) {
-  const char *spec = "batch_matmul:b=12,n=21,m=21,k=256,dtype=f32";
+  const char *spec = BMM_SPEC, *head = BMM_TILED;
   dg_status st;
-  dg_func *k = wl_build(spec, &st);
-  CHECK_MSG(k, "%s", st.msg);
-  tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
-  CHECK_OK(st);
-  const char *head =
-      "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"
-      "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n"
-      "t5 tile t4.0 [4 1 3 1 1] max=64\nt6 tile t4.1 [3 1 1 1 7] max=64\nt7 tile t4.2 [1 1 7 3 1] max=64\n";
-  CHECK(tsel_prefix_feed(p, head, strlen(head)));
+  dg_func *k;
+  tsel_prefix *p = bmm_prefix(&k);
+  CHECK(p);
   CHECK_STREQ(tsel_prefix_forced(p), "t8 "); /* the last loop is not tiled yet */
   const char *t8 = "t8 tile t4.3 [16 2 8] max=64\n";
   CHECK(tsel_prefix_feed(p, t8, strlen(t8)));
@@ -1762,6 +1867,55 @@ DG_TEST(tsel_prefix_forces_the_tiling_reorder) {
   const char *other = "t8 tile t5.0 [2 2] max=64\nt9 tile t4.3 [16 2 8] max=64\n";
   CHECK(tsel_prefix_feed(p, head, strlen(head)) && tsel_prefix_feed(p, other, strlen(other)));
   CHECK_STREQ(tsel_prefix_forced(p), "t10 ");
+  tsel_prefix_free(p);
+  ir_func_free(k);
+}
+
+/* The loops of a fuse or fuse_bind, as the replayed schedule has them:
+ * plain, each the only child of the one before; a loop holding a
+ * reduction is bound to threadIdx.* alone. The newline judge alone takes
+ * all of these (they check), the replay refuses them. */
+DG_TEST(tsel_prefix_fuse_knows_the_nest) {
+  dg_status st;
+  dg_func *k;
+  tsel_prefix *p = bmm_prefix(&k);
+  CHECK(p);
+  const char *head = BMM_TILED
+      "t8 tile t4.3 [16 2 8] max=64\n"
+      "t9 reorder t5.0 t6.0 t7.0 t5.1 t6.1 t7.1 t5.2 t6.2 t7.2 t8.0 t8.1 t5.3 t6.3 t7.3 t8.2 t5.4 t6.4 t7.4\n";
+  CHECK(tsel_prefix_feed(p, head + strlen(BMM_TILED), strlen(head) - strlen(BMM_TILED)));
+  tsel_prefix *at = tsel_prefix_save(p);
+  /* nested in order: taken, to the end of the line */
+  const char *good = "t10 fuse_bind t5.0 t6.0 t7.0 blockIdx.x\n";
+  CHECK(tsel_prefix_feed(p, good, strlen(good)));
+  /* after t5.0 only its only child, t6.0: no t5.k (t5.1 is further in) */
+  tsel_prefix_restore(p, at);
+  CHECK(tsel_prefix_feed(p, "t10 fuse_bind t5.0 t", 20));
+  CHECK(!tsel_prefix_feed(p, "5", 1));
+  CHECK(!tsel_prefix_feed(p, "7", 1));
+  CHECK(tsel_prefix_feed(p, "6.0 ", 4));
+  /* the same text without the nest in the graph checks: only the replay refuses it */
+  {
+    char text[1200];
+    snprintf(text, sizeof text, "%st10 fuse_bind t5.0 t5.1 blockIdx.x\n", head);
+    tsel_graph *g = tsel_parse(text, NULL, &st);
+    CHECK(g && tsel_check(g, k, TSEL_TARGET_CUDA, &st));
+    tsel_graph_free(g);
+  }
+  /* a bound loop is not plain: nothing fuses it */
+  tsel_prefix_restore(p, at);
+  CHECK(tsel_prefix_feed(p, good, strlen(good)));
+  CHECK(!tsel_prefix_feed(p, "t11 fuse t10 ", 13));
+  /* a reduction loop (t8.*) goes to threadIdx.* alone */
+  tsel_prefix_restore(p, at);
+  CHECK(tsel_prefix_feed(p, "t10 bind t8.0 ", 14));
+  tsel_prefix *r = tsel_prefix_save(p);
+  CHECK(!tsel_prefix_feed(p, "b", 1)); /* blockIdx */
+  CHECK(!tsel_prefix_feed(p, "v", 1)); /* vthread */
+  CHECK(tsel_prefix_feed(p, "threadIdx.x\n", 12));
+  tsel_prefix_restore(p, r);
+  tsel_prefix_free(r);
+  tsel_prefix_free(at);
   tsel_prefix_free(p);
   ir_func_free(k);
 }

@@ -217,6 +217,20 @@ bool sched_replay_with(sched *s, const sched_trace *t, sched_replay_mode mode,
 bool sched_replay(sched *s, const sched_trace *t, bool resample,
                   bool remove_postproc, dg_status *st);
 
+/* sched_replay exact, and map[i] (t->n_rvs entries) the handle of this
+ * schedule that the trace's handle i became, -1 where none (the handles
+ * as far as the replay went, on failure too). */
+bool sched_replay_map(sched *s, const sched_trace *t, bool remove_postproc, int *map,
+                      dg_status *st);
+/* What fuse asks of its loops: loop handle rv is a plain serial loop
+ * without annotations; loop handle inner is the only child of loop handle
+ * outer. False where a handle is not a live loop. */
+bool sched_loop_plain(sched *s, int rv);
+bool sched_loop_nested(sched *s, int outer, int inner);
+/* Whether a block directly under loop handle rv binds its variable into a
+ * reduction iterator: then only threadIdx.* may bind it (Bind). */
+bool sched_loop_binds_reduction(sched *s, int rv);
+
 /* Value of an integer handle, kind of a handle. */
 bool sched_rv_value(const sched *s, int rv, int64_t *out);
 sched_rv_kind sched_rv_get_kind(const sched *s, int rv);

@@ -295,7 +295,8 @@ int cmd_eval(int argc, char **argv) {
   const char *split_name = "test", *workloads = NULL, *model_arg = NULL, *tokp = NULL,
              *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE;
   int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048;
-  double temperature = 0;
+  double temperature = 0, max_work = -1;
+  int n_past = 0;
   bool quiet = false, no_guard = false, resume = false, unconstrained = false, write_gpu = false;
   const char *write_on = NULL;
   const cli_opt opts[] = {
@@ -306,6 +307,9 @@ int cmd_eval(int argc, char **argv) {
       {"--tokenizer", CLI_OPT_STR, &tokp, 0, 0, "tokenizer file; default: tokenizer.bin beside the model"},
       {"--graphs", CLI_OPT_STR, &graphs_path, 0, 0, "judge these graphs instead of the model's (JSON lines {workload, graph})"},
       {"--target", CLI_OPT_STR, &target, 0, 0, "cuda (checked and timed) or c (the C emulation, not timed); default: cuda where a GPU is seen"},
+      {"--max-work", CLI_OPT_F64, &max_work, 0, 0,
+       "leave out the split's workloads whose float64 reference takes more operations, as labelling "
+       "defers them (0: none; default 4e10, none with --target c); the count left out is reported"},
       {"--seed", CLI_OPT_INT, &seed, 0, INT64_MAX, "task i is written with seed + i"},
       {"--temperature", CLI_OPT_F64, &temperature, 0, 0, "sampling temperature of the first output (default 0: greedy)"},
       {"--max-tokens", CLI_OPT_INT, &max_tokens, 16, 1 << 16, "tokens per graph at most (default 2048)"},
@@ -389,11 +393,26 @@ int cmd_eval(int argc, char **argv) {
     }
     free(list);
   } else {
+    if (max_work < 0) max_work = target && strcmp(target, "c") == 0 ? 0 : 4e10;
     for (int64_t i = data_splits_next(splits, split, 0); i >= 0 && (!limit || n < limit);
          i = data_splits_next(splits, split, i + 1)) {
+      const char *sp = data_splits_at(splits, i)->spec;
+      if (max_work > 0) {
+        dg_status wst;
+        dg_func *f = wl_build(sp, &wst);
+        bool past = f && data_label_work(f) > max_work;
+        ir_func_free(f);
+        if (past) {
+          n_past++;
+          continue;
+        }
+      }
       specs = dg_realloc(specs, sizeof *specs * (size_t)(n + 1));
-      specs[n++] = dg_strdup(data_splits_at(splits, i)->spec);
+      specs[n++] = dg_strdup(sp);
     }
+    if (n_past > 0)
+      fprintf(stderr, "dragon eval: %d of the split's workloads left out: their float64 reference "
+              "takes more than %.3g operations (--max-work)\n", n_past, max_work);
   }
   if (n == 0) {
     dg_fail(&st, DG_ERR_USAGE, "no tasks: the split is empty or --workloads names none");
@@ -470,6 +489,15 @@ int cmd_eval(int argc, char **argv) {
   if (!eval_run(&eo, &res, &st)) goto fail;
   json = eval_result_json(&res, name, split_name, (uint64_t)seed, temperature);
   table = eval_result_table(&res, name, split_name);
+  if (n_past > 0) { /* beside the table, so that no reader takes it for the whole split */
+    dg_str t;
+    dg_str_init(&t);
+    dg_str_puts(&t, table);
+    dg_str_printf(&t, "\nLeft out: %d of the split's workloads, whose float64 reference takes more than %.3g "
+                  "operations (--max-work).\n", n_past, max_work);
+    free(table);
+    table = dg_str_take(&t);
+  }
   fputs(table, stdout);
   if (!graphs)
     printf("\ndecoding: %lld tokens; the line guard %s\n", (long long)w.ws.tokens,

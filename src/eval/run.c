@@ -6,7 +6,10 @@
  * judge a first sample, so the numbers here are those a user gets: the
  * gate it reached, and on the GPU its time and the baseline's, measured in
  * the same run. The output is judged on its own: a task passes only if
- * the writer's graph itself passes, never because the baseline did.
+ * the writer's graph itself passes, never because the baseline did. On
+ * the GPU the outputs written ahead are judged 32 tasks at a time in one
+ * batch (judge_batch: the same gates and measurements, each output beside
+ * its baseline, compiled on every core while the GPU measures).
  * Outcomes go to JSON (every task, for tables and plots elsewhere) and to
  * a Markdown table by family.
  */
@@ -16,7 +19,9 @@
 
 #include "dragon/eval.h"
 #include "dragon/rt_cuda.h"
+#include "dragon/sched.h"
 #include "dragon/search.h"
+#include "dragon/tsel.h"
 #include "dragon/wl.h"
 
 static void family_of(const char *spec, char *out, size_t n) {
@@ -137,6 +142,86 @@ static void run_task(const eval_run_opts *o, int i, eval_task *t, written *ahead
   ir_func_free(f);
 }
 
+/* On the GPU, the tasks [lo, hi) written ahead and not resumed are judged
+ * together: each output beside its workload's untuned baseline (lifted to
+ * a graph), the gates up to the build on every core, then one queue on
+ * the GPU (eval_score_batch), compiling the next while the GPU measures.
+ * The same gates and numbers as eval_pick_best, task by task. False (st
+ * set) only when a task's spec does not build. */
+#define EVAL_BATCH 32
+static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks, written *ahead,
+                        dg_status *st) {
+  int n = 0, idx[EVAL_BATCH];
+  for (int i = lo; i < hi; i++)
+    if (!(o->done && o->done[i])) idx[n++] = i;
+  if (n == 0) return true;
+  dg_func *f[EVAL_BATCH] = {0};
+  char *base[EVAL_BATCH] = {0};
+  eval_item items[2 * EVAL_BATCH];
+  eval_score sc[2 * EVAL_BATCH];
+  bool ok = true;
+  for (int k = 0; k < n && ok; k++) {
+    int i = idx[k];
+    eval_task *t = &tasks[i];
+    t->spec = dg_strdup(o->specs[i]);
+    family_of(t->spec, t->family, sizeof t->family);
+    if (!(f[k] = wl_build(o->specs[i], st))) {
+      ok = false;
+      break;
+    }
+    sched *bs = NULL;
+    dg_status bst;
+    if (search_baseline_schedule(f[k], NULL, &bs, &bst)) {
+      tsel_graph *bg = tsel_lift(sched_get_trace(bs), o->specs[i], f[k], NULL, &bst);
+      if (bg) base[k] = tsel_print(bg);
+      tsel_graph_free(bg);
+    }
+    sched_free(bs);
+    const char *graph = ahead[i].graph;
+    items[2 * k] = (eval_item){graph ? graph : "", "graph", f[k], o->specs[i], NULL};
+    items[2 * k + 1] = (eval_item){base[k] ? base[k] : "", "baseline", f[k], o->specs[i], NULL};
+  }
+  if (ok) {
+    eval_score_opts eo;
+    memset(&eo, 0, sizeof eo);
+    eo.last = EVAL_GATE_MEASURE;
+    eo.gpu = o->gpu;
+    double t0 = dg_now();
+    eval_score_batch(items, 2 * n, &eo, o->threads, sc);
+    double each = (dg_now() - t0) / n;
+    for (int k = 0; k < n; k++) {
+      int i = idx[k];
+      eval_task *t = &tasks[i];
+      written *w = &ahead[i];
+      const eval_score *y = &sc[2 * k], *b = &sc[2 * k + 1];
+      t->tokens = w->tokens;
+      t->t_write = w->t_write;
+      t->t_check = each;
+      if (!w->graph) {
+        t->gate = EVAL_GATE_PARSE;
+        snprintf(t->reason, sizeof t->reason, "no graph: %.480s", w->st.msg);
+      } else {
+        t->gate = y->failed;
+        snprintf(t->reason, sizeof t->reason, "%s", y->reason);
+        if (t->gate == EVAL_PASSED) t->secs = y->secs;
+      }
+      t->baseline_secs = b->failed == EVAL_PASSED ? b->secs : 0;
+      t->graph = w->graph;
+      w->graph = NULL;
+    }
+    for (int k = 0; k < 2 * n; k++) eval_score_free(&sc[k]);
+  }
+  for (int k = 0; k < n; k++) {
+    ir_func_free(f[k]);
+    free(base[k]);
+    if (!ok) { /* the run stops before these: nothing of them is kept */
+      free(tasks[idx[k]].spec);
+      tasks[idx[k]].spec = NULL;
+    }
+  }
+  return ok;
+}
+
 bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
   memset(out, 0, sizeof *out);
   dg_status_ok(st);
@@ -190,14 +275,22 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
     rt_tasks_free(tk);
   }
   bool ok = true;
+  bool batched = o->gpu && ahead;
   for (int i = 0; i < o->n && ok; i++) {
     eval_task *t = &out->tasks[i];
     bool resumed = o->done && o->done[i];
+    if (batched && i % EVAL_BATCH == 0 &&
+        !judge_batch(o, i, i + EVAL_BATCH < o->n ? i + EVAL_BATCH : o->n, out->tasks, ahead, st)) {
+      dg_status_prefix(st, "tasks %d to %d", i + 1, i + EVAL_BATCH < o->n ? i + EVAL_BATCH : o->n);
+      out->t_total = dg_now() - t_start;
+      ok = false;
+      break;
+    }
     if (resumed) {
       *t = *o->done[i];
       t->spec = dg_strdup(o->specs[i]);
       t->graph = o->done[i]->graph ? dg_strdup(o->done[i]->graph) : NULL;
-    } else {
+    } else if (!batched) {
       t->spec = dg_strdup(o->specs[i]);
       family_of(t->spec, t->family, sizeof t->family);
       run_task(o, i, t, ahead ? &ahead[i] : NULL, st);

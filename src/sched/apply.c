@@ -113,8 +113,8 @@ static bool map_val(dg_arena *a, const sched_val *v, sched_val *o, const int *ma
   return true;
 }
 
-bool sched_replay_with(sched *s, const sched_trace *t, sched_replay_mode mode,
-                       bool remove_postproc, dg_status *st) {
+static bool replay(sched *s, const sched_trace *t, sched_replay_mode mode, bool remove_postproc,
+                   int *map_out, dg_status *st) {
   dg_status_ok(st);
   DG_ASSERT(mode == SCHED_REPLAY_EXACT || mode == SCHED_REPLAY_RESAMPLE ||
             mode == SCHED_REPLAY_REPAIR);
@@ -151,8 +151,19 @@ bool sched_replay_with(sched *s, const sched_trace *t, sched_replay_mode mode,
       if (old->outputs[k] >= 0 && old->outputs[k] < n_map) map[old->outputs[k]] = out[k];
   }
   dg_arena_free(a);
+  if (map_out) memcpy(map_out, map, sizeof(int) * (size_t)n_map);
   free(map);
   return ok;
+}
+
+bool sched_replay_with(sched *s, const sched_trace *t, sched_replay_mode mode,
+                       bool remove_postproc, dg_status *st) {
+  return replay(s, t, mode, remove_postproc, NULL, st);
+}
+
+bool sched_replay_map(sched *s, const sched_trace *t, bool remove_postproc, int *map,
+                      dg_status *st) {
+  return replay(s, t, SCHED_REPLAY_EXACT, remove_postproc, map, st);
 }
 
 bool sched_replay(sched *s, const sched_trace *t, bool resample, bool remove_postproc,

@@ -40,6 +40,17 @@ static void check_blocks(const dg_stmt *s, par_ctx *c) {
   }
 }
 
+bool sched_loop_binds_reduction(sched *s, int rv) {
+  if (rv < 0 || rv >= s->n_rvs || s->rvs[rv].kind != SCHED_RV_LOOP || !s->rvs[rv].loop) return false;
+  sched_val v = {.kind = SV_RV, .i = rv};
+  dg_status tmp;
+  dg_stmt *l = sched_rv_loop(s, &v, "loop", &tmp);
+  if (!l) return false;
+  par_ctx pc = {l->loop_var, NULL, NULL};
+  check_blocks(l->body, &pc);
+  return pc.bad_block != NULL;
+}
+
 static bool set_kind(prim_call *c, dg_loop_kind kind, dg_thread_tag tag, dg_status *st) {
   dg_stmt *l = sched_rv_loop(c->s, &c->inst->inputs[0], "loop", st);
   if (!l) return false;

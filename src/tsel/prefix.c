@@ -18,7 +18,11 @@
  * semantic.c keeps to itself (whether loop counts, block names and region
  * counts are still known) is asked of it with probe lines; its few limits
  * (thread extents, scope rules) are restated in the automaton, with the
- * newline check as the judge if the two ever part.
+ * newline check as the judge if the two ever part. One fact needs the
+ * schedule itself: the loops of a fuse or fuse_bind must be plain and each
+ * the only child of the one before, and a loop bound into a reduction may
+ * go to threadIdx.* alone; a context replays its committed graph once,
+ * when first asked (nest_of), and where it does not replay any loop goes.
  *
  * Each accepted prefix can still be completed; tsel_prefix_completion
  * writes one such completion. The checker accepts a part of the language,
@@ -120,6 +124,12 @@ struct pctx {
    * with its newline, forced after the id; idline: the id and it */
   char *det, *idline;
   size_t det_len;
+  /* the committed graph replayed on the kernel (nest_of, lazily): what
+   * fuse asks of its loops, which only the replay knows; nest_map takes a
+   * handle id of the graph's trace to the replayed schedule's */
+  int8_t nest; /* -1 not replayed yet, 0 the replay failed, 1 replayed */
+  sched *nest_s;
+  int *nest_map, nest_n;
 };
 
 _Static_assert(TSEL_OP_COUNT <= 64, "ops_ok has a bit per edit");
@@ -487,6 +497,8 @@ static void ctx_free(pctx *c) {
   free(c->refs);
   free(c->det);
   free(c->idline);
+  sched_free(c->nest_s);
+  free(c->nest_map);
   free(c);
 }
 
@@ -533,7 +545,7 @@ static pctx *ctx_build(pshared *sh, const char *text, size_t len) {
   }
   qsort(c->refs, (size_t)c->n_refs, sizeof(pref), cmp_ref);
   c->id_len = (uint8_t)snprintf(c->id, sizeof c->id, "t%d ", c->n_edits + 1);
-  c->regions_dirty = c->blocks_free = -1;
+  c->regions_dirty = c->blocks_free = c->nest = -1;
   { /* a line the graph fixes, where the checker takes it */
     dg_str d;
     dg_str_init(&d);
@@ -711,6 +723,66 @@ static uint8_t kws_allowed(const pshared *sh, const pline *L) {
 
 static const pref *arg_ref(const S *s, int i) { return ref_at(s->c, s->L.arg_ref[i]); }
 
+/* The committed graph replayed on the kernel, or NULL where it does not
+ * replay (the newline judge and the guard then say why). */
+static sched *nest_of(const P *p, pctx *c) {
+  if (c->nest < 0) {
+    c->nest = 0;
+    dg_status st;
+    sched_trace *t = tsel_lower(c->g, &st);
+    if (t) {
+      sched *rs = sched_new(p->sh->k, 0);
+      int *map = dg_malloc(sizeof(int) * (size_t)(t->n_rvs + 1));
+      if (sched_replay_map(rs, t, false, map, &st)) {
+        c->nest_s = rs;
+        c->nest_map = map;
+        c->nest_n = t->n_rvs;
+        c->nest = 1;
+      } else {
+        sched_free(rs);
+        free(map);
+      }
+      sched_trace_free(t);
+    }
+  }
+  return c->nest > 0 ? c->nest_s : NULL;
+}
+
+/* Whether fuse (or fuse_bind) may take loop handle rv after the loops it
+ * has: a plain serial loop, the only child of the loop before it. Where
+ * the graph does not replay, any loop. */
+static bool fuse_loop_fits(const P *p, pctx *c, const pline *L, int rv) {
+  sched *rs = nest_of(p, c);
+  if (!rs) return true;
+  int at = rv >= 0 && rv < c->nest_n ? c->nest_map[rv] : -1;
+  if (at < 0) return true;
+  if (!sched_loop_plain(rs, at)) return false;
+  if (L->n_loops == 0) return true;
+  int prev = L->loops_rv[L->n_loops - 1];
+  int before = prev >= 0 && prev < c->nest_n ? c->nest_map[prev] : -1;
+  return before < 0 || sched_loop_nested(rs, before, at);
+}
+
+/* Whether the loops a bind or fuse_bind names hold one that a reduction
+ * is bound to (false where the replay does not say). */
+static bool bind_reduces(const P *p, const S *s) {
+  const pline *L = &s->L;
+  pctx *c = s->c;
+  sched *rs = nest_of(p, c);
+  if (!rs) return false;
+  if (L->op == TSEL_OP_BIND) {
+    const pref *b = L->n_args > 0 ? arg_ref(s, 0) : NULL;
+    int at = b && b->rv >= 0 && b->rv < c->nest_n ? c->nest_map[b->rv] : -1;
+    return at >= 0 && sched_loop_binds_reduction(rs, at);
+  }
+  for (int i = 0; i < L->n_loops; i++) {
+    int rv = L->loops_rv[i];
+    int at = rv >= 0 && rv < c->nest_n ? c->nest_map[rv] : -1;
+    if (at >= 0 && sched_loop_binds_reduction(rs, at)) return true;
+  }
+  return false;
+}
+
 /* Whether handle r may be written where the scalar being read stands. */
 static bool ref_fits(const P *p, const S *s, const pref *r, char code) {
   if (!r->live) return false;
@@ -740,6 +812,7 @@ static bool ref_fits(const P *p, const S *s, const pref *r, char code) {
     if (L->n_loops >= MAX_LOOPS) return false;
     for (int i = 0; i < L->n_loops; i++)
       if (L->loops_rv[i] == r->rv) return false;
+    if (L->op != TSEL_OP_REORDER && !fuse_loop_fits(p, c, L, r->rv)) return false;
   }
   return true;
 }
@@ -827,10 +900,15 @@ static bool pos_vexp(const P *p, const S *s, int alt, vexp *v) {
       int64_t ext = -1;
       if (L->op == TSEL_OP_BIND) ext = b->f->ext;
       else if (!L->loops_unknown) ext = L->loops_prod;
-      for (int w = 0; w < 9; w++) {
-        int64_t lim = axis_limit(w);
-        if (ext < 0 || lim < 0 || ext <= lim) v->words |= 1u << (W_AXIS + w);
-      }
+      /* a loop a reduction is bound to goes to threadIdx.* only (where
+       * the replay knows; where no thread axis is left, the guard judges) */
+      bool threads_only = bind_reduces(p, s);
+      for (int pass = 0; pass < 2 && !(v->words & (((1u << 9) - 1) << W_AXIS)); pass++)
+        for (int w = 0; w < 9; w++) {
+          int64_t lim = axis_limit(w);
+          if (pass == 0 && threads_only && !dg_thread_tag_is_thread((dg_thread_tag)(DG_TAG_BLOCK_X + w))) continue;
+          if (ext < 0 || lim < 0 || ext <= lim) v->words |= 1u << (W_AXIS + w);
+        }
       break;
     }
     case 'p': {
