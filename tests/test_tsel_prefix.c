@@ -1332,64 +1332,6 @@ static bool planted_guard_fn(void *ctx, const char *text, size_t len, bool postp
   return true;
 }
 
-/* A guard that refuses the first `n_refuse` lines it is shown at edit
- * `at`, keeping their texts. */
-typedef struct {
-  int at, n_refuse, refused;
-  char *seen[8];
-} remembering_guard;
-
-static bool remembering_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to) {
-  (void)postprocessed;
-  (void)back_to;
-  remembering_guard *g = ctx;
-  if (edit_lines(text) != g->at || g->refused >= g->n_refuse || g->refused >= 8) return true;
-  g->seen[g->refused] = dg_malloc(len + 1);
-  memcpy(g->seen[g->refused], text, len);
-  g->seen[g->refused++][len] = 0;
-  return false;
-}
-
-/* A refused line is never written again after the same text: greedy
- * retries (retry_temperature 0) would write it as it was, and its last
- * free draw takes another token instead. */
-DG_TEST(tsel_prefix_guard_never_writes_a_refused_line_again) {
-  decode_fixture fx;
-  CHECK(fixture_open(&fx, "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32"));
-  int V = tok_vocab_size(fx.tok);
-  dg_status st;
-  int banned = 0, compared = 0;
-  for (uint64_t seed = 1; seed <= 6; seed++) {
-    nn_model m;
-    CHECK(random_model(&m, V, 900 + seed, &st));
-    train_decode_opts o;
-    train_decode_opts_default(&o);
-    o.sample.max_tokens = 1500;
-    o.explain = false;
-    o.sample.temperature = 0;
-    o.retry_temperature = 0;
-    o.line_retries = 8; /* the three refusals stay on the line */
-    remembering_guard rg = {.at = 3, .n_refuse = 3};
-    o.guard = remembering_guard_fn;
-    o.guard_ctx = &rg;
-    train_decode_stats ds;
-    char *g = train_decode_graph(&m, fx.tok, fx.mask, fx.prompt.data, (int)fx.prompt.len, fx.k, fx.spec,
-                                 TSEL_TARGET_CUDA, &o, seed, &ds, &st);
-    CHECK_MSG(g, "%s", st.msg);
-    for (int i = 0; i < rg.refused; i++)
-      for (int j = 0; j < i; j++) {
-        CHECK_MSG(strcmp(rg.seen[i], rg.seen[j]) != 0, "refused twice:\n%s", rg.seen[i]);
-        compared++;
-      }
-    banned += ds.n_banned;
-    for (int i = 0; i < rg.refused; i++) free(rg.seen[i]);
-    free(g);
-    nn_model_free(&m);
-  }
-  CHECK_MSG(compared >= 6 && banned >= 3, "%d pairs compared, %d draws banned", compared, banned);
-  fixture_close(&fx);
-}
-
 /* The line guard of constrained decoding: a refused line is taken back and
  * written again (the graph still checks, and its lines were each passed),
  * a guard that refuses everything is given up after max_backtracks (the
@@ -1434,7 +1376,7 @@ DG_TEST(tsel_prefix_guard_takes_lines_back) {
      * a refused third line may also be followed by the end, where the
      * graph may end after two) */
     int edits = edit_lines(g);
-    CHECK_MSG(ds.n_backtracks == pg.refused + ds.n_repeats && pg.refused <= 2 &&
+    CHECK_MSG(ds.n_backtracks == pg.refused && pg.refused <= 2 &&
                   (ds.budget_completed || pg.refused >= (edits >= 2) + (edits >= 3)),
               "%d edits: %d taken back, %d refused", edits, ds.n_backtracks, pg.refused);
     planted_refusals += pg.refused;
@@ -1452,7 +1394,7 @@ DG_TEST(tsel_prefix_guard_takes_lines_back) {
     CHECK(graph_checks(g, k, TSEL_TARGET_CUDA, why, sizeof why));
     /* (a line written again may also run into the token budget first) */
     CHECK_MSG((ds.guard_gave_up || ds.budget_completed) && ds.n_backtracks <= 5 &&
-                  never.calls + ds.n_repeats == ds.n_backtracks + ds.guard_gave_up,
+                  never.calls == ds.n_backtracks + ds.guard_gave_up,
               "gave up %d, %d taken back, %d calls", ds.guard_gave_up, ds.n_backtracks, never.calls);
     gave_up += ds.guard_gave_up;
     free(g);

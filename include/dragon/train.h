@@ -270,8 +270,6 @@ typedef struct {
   double mask_secs;        /* time spent in tsel_mask_compute */
   int n_guarded;           /* lines the guard was asked about */
   int n_blamed;            /* refusals that went back to an earlier line the guard named */
-  int n_banned;            /* draws that would have written a refused line again, drawn again */
-  int n_repeats;           /* lines refused again without asking the guard (no other draw was left) */
   int n_backtracks;        /* lines taken back */
   bool guard_gave_up;      /* max_backtracks reached: the rest was not guarded */
   double guard_secs;       /* time spent in the guard */

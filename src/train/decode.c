@@ -25,11 +25,8 @@
  * a refused line is taken back: a stack holds, for the start of each
  * accepted line, the checker's saved state, the KV cache's position and
  * the logits there, so going back costs no model work. The line is then
- * written again, sampled at retry_temperature at least, and never as it
- * was: after the same text, the last free draw of a refused line (the last
- * token that had others beside it; the grammar forced the rest) takes
- * another token, so each retry is a new line (the guard's verdict depends
- * on the text alone); after line_retries refusals the line
+ * written again, sampled at retry_temperature at least (a greedy draw
+ * would write it again as it was); after line_retries refusals the line
  * before it is taken back too, and after max_backtracks in all the guard
  * is no longer asked (the gates after decoding still judge the graph).
  * A guard may name the earlier line to blame (the tile whose factors set
@@ -203,32 +200,10 @@ static void explain_graph(char **text, const dg_func *kernel) {
   tsel_graph_free(g);
 }
 
-/* A line refused after a text: the text's length and hash, the line (from
- * there to the end of the refused edit line) and where in it its last free
- * draw was (the draw that had other tokens to choose from; what follows it
- * was forced by the grammar). After the same text the line is not written
- * again: at that draw another token is taken. The guard's verdict on a
- * line depends on nothing but the text, so this outlives the line starts
- * that are taken back and written again. */
-typedef struct {
-  uint64_t hash;
-  size_t start;
-  char *text;
-  size_t len, branch;
-} refused_line;
-
-typedef struct {
-  refused_line *v;
-  int n;
-} refused_set;
-
 /* The start of an accepted line: where a refused line goes back to. */
 typedef struct {
   tsel_prefix *saved;
   int pos, used, tries;
-  size_t text_len;    /* the graph's text before the line */
-  uint64_t text_hash; /* and its hash */
-  size_t line_branch; /* the last free draw of the line that ended here */
   float *logits;
 } line_start;
 
@@ -237,7 +212,7 @@ typedef struct {
   int n, cap, V;
 } line_stack;
 
-static void stack_push(line_stack *s, const tsel_prefix *p, const decoder *d, size_t branch) {
+static void stack_push(line_stack *s, const tsel_prefix *p, const decoder *d) {
   if (s->n == s->cap) {
     s->cap = s->cap ? 2 * s->cap : 64;
     s->v = dg_realloc(s->v, sizeof *s->v * (size_t)s->cap);
@@ -247,9 +222,6 @@ static void stack_push(line_stack *s, const tsel_prefix *p, const decoder *d, si
   l->pos = row_pos(d);
   l->used = d->used;
   l->tries = 0;
-  const char *text = tsel_prefix_text(p, &l->text_len);
-  l->text_hash = dg_hash_bytes(text, l->text_len, 0);
-  l->line_branch = branch;
   l->logits = dg_malloc(sizeof(float) * (size_t)s->V);
   memcpy(l->logits, row_logits(d), sizeof(float) * (size_t)s->V);
 }
@@ -258,68 +230,6 @@ static void stack_pop(line_stack *s) {
   line_start *l = &s->v[--s->n];
   tsel_prefix_free(l->saved);
   free(l->logits);
-}
-
-static void refused_free(refused_set *r) {
-  for (int i = 0; i < r->n; i++) free(r->v[i].text);
-  free(r->v);
-  memset(r, 0, sizeof *r);
-}
-
-/* Remembers text[l->text_len, end) as refused after line start l, its
- * last free draw at branch (a position in the text; none in the line:
- * every token of it was forced, and there is no draw to change). */
-static void refuse(refused_set *set, const line_start *l, const char *text, size_t end, size_t branch) {
-  if (branch < l->text_len || branch >= end) return;
-  size_t n = end - l->text_len, at = branch - l->text_len;
-  for (int i = 0; i < set->n; i++) {
-    const refused_line *r = &set->v[i];
-    if (r->hash == l->text_hash && r->start == l->text_len && r->len == n && r->branch == at &&
-        memcmp(r->text, text + l->text_len, n) == 0)
-      return;
-  }
-  set->v = dg_realloc(set->v, sizeof *set->v * (size_t)(set->n + 1));
-  refused_line *r = &set->v[set->n++];
-  r->hash = l->text_hash;
-  r->start = l->text_len;
-  r->text = dg_malloc(n + 1);
-  memcpy(r->text, text + l->text_len, n);
-  r->text[n] = 0;
-  r->len = n;
-  r->branch = at;
-}
-
-/* Whether drawing the token of bytes b[0, n) here, after the text so far,
- * takes the draw that made a line refused after line start l: the text so
- * far is that line's, and the token covers that line's last free draw
- * with its bytes (whatever its tokens were: one text has several
- * spellings in tokens, and all of them are refused). */
-static bool draws_refused(const refused_set *set, const line_start *l, const tsel_prefix *p,
-                          const uint8_t *b, size_t n) {
-  size_t len;
-  const char *text = tsel_prefix_text(p, &len);
-  size_t at = len - l->text_len;
-  for (int i = 0; i < set->n; i++) {
-    const refused_line *r = &set->v[i];
-    if (r->hash != l->text_hash || r->start != l->text_len || at > r->branch || r->branch >= at + n)
-      continue;
-    size_t m = n < r->len - at ? n : r->len - at;
-    if (memcmp(r->text, text + l->text_len, at) == 0 && memcmp(r->text + at, b, m) == 0) return true;
-  }
-  return false;
-}
-
-/* Whether the line just written after line start l is one refused there. */
-static bool writes_refused(const refused_set *set, const line_start *l, const tsel_prefix *p) {
-  size_t len;
-  const char *text = tsel_prefix_text(p, &len);
-  for (int i = 0; i < set->n; i++) {
-    const refused_line *r = &set->v[i];
-    if (r->hash == l->text_hash && r->start == l->text_len && r->len == len - l->text_len &&
-        memcmp(r->text, text + l->text_len, r->len) == 0)
-      return true;
-  }
-  return false;
 }
 
 static void stack_free(line_stack *s) {
@@ -331,21 +241,10 @@ static void stack_free(line_stack *s) {
  * back_to, when the guard blamed an earlier one: s->v[k] is the start of
  * edit k + 1), or, once that has been refused line_retries times, to the
  * start of an earlier one. */
-static void take_back(line_stack *s, refused_set *set, tsel_prefix *p, decoder *d, int line_retries,
-                      int back_to, size_t branch) {
-  size_t end;
-  const char *text = tsel_prefix_text(p, &end); /* unchanged until the restore */
-  /* the refused line: the top one, or the blamed one */
-  while (back_to > 0 && s->n > back_to) {
-    end = s->v[s->n - 1].text_len;
-    branch = s->v[s->n - 1].line_branch;
-    stack_pop(s);
-  }
+static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retries, int back_to) {
+  while (back_to > 0 && s->n > back_to) stack_pop(s);
   line_start *l = &s->v[s->n - 1];
   l->tries++;
-  refuse(set, l, text, end, branch);
-  /* a line taken back because the lines after it failed too often was
-   * not refused itself: it may be written as it was */
   while (l->tries > line_retries && s->n > 1) {
     stack_pop(s);
     l = &s->v[s->n - 1];
@@ -377,10 +276,8 @@ typedef struct {
   dg_str fin, forced;
   tok_ids e;
   line_stack lines;
-  refused_set refused;
   bool guarding, retrying, started, ok, finish, done;
   int judged;
-  size_t branch; /* where in the text the latest free draw was */
   nn_sample_opts retry;
   dg_status st;
   char *result;
@@ -431,7 +328,7 @@ static void writer_step(writer *w) {
   if (w->done) return;
   if (!w->started) {
     w->started = true;
-    if (w->guarding) stack_push(&w->lines, p, d, 0);
+    if (w->guarding) stack_push(&w->lines, p, d);
   }
   while (w->ok && !w->finish && d->n_pend == 0) {
     /* a newly complete edit line goes to the guard */
@@ -440,19 +337,13 @@ static void writer_step(writer *w) {
       const char *text = tsel_prefix_committed(p, &len);
       double g0 = dg_now();
       int back_to = 0;
-      /* a line refused before after the same text (every token left at
-       * its draws led back to it) is refused again without asking */
-      bool pass = !writes_refused(&w->refused, &w->lines.v[w->lines.n - 1], p);
-      stats->n_repeats += !pass;
-      if (pass) {
-        pass = o->guard(w->guard_ctx, text, len, tsel_prefix_postprocessed(p), &back_to);
-        stats->n_guarded++;
-      }
+      bool pass = o->guard(w->guard_ctx, text, len, tsel_prefix_postprocessed(p), &back_to);
       stats->guard_secs += dg_now() - g0;
+      stats->n_guarded++;
       if (pass) {
         w->judged = tsel_prefix_edit_count(p);
         w->retrying = false;
-        stack_push(&w->lines, p, d, w->branch);
+        stack_push(&w->lines, p, d);
       } else if (stats->n_backtracks >= o->max_backtracks) {
         w->guarding = false;
         stats->guard_gave_up = true;
@@ -460,7 +351,7 @@ static void writer_step(writer *w) {
         stats->n_backtracks++;
         bool blamed = back_to > 0 && back_to < w->lines.n;
         stats->n_blamed += blamed;
-        take_back(&w->lines, &w->refused, p, d, o->line_retries, blamed ? back_to : 0, w->branch);
+        take_back(&w->lines, p, d, o->line_retries, blamed ? back_to : 0);
         w->judged = tsel_prefix_edit_count(p);
         w->retrying = true;
       }
@@ -502,30 +393,7 @@ static void writer_step(writer *w) {
         w->z[nz] = logits[j];
         w->ids[nz++] = j;
       }
-    const nn_sample_opts *so = w->retrying ? &w->retry : &o->sample;
-    int k = nn_sample_token(w->z, nz, so, &w->rng);
-    /* a line refused from this start is not written again as it was: at
-     * its last free draw another token is drawn */
-    const line_start *top = w->guarding && w->lines.n > 0 ? &w->lines.v[w->lines.n - 1] : NULL;
-    while (top && w->refused.n > 0 && nz > 1) {
-      size_t blen;
-      const uint8_t *bb = tok_token_bytes(w->tok, w->ids[k], &blen);
-      if (!bb || !draws_refused(&w->refused, top, p, bb, blen)) break;
-      w->z[k] = w->z[nz - 1];
-      w->ids[k] = w->ids[nz - 1];
-      nz--;
-      stats->n_banned++;
-      k = nn_sample_token(w->z, nz, so, &w->rng);
-    }
-    /* a free draw, unless every token left leads to a refused line (the
-     * line is then that line again, and its free draw was earlier) */
-    if (nz > 1) {
-      size_t blen;
-      const uint8_t *bb = tok_token_bytes(w->tok, w->ids[k], &blen);
-      if (!(top && w->refused.n > 0 && bb && draws_refused(&w->refused, top, p, bb, blen)))
-        tsel_prefix_text(p, &w->branch);
-    }
-    int32_t t = w->ids[k];
+    int32_t t = w->ids[nn_sample_token(w->z, nz, w->retrying ? &w->retry : &o->sample, &w->rng)];
     stats->n_sampled++;
     if (t == w->end) {
       trace_put(d, &t, 1, true);
@@ -563,7 +431,6 @@ static void writer_step(writer *w) {
 
 static void writer_free(writer *w) {
   stack_free(&w->lines);
-  refused_free(&w->refused);
   tok_ids_free(&w->e);
   dg_str_free(&w->fin);
   dg_str_free(&w->forced);
