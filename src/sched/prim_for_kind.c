@@ -41,10 +41,7 @@ static void check_blocks(const dg_stmt *s, par_ctx *c) {
 }
 
 bool sched_loop_binds_reduction(sched *s, int rv) {
-  if (rv < 0 || rv >= s->n_rvs || s->rvs[rv].kind != SCHED_RV_LOOP || !s->rvs[rv].loop) return false;
-  sched_val v = {.kind = SV_RV, .i = rv};
-  dg_status tmp;
-  dg_stmt *l = sched_rv_loop(s, &v, "loop", &tmp);
+  dg_stmt *l = sched_live_loop(s, rv);
   if (!l) return false;
   par_ctx pc = {l->loop_var, NULL, NULL};
   check_blocks(l->body, &pc);

@@ -170,7 +170,7 @@ static dg_stmt *only_child_loop(dg_stmt *l) {
   return b && b->kind == DG_STMT_FOR ? b : NULL;
 }
 
-static dg_stmt *live_loop(sched *s, int rv) {
+dg_stmt *sched_live_loop(sched *s, int rv) {
   if (rv < 0 || rv >= s->n_rvs || s->rvs[rv].kind != SCHED_RV_LOOP || !s->rvs[rv].loop) return NULL;
   sched_val v = {.kind = SV_RV, .i = rv};
   dg_status tmp;
@@ -178,13 +178,13 @@ static dg_stmt *live_loop(sched *s, int rv) {
 }
 
 bool sched_loop_plain(sched *s, int rv) {
-  dg_stmt *l = live_loop(s, rv);
+  dg_stmt *l = sched_live_loop(s, rv);
   dg_status tmp;
   return l && plain_loop(l, "fuse", &tmp);
 }
 
 bool sched_loop_nested(sched *s, int outer, int inner) {
-  dg_stmt *o = live_loop(s, outer), *i = live_loop(s, inner);
+  dg_stmt *o = sched_live_loop(s, outer), *i = sched_live_loop(s, inner);
   return o && i && only_child_loop(o) == i;
 }
 

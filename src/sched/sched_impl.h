@@ -61,6 +61,8 @@ int sched_rv_new_expr(sched *s, int64_t v);
  * `what` names the operand in errors. */
 dg_block *sched_rv_block(sched *s, const sched_val *v, const char *what,
                          dg_status *st);
+/* The loop of handle rv where it is a live loop, else NULL (no error). */
+dg_stmt *sched_live_loop(sched *s, int rv);
 dg_stmt *sched_rv_loop(sched *s, const sched_val *v, const char *what,
                        dg_status *st);
 /* An integer operand: a constant or an int handle. */

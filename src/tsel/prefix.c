@@ -748,18 +748,21 @@ static sched *nest_of(const P *p, pctx *c) {
   return c->nest > 0 ? c->nest_s : NULL;
 }
 
+/* The replayed schedule's handle for the graph's trace handle rv, -1 none. */
+static int nest_rv(const pctx *c, int rv) { return rv >= 0 && rv < c->nest_n ? c->nest_map[rv] : -1; }
+
 /* Whether fuse (or fuse_bind) may take loop handle rv after the loops it
  * has: a plain serial loop, the only child of the loop before it. Where
  * the graph does not replay, any loop. */
 static bool fuse_loop_fits(const P *p, pctx *c, const pline *L, int rv) {
   sched *rs = nest_of(p, c);
   if (!rs) return true;
-  int at = rv >= 0 && rv < c->nest_n ? c->nest_map[rv] : -1;
+  int at = nest_rv(c, rv);
   if (at < 0) return true;
   if (!sched_loop_plain(rs, at)) return false;
   if (L->n_loops == 0) return true;
   int prev = L->loops_rv[L->n_loops - 1];
-  int before = prev >= 0 && prev < c->nest_n ? c->nest_map[prev] : -1;
+  int before = nest_rv(c, prev);
   return before < 0 || sched_loop_nested(rs, before, at);
 }
 
@@ -772,12 +775,12 @@ static bool bind_reduces(const P *p, const S *s) {
   if (!rs) return false;
   if (L->op == TSEL_OP_BIND) {
     const pref *b = L->n_args > 0 ? arg_ref(s, 0) : NULL;
-    int at = b && b->rv >= 0 && b->rv < c->nest_n ? c->nest_map[b->rv] : -1;
+    int at = b ? nest_rv(c, b->rv) : -1;
     return at >= 0 && sched_loop_binds_reduction(rs, at);
   }
   for (int i = 0; i < L->n_loops; i++) {
     int rv = L->loops_rv[i];
-    int at = rv >= 0 && rv < c->nest_n ? c->nest_map[rv] : -1;
+    int at = nest_rv(c, rv);
     if (at >= 0 && sched_loop_binds_reduction(rs, at)) return true;
   }
   return false;
