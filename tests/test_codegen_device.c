@@ -271,3 +271,51 @@ DG_TEST(codegen_device_elementwise_vector) {
   free(cu);
   lower_program_free(p);
 }
+
+/* A padded read (B's first row is zero) stored four lanes at a time: the
+ * vector register of A's lanes is filled only where the padding's
+ * condition holds (it is the lanes' own: they differ in j only), never
+ * from the address before A's first row. */
+static const char pad_kernel[] =
+    "kernel shift(A: f32[64, 256], B: f32[65, 256]):\n"
+    "  block root:\n"
+    "    for i, j in grid(65, 256):\n"
+    "      block B(vi: S(65) = i, vj: S(256) = j):\n"
+    "        reads A[vi - 1, vj]\n"
+    "        writes B[vi, vj]\n"
+    "        B[vi, vj] = select(vi >= 1, A[vi - 1, vj], 0.0)\n";
+
+static const char pad_trace[] =
+    "[[[\"GetBlock\",[],[\"B\",\"shift\"],[\"b0\"]],"
+    "[\"GetLoops\",[\"b0\"],[],[\"l1\",\"l2\"]],"
+    "[\"Split\",[\"l2\",\"None\",4],[1,0],[\"l3\",\"l4\"]],"
+    "[\"Bind\",[\"l1\"],[\"blockIdx.x\"],[]],[\"Bind\",[\"l3\"],[\"threadIdx.x\"],[]],"
+    "[\"Vectorize\",[\"l4\"],[],[]]],[]]";
+
+DG_TEST(codegen_device_vector_load_under_its_condition) {
+  dg_status st;
+  dg_func *f = ir_parse(pad_kernel, "pad", &st);
+  CHECK_MSG(f != NULL, "%s", st.msg);
+  if (!f) return;
+  lw_program *p = full_check(f, pad_trace);
+  ir_func_free(f);
+  CHECK(p != NULL);
+  if (!p) return;
+  const lw_kernel *k = &p->kernels[0];
+  CHECK(k->body->kind == LW_STORE);
+  CHECK_EQ(k->body->lanes, 4);
+  CHECK_EQ(k->body->n_vloads, 1);
+  char *cu = codegen_emit_program(p, &codegen_lang_cuda, &st);
+  CHECK(cu != NULL);
+  if (cu) {
+    /* the load only under the condition, the lanes then read from it */
+    const char *decl = strstr(cu, "float4 dg_vl0 = {0};");
+    const char *guard = decl ? strstr(decl, "if (") : NULL;
+    const char *load = guard ? strstr(guard, ") dg_vl0 = *(const float4 *)(&A[") : NULL;
+    CHECK_MSG(decl && guard && load, "%s", cu);
+    CHECK(strstr(cu, "const float4 dg_vl0 = *(const float4 *)") == NULL);
+    CHECK(strstr(cu, "? dg_vl0.x : ") != NULL);
+    free(cu);
+  }
+  lower_program_free(p);
+}

@@ -12,7 +12,9 @@
  * buffers reused), then another workload, every candidate checked and
  * timed, the stats adding up. search_cuda_measure_prepare_keeps_files
  * (where NVRTC is): a batch's data files made at once, each once, kept for
- * the measurement, removed at the end.
+ * the measurement, removed at the end. search_cuda_measure_many_workloads
+ * (where NVRTC is): candidates of two workloads in one round, each matched
+ * back to its own index and its own workload's data.
  */
 #include <glob.h>
 #include <stdio.h>
@@ -206,6 +208,68 @@ DG_TEST(gpu_measure_cuda_rounds) {
   search_cuda_measure_free(&m);
   search_cands_free(cg, N + 1);
   search_cands_free(cn, N);
+  ir_func_free(gmm);
+  ir_func_free(nrm);
+}
+
+/* The sink's calls, by candidate. */
+typedef struct {
+  int calls[16];
+} sink_count;
+
+static void count_sink(void *ctx, int i, const search_measure_result *r) {
+  (void)r;
+  sink_count *s = ctx;
+  if (i >= 0 && i < 16) s->calls[i]++;
+}
+
+/* Candidates of two workloads interleaved in one round: each workload's
+ * data file made once, every candidate built and matched back to its own
+ * index (and the sink told once each), the unlowerable one failing alone;
+ * on a GPU each of the others passes against its own workload's
+ * reference. */
+DG_TEST(search_cuda_measure_many_workloads) {
+  dg_status st;
+  if (!rt_nvrtc_available(&st)) {
+    SKIP("NVRTC is not here: %s", st.msg);
+  }
+  bool on_gpu = rt_cuda_available(&st);
+  search_cuda_measure m;
+  CHECK_MSG(measure_open(&m, &st), "%s", st.msg);
+  int before = data_files();
+  dg_func *gmm = NULL, *nrm = NULL;
+  search_cand *cg = cands_of("GMM", "GMM/0", 2, true, &gmm);
+  search_cand *cn = cands_of("NRM", "NRM/0", 2, false, &nrm);
+  CHECK(cg != NULL && cn != NULL);
+  if (!cg || !cn) return;
+  /* gmm, nrm, gmm, nrm, gmm (unlowerable) */
+  enum { N = 5 };
+  search_cand c[N] = {cg[0], cn[0], cg[1], cn[1], cg[2]};
+  const dg_func *f[N] = {gmm, nrm, gmm, nrm, gmm};
+  search_measure_result out[N];
+  sink_count sc = {{0}};
+  search_measure_sink sink = {count_sink, &sc};
+  search_measure_cuda_many(&m, f, c, N, out, &sink);
+  CHECK_EQ(data_files(), before + 2);
+  for (int i = 0; i < N; i++) {
+    CHECK_MSG(sc.calls[i] == 1, "candidate %d: the sink was told %d times", i, sc.calls[i]);
+    if (i == N - 1) {
+      CHECK_MSG(out[i].n_secs == 0 && strstr(out[i].error, "lower: "), "%s", out[i].error);
+    } else if (on_gpu) {
+      CHECK_MSG(out[i].n_secs == m.repeats, "candidate %d: %s", i, out[i].error);
+    } else {
+      CHECK_MSG(out[i].n_secs == 0 && strstr(out[i].error, "setup error: "), "candidate %d: %s", i,
+                out[i].error);
+    }
+  }
+  print_stats(&m);
+  CHECK_EQ(m.stats.candidates, N);
+  CHECK_EQ(m.stats.lowered, N - 1);
+  CHECK_EQ(m.stats.compiled, N - 1);
+  search_cuda_measure_free(&m);
+  CHECK_EQ(data_files(), before);
+  search_cands_free(cg, 3);
+  search_cands_free(cn, 2);
   ir_func_free(gmm);
   ir_func_free(nrm);
 }

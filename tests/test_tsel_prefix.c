@@ -1989,10 +1989,29 @@ DG_TEST(gpu_decode_jobs_match_cpu) {
     same += eq;
     if (i >= NK) CHECK_MSG(gc[i].refused >= 1 && (!eq || gg[i].refused == gc[i].refused),
                            "job %d: %d lines refused on the CPU, %d on the GPU", i, gc[i].refused, gg[i].refused);
-    free(tc[i]);
     free(tg[i]);
   }
   CHECK_MSG(same >= 2 * NK - 1, "%d of %d greedy graphs as the CPU writes them", same, 2 * NK);
+  /* the same jobs taking two rows in turn: each finished row prefilled
+   * with the next job while the other decodes on */
+  for (int i = 0; i < 2 * NK; i++) {
+    memset(&gg[i], 0, sizeof gg[i]);
+    if (i >= NK) gg[i].refuse_at[0] = 2, gg[i].refuse_at[1] = 4, gg[i].n_refuse = 2;
+  }
+  o.gpu_rows = 2;
+  CHECK_MSG(train_decode_jobs_cuda(gpu, toks, masks, NT, jg, 2 * NK, TSEL_TARGET_CUDA, &o, tg, NULL, NULL, eg, &gs, &st),
+            "%s", st.msg);
+  o.gpu_rows = 0;
+  CHECK_MSG(gs.rows == 2 && gs.refills >= 2 && gs.threads == 2, "%d rows, %lld refills, %d threads", gs.rows,
+            (long long)gs.refills, gs.threads);
+  same = 0;
+  for (int i = 0; i < 2 * NK; i++) {
+    CHECK_MSG(tg[i], "job %d on two rows: %s", i, eg[i].msg);
+    same += tc[i] && tg[i] && strcmp(tc[i], tg[i]) == 0;
+    free(tc[i]);
+    free(tg[i]);
+  }
+  CHECK_MSG(same >= 2 * NK - 1, "%d of %d greedy graphs on two rows as the CPU writes them", same, 2 * NK);
   /* sampled: complete, checking, the same on three threads and on one */
   train_decode_job js[NS];
   for (int i = 0; i < NS; i++) {

@@ -112,9 +112,10 @@ typedef struct {
  * (o's kernel, spec and expect_trace are ignored: each item has its own):
  * the gates up to the build on `threads` threads (<= 0: every core), then,
  * with o->gpu and o->last >= EVAL_GATE_NUMERIC, every graph that built is
- * checked and timed in one queue on the GPU, the graphs of a workload
- * together, compiled by the measurement on its threads as the GPU runs the
- * ones before. out[i] for items[i] (each freed with eval_score_free). */
+ * checked and timed in one round on the GPU (search_measure_cuda_many:
+ * the workloads' data made at once, every graph compiled by the
+ * measurement on its threads as the GPU runs the ones ready). out[i] for
+ * items[i] (each freed with eval_score_free). */
 void eval_score_batch(const eval_item *items, int n, const eval_score_opts *o, int threads,
                       eval_score *out);
 
@@ -197,7 +198,8 @@ typedef struct {
    * thread of its own, with write_ctx */
   eval_group_writer_fn write_group;
   int write_group_size; /* > 0: the tasks a group holds (one writer a group
-                           that writes them all at once: the GPU's) */
+                           that writes them all in one call: the GPU's,
+                           its cache rows taking them in turn) */
   struct search_cuda_measure *gpu; /* NULL: the C emulation, nothing timed */
   uint64_t seed;                   /* task i's output is written with seed + i */
   int threads;                     /* the checks; <= 0: every core */

@@ -185,6 +185,13 @@ void nn_cuda_kv_free(nn_cuda_kv *c);
  * row are then those after its last prompt token. Later steps run n rows. */
 bool nn_cuda_kv_prefill(nn_cuda_kv *c, const int32_t *const *prompts, const int *lens, int n,
                         dg_status *st);
+/* Rows rows[0..n) (distinct, each below the rows of the last prefill)
+ * restart with prompts[b] as a prefill would, the other rows keeping
+ * their cache and position: a finished row takes a new job while the
+ * rest decode on. The logits of the restarted rows are then those after
+ * their prompts (the other rows' are not to be read). */
+bool nn_cuda_kv_refill(nn_cuda_kv *c, const int *rows, const int32_t *const *prompts, const int *lens,
+                       int n, dg_status *st);
 /* Feeds tokens[b] to each active row b < n (active NULL: all) at its next
  * position (which must be < T). Inactive rows keep their cache and
  * position; their logits afterwards are meaningless. */

@@ -479,6 +479,13 @@ void search_cuda_measure_free(search_cuda_measure *m);
 void search_cuda_measure_prepare(search_cuda_measure *m, const dg_func *const *f, int n);
 void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, int n,
                          search_measure_result *out, const search_measure_sink *sink);
+/* As search_measure_cuda, for candidates of many workloads (f[i] is
+ * cand[i]'s): their data files made at once on threads, then every
+ * candidate built on every core in one round while the GPU measures those
+ * ready, instead of a round per workload (whose builds would wait for one
+ * another and leave cores idle). The sink is called with i as above. */
+void search_measure_cuda_many(void *ctx, const dg_func *const *f, const search_cand *cand, int n,
+                              search_measure_result *out, const search_measure_sink *sink);
 
 /* A design space read from a trace JSON file (the hand-written ones). */
 typedef struct {

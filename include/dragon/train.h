@@ -249,6 +249,11 @@ typedef struct {
    * <|end|> counts as drawn. NULL: not kept. A graph the token budget
    * ended has the checker's completion in its text and not here. */
   struct train_decode_trace *trace;
+  /* train_decode_jobs_cuda's cache rows (0: a row a job): with fewer rows
+   * than jobs, a row whose graph is done takes the next job (its prompt
+   * prefilled while the other rows decode on), so a slow graph holds up
+   * one row, not the rest of the jobs */
+  int gpu_rows;
 } train_decode_opts;
 
 typedef struct train_decode_trace {
@@ -350,6 +355,8 @@ typedef struct {
   double prefill_s; /* the cache made and the prompts fed */
   double decode_s;  /* the writers and the steps */
   int64_t steps;    /* GPU steps (each feeds one token of every row that has one) */
+  int64_t refills;  /* prefills of rows that took the next jobs (gpu_rows) */
+  int rows;         /* rows of the cache */
   int threads;      /* host threads the writers ran on */
 } train_decode_gpu_stats;
 

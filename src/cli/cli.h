@@ -116,8 +116,9 @@ bool cli_model_use_gpu(cli_model *cm, dg_status *st);
  * where the command measures on a GPU). Sets *gpu; false with a usage
  * message in st for another word. */
 bool cli_write_device(const char *arg, bool have_gpu, bool *gpu, dg_status *st);
-/* Graphs a GPU writer takes at once (rows of its KV cache). */
-#define CLI_GPU_ROWS 128
+/* Rows of a GPU writer's KV cache: graphs written at once, the jobs of a
+ * call taking the rows in turn (train_decode_opts.gpu_rows). */
+#define CLI_GPU_ROWS 256
 void cli_model_close(cli_model *cm); /* also on a zeroed or failed one */
 typedef struct {
   int64_t tokens;     /* fed to the model */

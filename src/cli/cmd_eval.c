@@ -426,6 +426,7 @@ int cmd_eval(int argc, char **argv) {
   /* the first output's edits are judged; its explanations are not */
   dopts.explain = false;
   dopts.unconstrained = unconstrained;
+  dopts.gpu_rows = CLI_GPU_ROWS; /* a group's tasks take the GPU writer's rows in turn */
   char name[256];
   if (graphs_path) {
     if (!(graphs = load_graphs(graphs_path, &st))) goto fail;
@@ -477,7 +478,7 @@ int cmd_eval(int argc, char **argv) {
                       .write = write_one,
                       .write_ctx = &w,
                       .write_group = w.graphs ? NULL : write_group,
-                      .write_group_size = write_gpu ? CLI_GPU_ROWS : 0,
+                      .write_group_size = write_gpu ? 2 * CLI_GPU_ROWS : 0,
                       .gpu = have_gpu ? &gm : NULL,
                       .seed = (uint64_t)seed,
                       .threads = (int)threads,

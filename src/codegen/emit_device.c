@@ -99,19 +99,36 @@ static bool load_hook(cg_emitter *e, const dg_expr *x) {
   return false;
 }
 
-static const dg_expr *nth_load(const dg_expr *x, int *ord, int want) {
+/* Load number `want` of x (in nth_load's order) and the condition under
+ * which x evaluates it (*guard: NULL where always): the condition of each
+ * select around it (negated in the else arm) and the left side of each
+ * && or || it is the right side of. A load hoisted out of x into a vector
+ * register must run under that condition only: a padded input's select
+ * keeps an out-of-bounds address from being read. */
+static const dg_expr *nth_load_guarded(dg_func *f, const dg_expr *x, int *ord, int want,
+                                       dg_expr *cond, dg_expr **guard) {
   if (!x) return NULL;
-  if (x->kind == DG_EXPR_LOAD && (*ord)++ == want) return x;
-  if (x->kind == DG_EXPR_LOAD || x->kind == DG_EXPR_CALL) {
-    for (int i = 0; i < x->nargs; i++) {
-      const dg_expr *r = nth_load(x->args[i], ord, want);
-      if (r) return r;
-    }
-    return NULL;
+  if (x->kind == DG_EXPR_LOAD && (*ord)++ == want) {
+    *guard = cond;
+    return x;
   }
-  const dg_expr *r = nth_load(x->a, ord, want);
-  if (!r) r = nth_load(x->b, ord, want);
-  if (!r) r = nth_load(x->c, ord, want);
+  const dg_expr *r = NULL;
+  if (x->kind == DG_EXPR_LOAD || x->kind == DG_EXPR_CALL) {
+    for (int i = 0; i < x->nargs && !r; i++) r = nth_load_guarded(f, x->args[i], ord, want, cond, guard);
+    return r;
+  }
+  dg_expr *cb = cond, *cc = cond;
+  if (x->kind == DG_EXPR_SELECT) {
+    dg_expr *a = (dg_expr *)x->a;
+    cb = cond ? ir_bin(f, DG_EXPR_AND, cond, a) : a;
+    cc = cond ? ir_bin(f, DG_EXPR_AND, cond, ir_not(f, a)) : ir_not(f, a);
+  } else if (x->kind == DG_EXPR_AND || x->kind == DG_EXPR_OR) {
+    dg_expr *a = x->kind == DG_EXPR_AND ? (dg_expr *)x->a : ir_not(f, (dg_expr *)x->a);
+    cb = cond ? ir_bin(f, DG_EXPR_AND, cond, a) : a;
+  }
+  r = nth_load_guarded(f, x->a, ord, want, cond, guard);
+  if (!r) r = nth_load_guarded(f, x->b, ord, want, cb, guard);
+  if (!r) r = nth_load_guarded(f, x->c, ord, want, cc, guard);
   return r;
 }
 
@@ -268,10 +285,23 @@ static void vector_store(dev *d, const lw_stmt *s) {
     e->indent++;
     for (int i = 0; i < s->n_vloads; i++) {
       int ord = 0;
-      const dg_expr *ld = nth_load(v, &ord, s->vloads[i]);
+      dg_expr *guard = NULL;
+      const dg_expr *ld = nth_load_guarded(f, v, &ord, s->vloads[i], NULL, &guard);
       if (!ld || ld->buf->dtype != s->buf->dtype) continue;
+      /* a conditional load whose condition differs between lanes stays in
+       * each lane's expression (read there only where the lane's condition
+       * holds); one whose condition is the lanes' own is read under it */
+      if (guard && ir_expr_uses_var(guard, s->lane_var)) continue;
       codegen_em_indent(e);
-      dg_str_printf(&e->out, "const %s dg_vl%d = *(const %s *)", vt, n_ids, vt);
+      if (guard) {
+        dg_str_printf(&e->out, "%s dg_vl%d = {0};\n", vt, n_ids);
+        codegen_em_indent(e);
+        dg_str_puts(&e->out, "if (");
+        codegen_em_expr(e, guard);
+        dg_str_printf(&e->out, ") dg_vl%d = *(const %s *)", n_ids, vt);
+      } else {
+        dg_str_printf(&e->out, "const %s dg_vl%d = *(const %s *)", vt, n_ids, vt);
+      }
       put_lane0_addr(d, ld->buf, ld->args, ld->nargs, s->lane_var);
       dg_str_puts(&e->out, ";\n");
       ids[n_ids++] = s->vloads[i];

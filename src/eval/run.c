@@ -222,20 +222,33 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
   return ok;
 }
 
+static void write_progress(const eval_run_opts *o, int done, int n, double secs) {
+  if (!o->progress) return;
+  fprintf(o->progress, "written %d of %d (%.1f s, ETA %.0f s)\n", done, n, secs,
+          done ? secs / done * (n - done) : 0.0);
+  fflush(o->progress);
+}
+
 bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
   memset(out, 0, sizeof *out);
   dg_status_ok(st);
   double t_start = dg_now();
   out->timed = o->gpu != NULL;
   out->tasks = dg_calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *out->tasks);
-  /* the outputs first, on threads, where asked; then each judged in order */
+  /* the outputs first, on threads, where asked; then each judged in order
+   * (on the GPU with one writer: a group written as the judging reaches
+   * its tasks, so an evaluation cut short keeps what it judged) */
   written *ahead = NULL;
+  write_ctx wc = {0};
+  int groups = 0, next_group = 0, n_unwritten = 0, written_n = 0;
+  double t_writing = 0; /* the lazy writer's seconds so far */
+  bool lazy = false;
   if (o->write_group && o->n > 0) {
-    /* the tasks to write (not resumed), in groups of up to 16, four
-     * groups a thread at least (a group takes as long as its slowest
-     * graph: more groups than threads keep the threads busy) */
+    /* the tasks to write (not resumed), in groups of write_group_size, or
+     * of up to 16, four groups a thread at least (a group takes as long as
+     * its slowest graph: more groups than threads keep the threads busy) */
     ahead = dg_calloc((size_t)o->n, sizeof *ahead);
-    int *unwritten = dg_malloc(sizeof(int) * (size_t)o->n), n_unwritten = 0;
+    int *unwritten = dg_malloc(sizeof(int) * (size_t)o->n);
     for (int i = 0; i < o->n; i++)
       if (!(o->done && o->done[i])) unwritten[n_unwritten++] = i;
     int threads = o->write_threads > 1 ? o->write_threads : 1;
@@ -243,35 +256,26 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
     if (size > 16) size = 16;
     if (o->write_group_size > 0) size = o->write_group_size;
     if (size < 1) size = 1;
-    int groups = (n_unwritten + size - 1) / size;
-    write_ctx wc = {o, ahead, unwritten, n_unwritten, size};
-    rt_tasks *tk = rt_tasks_start(groups, threads, write_group_on_thread, &wc);
-    int done = 0, g;
-    while ((g = rt_tasks_next(tk, true)) >= 0) {
-      done += n_unwritten - g * size < size ? n_unwritten - g * size : size;
-      if (o->progress) {
-        double el = dg_now() - t_start;
-        fprintf(o->progress, "written %d of %d (%.1f s, ETA %.0f s)\n", done, n_unwritten, el,
-                el / done * (n_unwritten - done));
-        fflush(o->progress);
+    groups = (n_unwritten + size - 1) / size;
+    wc = (write_ctx){o, ahead, unwritten, n_unwritten, size};
+    lazy = o->gpu && threads == 1;
+    if (!lazy) {
+      rt_tasks *tk = rt_tasks_start(groups, threads, write_group_on_thread, &wc);
+      int g;
+      while ((g = rt_tasks_next(tk, true)) >= 0) {
+        written_n += n_unwritten - g * size < size ? n_unwritten - g * size : size;
+        write_progress(o, written_n, n_unwritten, dg_now() - t_start);
       }
+      rt_tasks_free(tk);
+      next_group = groups;
     }
-    rt_tasks_free(tk);
-    free(unwritten);
   } else if (o->write_threads > 1 && o->n > 1) {
     ahead = dg_calloc((size_t)o->n, sizeof *ahead);
-    write_ctx wc = {o, ahead, NULL, 0, 0};
+    wc = (write_ctx){o, ahead, NULL, 0, 0};
     rt_tasks *tk = rt_tasks_start(o->n, o->write_threads, write_on_thread, &wc);
     int done = 0;
-    while (rt_tasks_next(tk, true) >= 0) {
-      done++;
-      if (o->progress && (done % 10 == 0 || done == o->n)) {
-        double el = dg_now() - t_start;
-        fprintf(o->progress, "written %d of %d (%.1f s, ETA %.0f s)\n", done, o->n, el,
-                el / done * (o->n - done));
-        fflush(o->progress);
-      }
-    }
+    while (rt_tasks_next(tk, true) >= 0)
+      if (++done % 10 == 0 || done == o->n) write_progress(o, done, o->n, dg_now() - t_start);
     rt_tasks_free(tk);
   }
   bool ok = true;
@@ -279,6 +283,16 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
   for (int i = 0; i < o->n && ok; i++) {
     eval_task *t = &out->tasks[i];
     bool resumed = o->done && o->done[i];
+    int hi = i + EVAL_BATCH < o->n ? i + EVAL_BATCH : o->n;
+    for (; batched && i % EVAL_BATCH == 0 && next_group < groups &&
+           wc.unwritten[next_group * wc.size] < hi;
+         next_group++) {
+      double t0 = dg_now();
+      write_group_on_thread(&wc, next_group);
+      t_writing += dg_now() - t0;
+      written_n += n_unwritten - next_group * wc.size < wc.size ? n_unwritten - next_group * wc.size : wc.size;
+      write_progress(o, written_n, n_unwritten, t_writing);
+    }
     if (batched && i % EVAL_BATCH == 0 &&
         !judge_batch(o, i, i + EVAL_BATCH < o->n ? i + EVAL_BATCH : o->n, out->tasks, ahead, st)) {
       dg_status_prefix(st, "tasks %d to %d", i + 1, i + EVAL_BATCH < o->n ? i + EVAL_BATCH : o->n);
@@ -322,6 +336,7 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
     for (int i = 0; i < o->n; i++) free(ahead[i].graph);
     free(ahead);
   }
+  free((int *)wc.unwritten);
   out->t_total = dg_now() - t_start;
   return ok;
 }

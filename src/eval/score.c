@@ -272,30 +272,32 @@ void eval_score_batch(const eval_item *items, int n, const eval_score_opts *o, i
   }
   rt_tasks_free(t);
   if (!b.gpu_after) return;
-  /* one queue on the GPU, a workload's candidates together (its inputs and
-   * reference are prepared once: every workload's at once, first) */
   const dg_func **kernels = dg_malloc(sizeof *kernels * (size_t)(n ? n : 1));
   int nk = 0;
   for (int i = 0; i < n; i++)
     if (out[i].failed == EVAL_PASSED) kernels[nk++] = items[i].kernel;
-  search_cuda_measure_prepare(o->gpu, kernels, nk);
-  free(kernels);
-  bool *done = dg_calloc((size_t)(n ? n : 1), sizeof(bool));
-  eval_score **group = dg_calloc((size_t)(n ? n : 1), sizeof *group);
-  for (int i = 0; i < n; i++) {
-    if (done[i] || out[i].failed != EVAL_PASSED) continue;
-    int k = 0;
-    uint64_t h = ir_func_hash(items[i].kernel);
-    for (int j = i; j < n; j++)
-      if (!done[j] && out[j].failed == EVAL_PASSED &&
-          (items[j].kernel == items[i].kernel || ir_func_hash(items[j].kernel) == h)) {
-        done[j] = true;
-        group[k++] = &out[j];
-      }
-    double t0 = dg_now();
-    on_gpu_many(o, items[i].kernel, group, k);
-    for (int j = 0; j < k; j++) group[j]->t_total += (dg_now() - t0) / k;
+  /* one round on the GPU for every output that got this far: the data of
+   * their workloads made at once, every build on every core while the GPU
+   * measures those ready (each checked on its first run, then timed) */
+  search_cand *c = dg_calloc((size_t)(nk ? nk : 1), sizeof *c);
+  search_measure_result *r = dg_calloc((size_t)(nk ? nk : 1), sizeof *r);
+  eval_score **who = dg_calloc((size_t)(nk ? nk : 1), sizeof *who);
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    if (out[i].failed == EVAL_PASSED) {
+      who[k] = &out[i];
+      c[k++] = (search_cand){out[i].trace, out[i].scheduled, out[i].kernel_hash, 0, false};
+    }
+  double t0 = dg_now();
+  search_measure_cuda_many(o->gpu, kernels, c, k, r, NULL);
+  double each = k ? (dg_now() - t0) / k : 0;
+  for (int j = 0; j < k; j++) {
+    if (r[j].n_secs == 0) fail_at(who[j], gpu_failure_gate(r[j].error), "%s", r[j].error);
+    else who[j]->secs = r[j].secs[0];
+    who[j]->t_total += each;
   }
-  free(done);
-  free(group);
+  free(kernels);
+  free(c);
+  free(r);
+  free(who);
 }

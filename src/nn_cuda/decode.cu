@@ -115,7 +115,7 @@ struct nn_cuda_kv {
   float *att;    /* (B, NH, T) scores, then probabilities */
   int *io;       /* (2B) tokens, then positions (-1: row not fed) */
   int *tok;      /* (B) sampled tokens */
-  int *gather;   /* (B) prefill: the row of each prompt's last token */
+  int *gather;   /* (2B) prefill: the row of each prompt's last token, then each prompt's cache row */
   double *u;     /* (B) uniform draws, -1 for rows not sampled */
   int *h_io;     /* pinned (2B) */
   int *h_tok;    /* pinned (B) */
@@ -170,7 +170,7 @@ static void kv_sizes(const nn_config *g, int B, int T, double *cache, carve_item
       {(void **)&c->hg, 2 * Bd * F},
       {(void **)&c->logits, 4 * Bd * V},  {(void **)&c->att, 4 * Bd * NH * Td},
       {(void **)&c->io, 4 * 2 * Bd},      {(void **)&c->tok, 4 * Bd},
-      {(void **)&c->gather, 4 * Bd},      {(void **)&c->u, 8 * Bd},
+      {(void **)&c->gather, 8 * Bd},      {(void **)&c->u, 8 * Bd},
   };
   static_assert(sizeof t / sizeof t[0] == STEP_ITEMS, "the step buffer table");
   *n_it = STEP_ITEMS;
@@ -259,21 +259,22 @@ static __device__ __forceinline__ void load8(uint4 raw, float *f) {
   }
 }
 
-/* dst (n, C) = src rows rows[0..n) */
-static __global__ void gather_rows_kernel(float *dst, const float *src, const int *rows, int n, int C) {
+/* dst row to[r] = src row rows[r], r < n (rows of C floats) */
+static __global__ void move_rows_kernel(float *dst, const int *to, const float *src, const int *rows, int n,
+                                        int C) {
   size_t total = (size_t)n * C;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
        i += (size_t)gridDim.x * blockDim.x) {
     size_t r = i / (size_t)C, col = i % (size_t)C;
-    dst[i] = src[(size_t)rows[r] * C + col];
+    dst[(size_t)to[r] * C + col] = src[(size_t)rows[r] * C + col];
   }
 }
 
 /* The keys and values of a prefill group: row r's positions 0..Tc-1 of
- * qkv (rows x Tc tokens of QD|KVD|KVD) into row b0 + r of the layer's
+ * qkv (rows x Tc tokens of QD|KVD|KVD) into row to[r] of the layer's
  * cache (B, T, KVD). Eight elements (16 bytes) a thread. */
 static __global__ void cache_fill_kernel(bf16 *kc, bf16 *vc, const bf16 *qkv, int rows, int Tc,
-                                         int T, int b0, int QD, int KVD) {
+                                         int T, const int *to, int QD, int KVD) {
   int ld = QD + 2 * KVD, per = KVD / 8;
   size_t total = (size_t)rows * Tc * per;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
@@ -282,7 +283,7 @@ static __global__ void cache_fill_kernel(bf16 *kc, bf16 *vc, const bf16 *qkv, in
     size_t tok = i / (size_t)per; /* r * Tc + p */
     size_t r = tok / (size_t)Tc, p = tok % (size_t)Tc;
     const bf16 *src = qkv + tok * ld + QD + c8;
-    size_t dst = ((size_t)(b0 + r) * T + p) * KVD + c8;
+    size_t dst = ((size_t)to[r] * T + p) * KVD + c8;
     *(uint4 *)(kc + dst) = *(const uint4 *)src;
     *(uint4 *)(vc + dst) = *(const uint4 *)(src + KVD);
   }
@@ -589,15 +590,25 @@ static int prefill_group(const nn_cuda_kv *c, const int *lens, int n, int b0, in
   return rows;
 }
 
-extern "C" bool nn_cuda_kv_prefill(nn_cuda_kv *c, const int32_t *const *prompts, const int *lens,
-                                   int n, dg_status *st) {
+/* Prompt b goes into cache row to[b] (to NULL: row b); refill keeps the
+ * rows in use (c->n) and their positions, a prefill starts over with n. */
+static bool prefill_rows(nn_cuda_kv *c, const int *to, const int32_t *const *prompts, const int *lens,
+                         int n, bool refill, dg_status *st) {
   const nn_config *g = &c->cfg;
   int L = g->n_layers, C = g->d_model, V = g->vocab_size, F = g->ffn_hidden;
   int NH = g->n_heads, NKV = g->n_kv_heads, HD = g->head_dim, QD = NH * HD, KVD = NKV * HD;
   int QKVD = QD + 2 * KVD, B = c->B, T = c->T;
   if (n < 1 || n > B)
     return dg_fail(st, DG_ERR_INVALID, "CUDA prefill: %d rows, the cache holds %d", n, B);
+  if (refill && c->n < 1) return dg_fail(st, DG_ERR_INVALID, "CUDA refill: no prefill yet");
   for (int b = 0; b < n; b++) {
+    int row = to ? to[b] : b;
+    if (row < 0 || row >= (refill ? c->n : B))
+      return dg_fail(st, DG_ERR_INVALID, "CUDA prefill: prompt %d's row %d is outside [0, %d)", b, row,
+                     refill ? c->n : B);
+    for (int j = 0; j < b; j++)
+      if ((to ? to[j] : j) == row)
+        return dg_fail(st, DG_ERR_INVALID, "CUDA prefill: prompts %d and %d share row %d", j, b, row);
     if (lens[b] < 1 || lens[b] > T)
       return dg_fail(st, DG_ERR_INVALID, "CUDA prefill: prompt %d has %d tokens, outside [1, %d]", b,
                      lens[b], T);
@@ -614,7 +625,7 @@ extern "C" bool nn_cuda_kv_prefill(nn_cuda_kv *c, const int32_t *const *prompts,
     b0 += rows;
   }
   int32_t *hin = (int32_t *)malloc(sizeof(int32_t) * (size_t)maxN);
-  int *hg = (int *)malloc(sizeof(int) * (size_t)n);
+  int *hg = (int *)malloc(sizeof(int) * 2 * (size_t)n);
   if (!hin || !hg) {
     free(hin);
     free(hg);
@@ -622,7 +633,7 @@ extern "C" bool nn_cuda_kv_prefill(nn_cuda_kv *c, const int32_t *const *prompts,
   }
   cudaStream_t s = c->w.stream;
   nc_blas *bl = c->blas;
-  c->n = 0; /* until this prefill is complete */
+  if (!refill) c->n = 0; /* until this prefill is complete */
   bool ok = prefill_reserve(c, maxN);
   for (int b0 = 0; ok && b0 < n;) {
     int Tc, rows = prefill_group(c, lens, n, b0, &Tc), N = rows * Tc;
@@ -631,10 +642,13 @@ extern "C" bool nn_cuda_kv_prefill(nn_cuda_kv *c, const int32_t *const *prompts,
       memcpy(hin + (size_t)r * Tc, prompts[b0 + r], sizeof(int32_t) * (size_t)len);
       for (int j = len; j < Tc; j++) hin[(size_t)r * Tc + j] = 0; /* padding after the row */
       hg[r] = r * Tc + len - 1;
+      hg[rows + r] = to ? to[b0 + r] : b0 + r;
     }
     /* pageable sources: the copies take the data before returning */
     ok = NC_CUDA(cudaMemcpyAsync(c->pin, hin, sizeof(int) * (size_t)N, cudaMemcpyHostToDevice, s)) &&
-         NC_CUDA(cudaMemcpyAsync(c->gather, hg, sizeof(int) * (size_t)rows, cudaMemcpyHostToDevice, s));
+         NC_CUDA(cudaMemcpyAsync(c->gather, hg, sizeof(int) * (size_t)rows, cudaMemcpyHostToDevice, s)) &&
+         NC_CUDA(cudaMemcpyAsync(c->gather + B, hg + rows, sizeof(int) * (size_t)rows,
+                                 cudaMemcpyHostToDevice, s));
     if (!ok) break;
     nc_embedding_forward(c->px, c->pin, wf(c, NN_PARAM_WTE, 0), N, C, s);
     bf16 *pq = c->pqkv, *pk = pq + QD, *pv = pk + KVD;
@@ -646,11 +660,11 @@ extern "C" bool nn_cuda_kv_prefill(nn_cuda_kv *c, const int32_t *const *prompts,
       nc_rope_qk(pq, pk, QKVD, c->w.rope_cos, c->w.rope_sin, rows, Tc, NH, NKV, HD, s);
       ok = nc_attention_forward(c->patty, c->plse, pq, pk, pv, QKVD, rows, Tc, NH, NKV, HD, s);
       if (!ok) break;
-      /* rows b0.. of this layer's cache, positions 0..Tc-1 */
+      /* the group's rows of this layer's cache, positions 0..Tc-1 */
       size_t items = (size_t)rows * Tc * (KVD / 8);
       cache_fill_kernel<<<nc_grid(items, 256), 256, 0, s>>>(c->kc + (size_t)l * B * T * KVD,
                                                             c->vc + (size_t)l * B * T * KVD,
-                                                            c->pqkv, rows, Tc, T, b0, QD, KVD);
+                                                            c->pqkv, rows, Tc, T, c->gather + B, QD, KVD);
       /* x += atty . wo^T, in place */
       ok = NC_LAUNCHED() && nc_mm_forward(bl, c->px, CUDA_R_32F, c->px, 1.0f, c->patty,
                                           wb(c, NN_PARAM_WO, l), N, QD, C, s);
@@ -664,23 +678,36 @@ extern "C" bool nn_cuda_kv_prefill(nn_cuda_kv *c, const int32_t *const *prompts,
                          s);
     }
     if (!ok) break;
-    gather_rows_kernel<<<nc_grid((size_t)rows * C, 256), 256, 0, s>>>(c->x + (size_t)b0 * C, c->px,
-                                                                      c->gather, rows, C);
+    move_rows_kernel<<<nc_grid((size_t)rows * C, 256), 256, 0, s>>>(c->x, c->gather + B, c->px,
+                                                                    c->gather, rows, C);
     ok = NC_LAUNCHED();
     b0 += rows;
   }
+  /* the logits of every row in use (a refill's other rows get those of
+   * their last hidden state, which no caller reads) */
+  int used = refill ? c->n : n;
   if (ok) {
-    nc_rmsnorm_forward(c->ln, c->rstd, c->x, wf(c, NN_PARAM_LNFW, 0), n, C, g->norm_eps, s);
-    ok = nc_mm_forward(bl, c->logits, CUDA_R_32F, NULL, 0.0f, c->ln, wb(c, NN_PARAM_WLM, 0), n, C,
+    nc_rmsnorm_forward(c->ln, c->rstd, c->x, wf(c, NN_PARAM_LNFW, 0), used, C, g->norm_eps, s);
+    ok = nc_mm_forward(bl, c->logits, CUDA_R_32F, NULL, 0.0f, c->ln, wb(c, NN_PARAM_WLM, 0), used, C,
                        V, s) &&
          NC_CUDA(cudaStreamSynchronize(s));
   }
   free(hin);
   free(hg);
   if (!ok || nc_error_pending()) return nc_error_take(st, "CUDA prefill");
-  for (int b = 0; b < n; b++) c->pos[b] = lens[b];
-  c->n = n;
+  for (int b = 0; b < n; b++) c->pos[to ? to[b] : b] = lens[b];
+  c->n = used;
   return true;
+}
+
+extern "C" bool nn_cuda_kv_prefill(nn_cuda_kv *c, const int32_t *const *prompts, const int *lens,
+                                   int n, dg_status *st) {
+  return prefill_rows(c, NULL, prompts, lens, n, false, st);
+}
+
+extern "C" bool nn_cuda_kv_refill(nn_cuda_kv *c, const int *rows, const int32_t *const *prompts,
+                                  const int *lens, int n, dg_status *st) {
+  return prefill_rows(c, rows, prompts, lens, n, true, st);
 }
 
 /* ---- a step --------------------------------------------------------------- */

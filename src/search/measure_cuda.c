@@ -211,8 +211,9 @@ typedef struct {
 } cand_job;
 
 typedef struct {
-  const search_cand *cand;
-  const char *data_path;
+  const search_cand *cand;   /* all the call's candidates */
+  const char *const *paths;  /* each candidate's data file */
+  const int *idx;            /* the round's candidate i is cand[idx[i]] */
   uint64_t seed;
   rt_cuda_timing timing;
   cand_job *jobs; /* (n) jobs[i] written by candidate i's thread only */
@@ -232,6 +233,7 @@ static void set_error(char *dst, size_t n, const char *why) {
 static void cand_prepare(void *p, int i) {
   round_ctx *r = p;
   cand_job *j = &r->jobs[i];
+  int c = r->idx[i];
   dg_status st;
   rt_build b;
   rt_build_opts bo = {.target = RT_BUILD_CUDA,
@@ -239,7 +241,7 @@ static void cand_prepare(void *p, int i) {
                       .compile_limit_s = r->compile_limit_s,
                       .compile = true,
                       .name = "cand"};
-  bool ok = rt_program_build(r->cand[i].func, &bo, &b, &st);
+  bool ok = rt_program_build(r->cand[c].func, &bo, &b, &st);
   j->t_lower = b.t_lower + b.t_codegen;
   j->t_compile = b.t_compile;
   j->lowered = b.source != NULL;
@@ -253,7 +255,7 @@ static void cand_prepare(void *p, int i) {
     if (!rt_cuda_program_from_lowered(b.prog, a, &prog, &st)) {
       set_error(j->error, sizeof j->error, st.msg);
     } else {
-      rt_cuda_job job = {&b.bin, &prog, r->data_path, r->seed, r->timing};
+      rt_cuda_job job = {&b.bin, &prog, r->paths[c], r->seed, r->timing};
       rt_cuda_job_encode(&job, &j->msg);
     }
     dg_arena_free(a);
@@ -273,10 +275,15 @@ typedef struct {
   char pool_err[256];    /* the workers could not be started: why */
 } round_run;
 
+/* The round's candidate i's result (the call's out[idx[i]]). */
+static search_measure_result *result_of(round_run *rr, int i) {
+  return &rr->out[rr->r->idx[i]];
+}
+
 /* Candidate i's result is final. */
 static int resolve(round_run *rr, int i) {
   rr->done[i] = true;
-  if (rr->sink) rr->sink->fn(rr->sink->ctx, i, &rr->out[i]);
+  if (rr->sink) rr->sink->fn(rr->sink->ctx, rr->r->idx[i], result_of(rr, i));
   return 1;
 }
 
@@ -286,7 +293,7 @@ static int hand_over(round_run *rr, int i) {
   search_cuda_measure_state *s = rr->m->state;
   cand_job *j = &rr->r->jobs[i];
   if (j->msg.len == 0 || !s->pool) {
-    fail(&rr->out[i], j->msg.len == 0 ? j->error : rr->pool_err);
+    fail(result_of(rr, i), j->msg.len == 0 ? j->error : rr->pool_err);
     return resolve(rr, i);
   }
   /* the checked run, the warm-up, the repeats, and room for loading */
@@ -311,12 +318,13 @@ static int take_result(round_run *rr, const rt_worker_result *wr) {
   if (res.fail != RT_FAIL_NONE) {
     char why[256];
     snprintf(why, sizeof why, "%s: %.200s", rt_fail_name(res.fail), res.reason);
-    fail(&rr->out[i], why);
+    fail(result_of(rr, i), why);
   } else {
     /* the repeats' spread is summarised; the median stands for each */
     m->stats.passed++;
-    rr->out[i].n_secs = rr->reps;
-    for (int r = 0; r < rr->reps; r++) rr->out[i].secs[r] = res.t.median;
+    search_measure_result *o = result_of(rr, i);
+    o->n_secs = rr->reps;
+    for (int r = 0; r < rr->reps; r++) o->secs[r] = res.t.median;
   }
   return resolve(rr, i);
 }
@@ -330,7 +338,7 @@ static int pool_lost(round_run *rr, const char *why) {
   int k = 0;
   for (int i = 0; i < rr->n; i++)
     if (rr->submitted[i] && !rr->done[i]) {
-      fail(&rr->out[i], rr->pool_err);
+      fail(result_of(rr, i), rr->pool_err);
       k += resolve(rr, i);
     }
   rt_worker_pool_free(s->pool);
@@ -338,27 +346,16 @@ static int pool_lost(round_run *rr, const char *why) {
   return k;
 }
 
-void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, int n,
-                         search_measure_result *out, const search_measure_sink *sink) {
-  search_cuda_measure *m = ctx;
-  double t_start = dg_now();
+/* One round: the candidates cand[idx[0..n)] (each with its workload's
+ * data file in paths[]) built on threads and measured as they are ready. */
+static void run_round(search_cuda_measure *m, const search_cand *cand, const char *const *paths,
+                      const int *idx, int n, search_measure_result *out,
+                      const search_measure_sink *sink) {
+  search_cuda_measure_state *s = m->state;
   dg_status st;
   dg_status_ok(&st);
-  for (int i = 0; i < n; i++) memset(&out[i], 0, sizeof out[i]);
-  if (n <= 0) return;
-  m->stats.candidates += n;
-  const char *data_path = m->state ? prepare(m, f, &st) : NULL;
-  if (!data_path) {
-    for (int i = 0; i < n; i++) {
-      fail(&out[i], m->state ? st.msg : "GPU measurement not set up");
-      if (sink) sink->fn(sink->ctx, i, &out[i]);
-    }
-    m->stats.t_wall += dg_now() - t_start;
-    return;
-  }
-  search_cuda_measure_state *s = m->state;
   int reps = m->repeats < 1 ? 1 : m->repeats > 8 ? 8 : m->repeats;
-  round_ctx r = {cand,  data_path, m->seed, {1, reps, true, m->timeout_s}, NULL, m->compile_limit_s,
+  round_ctx r = {cand, paths, idx, m->seed, {1, reps, true, m->timeout_s}, NULL, m->compile_limit_s,
                  m->arch[0] ? m->arch : NULL};
   r.jobs = dg_calloc((size_t)n, sizeof *r.jobs);
   for (int i = 0; i < n; i++) dg_str_init(&r.jobs[i].msg);
@@ -406,7 +403,7 @@ void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, i
   m->stats.cached += hits1 - hits0;
   for (int i = 0; i < n; i++) {
     if (!rr.done[i]) {
-      fail(&out[i], "GPU measurement: the job was lost");
+      fail(result_of(&rr, i), "GPU measurement: the job was lost");
       resolve(&rr, i);
     }
     m->stats.lowered += r.jobs[i].lowered;
@@ -418,5 +415,91 @@ void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, i
   free(r.jobs);
   free(rr.submitted);
   free(rr.done);
+}
+
+void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, int n,
+                         search_measure_result *out, const search_measure_sink *sink) {
+  search_cuda_measure *m = ctx;
+  double t_start = dg_now();
+  dg_status st;
+  dg_status_ok(&st);
+  for (int i = 0; i < n; i++) memset(&out[i], 0, sizeof out[i]);
+  if (n <= 0) return;
+  m->stats.candidates += n;
+  const char *data_path = m->state ? prepare(m, f, &st) : NULL;
+  if (!data_path) {
+    for (int i = 0; i < n; i++) {
+      fail(&out[i], m->state ? st.msg : "GPU measurement not set up");
+      if (sink) sink->fn(sink->ctx, i, &out[i]);
+    }
+    m->stats.t_wall += dg_now() - t_start;
+    return;
+  }
+  const char **paths = dg_malloc(sizeof *paths * (size_t)n);
+  int *idx = dg_malloc(sizeof(int) * (size_t)n);
+  for (int i = 0; i < n; i++) paths[i] = data_path, idx[i] = i;
+  run_round(m, cand, paths, idx, n, out, sink);
+  free(paths);
+  free(idx);
+  m->stats.t_wall += dg_now() - t_start;
+}
+
+/* Workloads whose data files one round of search_measure_cuda_many uses at
+ * most: well within those kept, so none is dropped while its candidates
+ * wait in the round. */
+enum { MANY_WORKLOADS = DATA_FILES / 2 };
+
+void search_measure_cuda_many(void *ctx, const dg_func *const *f, const search_cand *cand, int n,
+                              search_measure_result *out, const search_measure_sink *sink) {
+  search_cuda_measure *m = ctx;
+  double t_start = dg_now();
+  for (int i = 0; i < n; i++) memset(&out[i], 0, sizeof out[i]);
+  if (n <= 0) return;
+  m->stats.candidates += n;
+  const char **paths = dg_calloc((size_t)n, sizeof *paths);
+  int *idx = dg_malloc(sizeof(int) * (size_t)n);
+  const dg_func **wl = dg_malloc(sizeof *wl * (size_t)n);
+  uint64_t *hash = dg_malloc(sizeof *hash * (size_t)n), hs[MANY_WORKLOADS];
+  for (int i = 0; i < n; i++) hash[i] = ir_func_hash(f[i]);
+  bool *taken = dg_calloc((size_t)n, sizeof(bool));
+  for (int lo = 0; lo < n;) {
+    /* the next candidates not taken, of at most MANY_WORKLOADS workloads */
+    int k = 0, nw = 0;
+    for (int i = lo; i < n; i++) {
+      if (taken[i]) continue;
+      int w = 0;
+      while (w < nw && hs[w] != hash[i]) w++;
+      if (w == nw) {
+        if (nw == MANY_WORKLOADS) continue;
+        hs[nw] = hash[i];
+        wl[nw++] = f[i];
+      }
+      taken[i] = true;
+      idx[k++] = i;
+    }
+    while (lo < n && taken[lo]) lo++;
+    if (m->state) search_cuda_measure_prepare(m, wl, nw);
+    /* each candidate's file (made now where the batch could not: then its
+     * failure is reported); those without one fail here */
+    int kept = 0;
+    for (int j = 0; j < k; j++) {
+      int i = idx[j];
+      dg_status st;
+      dg_status_ok(&st);
+      paths[i] = m->state ? prepare(m, f[i], &st) : NULL;
+      if (paths[i]) {
+        idx[kept++] = i;
+      } else {
+        fail(&out[i], m->state ? st.msg : "GPU measurement not set up");
+        if (sink) sink->fn(sink->ctx, i, &out[i]);
+      }
+    }
+    if (kept > 0) run_round(m, cand, paths, idx, kept, out, sink);
+  }
+  free(paths);
+  free(idx);
+  free(wl);
+  free(hash);
+  free(taken);
   m->stats.t_wall += dg_now() - t_start;
 }

@@ -470,17 +470,24 @@ static int job_budget(const train_decode_job *j, const train_decode_opts *o, int
   return (budget > maxT ? maxT : budget) - j->n_prompt;
 }
 
-/* The end of a call: each started writer's graph, or why not (every one
- * failed with the call where ok is false), and the checkers freed. */
+/* A started writer's graph, or why not (where ok is false, the call
+ * failed for every job), and its checker freed. */
+static void writer_finish(writer *w, tsel_prefix **pf, bool ok, char **text, dg_status *err) {
+  if (ok && w->ok) *text = w->result, w->result = NULL;
+  else if (ok) *err = w->st;
+  writer_free(w);
+  tsel_prefix_free(*pf);
+  *pf = NULL;
+}
+
+/* The end of a call: each started writer's graph, or why not, and the
+ * checkers freed. */
 static void writers_finish(writer *w, tsel_prefix **pf, const bool *live, int n, bool ok, char **texts,
                            dg_status *errs) {
   for (int i = 0; i < n; i++) {
-    if (live[i] && pf[i]) {
-      if (ok && w[i].ok) texts[i] = w[i].result, w[i].result = NULL;
-      else if (ok) errs[i] = w[i].st;
-      writer_free(&w[i]);
-    }
+    if (live[i] && pf[i]) writer_finish(&w[i], &pf[i], ok, &texts[i], &errs[i]);
     tsel_prefix_free(pf[i]);
+    pf[i] = NULL;
   }
 }
 
@@ -589,25 +596,41 @@ bool train_decode_jobs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, c
 /* train_decode_jobs_cuda's writers and threads. Thread t runs the writers
  * of rows t, t + threads, ... whose queues are empty to their next tokens;
  * then, between two barriers, thread 0 (the caller, whose the CUDA context
- * is) feeds one queued token of every row that has one in one step of the
- * GPU cache, and copies the logits of each row whose queue it emptied. A
- * queue of forced text takes a step a token while the other rows go on. */
+ * is) gives each row whose graph is done the next job (their prompts
+ * prefilled together, nn_cuda_kv_refill), feeds one queued token of every
+ * row that has one in one step of the GPU cache, and copies the logits of
+ * each row whose queue it emptied. A queue of forced text takes a step a
+ * token while the other rows go on. */
 typedef struct {
-  writer *w;
-  const bool *live;
-  int n, threads;
-  int *head; /* (n) tokens of each row's queue fed so far */
+  writer *w;          /* (jobs) */
+  tsel_prefix **pf;   /* (jobs) */
+  const train_decode_job *jobs;
+  const bool *live;   /* (jobs) */
+  int n_jobs, next;   /* the next job to start */
+  int *row_job;       /* (rows) the row's job, or -1 */
+  int n, threads;     /* rows */
+  int *head;          /* (rows) tokens of each row's queue fed so far */
   nn_cuda_kv *kv;
   gpu_rows *g;
-  float *step_logits; /* (n, V) */
+  float *step_logits; /* (rows, V) */
   int32_t *tokens;
   bool *active;
+  /* what a job needs to start */
+  tok_tokenizer *const *toks;
+  tsel_mask *const *masks;
+  tsel_target target;
+  const train_decode_opts *o;
+  train_decode_trace *traces;
+  train_decode_stats *stats, *local;
+  char **texts;
+  dg_status *errs;
+  int maxT;
   pthread_barrier_t bar;
   pthread_mutex_t mu;
   pthread_cond_t cv;
   bool go, stop, failed;
   dg_status err;
-  int64_t steps;
+  int64_t steps, refills;
 } gpu_loop;
 
 typedef struct {
@@ -615,16 +638,90 @@ typedef struct {
   int t;
 } gpu_worker;
 
+/* Job j's writer on row r (its prompt is in the row's cache, the logits
+ * after it in the row's). False: the job failed before it started
+ * (errs[j] says why). */
+static bool job_start(gpu_loop *L, int j, int r) {
+  const train_decode_job *job = &L->jobs[j];
+  if (!(L->pf[j] = tsel_prefix_new(job->kernel, job->spec, L->target, &L->errs[j]))) return false;
+  tsel_prefix_set_explain(L->pf[j], L->o->explain);
+  int budget = job_budget(job, L->o, L->maxT);
+  int t = r % L->threads;
+  writer_init(&L->w[j], L->g->V, L->toks[t], L->masks[t], job->kernel,
+              job->guard_ctx ? job->guard_ctx : L->o->guard_ctx, L->pf[j], NULL, L->g, r, budget, L->o,
+              L->traces ? &L->traces[j] : NULL, job->seed, L->stats ? &L->stats[j] : &L->local[j]);
+  L->row_job[r] = j;
+  L->head[r] = 0;
+  return true;
+}
+
+/* The next live job, or -1. */
+static int next_job(gpu_loop *L) {
+  while (L->next < L->n_jobs && !L->live[L->next]) L->next++;
+  return L->next < L->n_jobs ? L->next++ : -1;
+}
+
+/* Rows whose graphs are done give them up (their texts kept) and take the
+ * next jobs, prefilled together: once a few rows are free, or when no row
+ * decodes. Returns how many rows started. */
+static int gpu_refill(gpu_loop *L, int decoding) {
+  int n = L->n, free_rows = 0;
+  for (int r = 0; r < n; r++) {
+    int j = L->row_job[r];
+    if (j >= 0 && L->w[j].done) {
+      writer_finish(&L->w[j], &L->pf[j], true, &L->texts[j], &L->errs[j]);
+      L->row_job[r] = -1;
+    }
+    free_rows += L->row_job[r] < 0;
+  }
+  if (free_rows == 0 || L->next >= L->n_jobs) return 0;
+  if (decoding > 0 && free_rows < (n + 7) / 8) return 0;
+  int *rows = dg_malloc(sizeof(int) * (size_t)free_rows), *lens = dg_malloc(sizeof(int) * (size_t)free_rows);
+  int *who = dg_malloc(sizeof(int) * (size_t)free_rows);
+  const int32_t **pr = dg_malloc(sizeof *pr * (size_t)free_rows);
+  int k = 0;
+  for (int r = 0; r < n && L->next < L->n_jobs; r++) {
+    if (L->row_job[r] >= 0) continue;
+    int j = next_job(L);
+    if (j < 0) break;
+    rows[k] = r, who[k] = j, pr[k] = L->jobs[j].prompt, lens[k++] = L->jobs[j].n_prompt;
+  }
+  int started = 0;
+  if (k > 0) {
+    if (!nn_cuda_kv_refill(L->kv, rows, pr, lens, k, &L->err) ||
+        !nn_cuda_kv_logits(L->kv, L->step_logits, &L->err)) {
+      L->failed = L->stop = true;
+    } else {
+      int V = L->g->V;
+      L->refills++;
+      for (int q = 0; q < k; q++) {
+        memcpy(L->g->logits + (size_t)rows[q] * V, L->step_logits + (size_t)rows[q] * V, sizeof(float) * (size_t)V);
+        started += job_start(L, who[q], rows[q]);
+      }
+    }
+  }
+  free(rows);
+  free(lens);
+  free(who);
+  free(pr);
+  return started;
+}
+
 static void gpu_feed(gpu_loop *L) {
   int n = L->n, V = L->g->V, k = 0;
-  for (int i = 0; i < n; i++) {
-    const decoder *d = &L->w[i].d;
-    L->active[i] = L->live[i] && L->head[i] < d->n_pend;
-    L->tokens[i] = L->active[i] ? d->pend[L->head[i]] : 0;
-    k += L->active[i];
+  for (int r = 0; r < n; r++) {
+    int j = L->row_job[r];
+    const decoder *d = j >= 0 ? &L->w[j].d : NULL;
+    L->active[r] = d && L->head[r] < d->n_pend;
+    L->tokens[r] = L->active[r] ? d->pend[L->head[r]] : 0;
+    k += L->active[r];
   }
+  int started = gpu_refill(L, k);
+  if (L->failed) return;
   if (k == 0) {
-    L->stop = true;
+    /* nothing to feed: the new rows first write their tokens (a row whose
+     * job could not start is free again), or all is done */
+    if (started == 0 && L->next >= L->n_jobs) L->stop = true;
     return;
   }
   if (!nn_cuda_kv_step(L->kv, L->tokens, L->active, &L->err) || !nn_cuda_kv_logits(L->kv, L->step_logits, &L->err)) {
@@ -632,9 +729,9 @@ static void gpu_feed(gpu_loop *L) {
     return;
   }
   L->steps++;
-  for (int i = 0; i < n; i++)
-    if (L->active[i] && ++L->head[i] == L->w[i].d.n_pend)
-      memcpy(L->g->logits + (size_t)i * V, L->step_logits + (size_t)i * V, sizeof(float) * (size_t)V);
+  for (int r = 0; r < n; r++)
+    if (L->active[r] && ++L->head[r] == L->w[L->row_job[r]].d.n_pend)
+      memcpy(L->g->logits + (size_t)r * V, L->step_logits + (size_t)r * V, sizeof(float) * (size_t)V);
 }
 
 static void *gpu_work(void *arg) {
@@ -645,11 +742,13 @@ static void *gpu_work(void *arg) {
   while (!L->go) pthread_cond_wait(&L->cv, &L->mu);
   pthread_mutex_unlock(&L->mu);
   for (;;) {
-    for (int i = me->t; i < L->n; i += L->threads)
-      if (L->live[i] && !L->w[i].done && L->head[i] >= L->w[i].d.n_pend) {
-        writer_step(&L->w[i]);
-        L->head[i] = 0;
+    for (int r = me->t; r < L->n; r += L->threads) {
+      int j = L->row_job[r];
+      if (j >= 0 && !L->w[j].done && L->head[r] >= L->w[j].d.n_pend) {
+        writer_step(&L->w[j]);
+        L->head[r] = 0;
       }
+    }
     pthread_barrier_wait(&L->bar);
     if (me->t == 0) gpu_feed(L);
     pthread_barrier_wait(&L->bar);
@@ -707,71 +806,76 @@ bool train_decode_jobs_cuda(train_cuda *gpu, tok_tokenizer *const *toks, tsel_ma
   if (!gm) return dg_fail(st, DG_ERR_INVALID, "tsel decode: no GPU model to write with");
   if (threads < 1) return dg_fail(st, DG_ERR_INVALID, "tsel decode: %d threads", threads);
   if (o->unconstrained) return dg_fail(st, DG_ERR_INVALID, "tsel decode: unconstrained writing runs on the CPU");
-  if (threads > n) threads = n;
+  if (o->gpu_rows < 0) return dg_fail(st, DG_ERR_INVALID, "tsel decode: %d GPU rows", o->gpu_rows);
   const nn_config *cfg = nn_cuda_model_config(gm);
   int V = cfg->vocab_size, maxT = cfg->max_seq_len, T = 1;
-  for (int t = 0; t < threads; t++)
+  for (int t = 0; t < threads && t < n; t++)
     if (!decode_args_ok(V, toks[t], masks[t], o, st)) return false;
   double t0 = dg_now();
   bool *live = dg_calloc((size_t)n, sizeof *live);
+  int n_live = 0;
   for (int i = 0; i < n; i++) {
     live[i] = prompt_ok(cfg, jobs[i].prompt, jobs[i].n_prompt, &errs[i]);
+    n_live += live[i];
     int t = jobs[i].n_prompt + o->sample.max_tokens;
     if (t > maxT) t = maxT;
     if (live[i] && t > T) T = t;
   }
+  if (n_live == 0) {
+    free(live);
+    return true;
+  }
+  /* the rows: a job each, or o->gpu_rows that the jobs take in turn */
+  int R = o->gpu_rows > 0 && o->gpu_rows < n_live ? o->gpu_rows : n_live;
+  if (threads > R) threads = R;
   nn_cuda_kv *kv;
-  if (!nn_cuda_kv_init(&kv, gm, n, T, st)) {
+  if (!nn_cuda_kv_init(&kv, gm, R, T, st)) {
     free(live);
     return false;
   }
-  /* every row's prompt (a failed job's row: one token, never fed again) */
-  static const int32_t none = 0;
-  const int32_t **pr = dg_malloc(sizeof *pr * (size_t)n);
-  int *lens = dg_malloc(sizeof(int) * (size_t)n);
-  for (int i = 0; i < n; i++) {
-    pr[i] = live[i] ? jobs[i].prompt : &none;
-    lens[i] = live[i] ? jobs[i].n_prompt : 1;
+  gpu_loop L = {.n_jobs = n, .n = R, .jobs = jobs, .live = live, .kv = kv, .toks = toks, .masks = masks,
+                .target = target, .o = o, .traces = traces, .stats = stats, .texts = texts, .errs = errs,
+                .maxT = maxT, .threads = threads};
+  L.w = dg_calloc((size_t)n, sizeof *L.w);
+  L.pf = dg_calloc((size_t)n, sizeof *L.pf);
+  L.local = dg_calloc((size_t)n, sizeof *L.local);
+  L.row_job = dg_malloc(sizeof(int) * (size_t)R);
+  L.head = dg_calloc((size_t)R, sizeof *L.head);
+  L.step_logits = dg_malloc(sizeof(float) * (size_t)R * V);
+  L.tokens = dg_malloc(sizeof(int32_t) * (size_t)R);
+  L.active = dg_malloc((size_t)R);
+  /* the first R live jobs' prompts */
+  const int32_t **pr = dg_malloc(sizeof *pr * (size_t)R);
+  int *lens = dg_malloc(sizeof(int) * (size_t)R), *first = dg_malloc(sizeof(int) * (size_t)R);
+  for (int r = 0; r < R; r++) {
+    first[r] = next_job(&L);
+    pr[r] = jobs[first[r]].prompt;
+    lens[r] = jobs[first[r]].n_prompt;
+    L.row_job[r] = -1;
   }
-  gpu_rows g = {kv, dg_malloc(sizeof(float) * (size_t)n * V), V};
-  bool ok = nn_cuda_kv_prefill(kv, pr, lens, n, st) && nn_cuda_kv_logits(kv, g.logits, st);
+  gpu_rows g = {kv, dg_malloc(sizeof(float) * (size_t)R * V), V};
+  L.g = &g;
+  bool ok = nn_cuda_kv_prefill(kv, pr, lens, R, st) && nn_cuda_kv_logits(kv, g.logits, st);
   free(pr);
   free(lens);
-  if (gs) gs->prefill_s = dg_now() - t0;
-  writer *w = dg_calloc((size_t)n, sizeof *w);
-  train_decode_stats *local = dg_calloc((size_t)n, sizeof *local);
-  tsel_prefix **pf = dg_calloc((size_t)n, sizeof *pf);
-  for (int i = 0; ok && i < n; i++) {
-    if (!live[i]) continue;
-    if (!(pf[i] = tsel_prefix_new(jobs[i].kernel, jobs[i].spec, target, &errs[i]))) {
-      live[i] = false;
-      continue;
-    }
-    tsel_prefix_set_explain(pf[i], o->explain);
-    int budget = job_budget(&jobs[i], o, maxT);
-    writer_init(&w[i], V, toks[i % threads], masks[i % threads], jobs[i].kernel,
-                jobs[i].guard_ctx ? jobs[i].guard_ctx : o->guard_ctx, pf[i], NULL, &g, i, budget, o,
-                traces ? &traces[i] : NULL, jobs[i].seed, stats ? &stats[i] : &local[i]);
-  }
+  if (gs) gs->prefill_s = dg_now() - t0, gs->rows = R;
+  for (int r = 0; ok && r < R; r++) job_start(&L, first[r], r);
+  free(first);
   if (ok) {
-    gpu_loop L = {.w = w, .live = live, .n = n, .kv = kv, .g = &g};
-    L.head = dg_calloc((size_t)n, sizeof *L.head);
-    L.step_logits = dg_malloc(sizeof(float) * (size_t)n * V);
-    L.tokens = dg_malloc(sizeof(int32_t) * (size_t)n);
-    L.active = dg_malloc((size_t)n);
     double t1 = dg_now();
     gpu_run(&L, threads);
-    if (gs) gs->steps = L.steps, gs->decode_s = dg_now() - t1, gs->threads = L.threads;
+    if (gs) gs->steps = L.steps, gs->refills = L.refills, gs->decode_s = dg_now() - t1, gs->threads = L.threads;
     if (L.failed) ok = (*st = L.err, false);
-    free(L.head);
-    free(L.step_logits);
-    free(L.tokens);
-    free(L.active);
   }
-  writers_finish(w, pf, live, n, ok, texts, errs);
-  free(pf);
-  free(w);
-  free(local);
+  writers_finish(L.w, L.pf, live, n, ok, texts, errs);
+  free(L.w);
+  free(L.pf);
+  free(L.local);
+  free(L.row_job);
+  free(L.head);
+  free(L.step_logits);
+  free(L.tokens);
+  free(L.active);
   free(live);
   free(g.logits);
   nn_cuda_kv_free(kv);
