@@ -276,6 +276,7 @@ typedef struct {
   int n_guarded;           /* lines the guard was asked about */
   int n_blamed;            /* refusals that went back to an earlier line the guard named */
   int n_backtracks;        /* lines taken back */
+  int n_repeats;           /* lines refused at once: written again as a refused line was, after the same text */
   bool guard_gave_up;      /* max_backtracks reached: the rest was not guarded */
   double guard_secs;       /* time spent in the guard */
 } train_decode_stats;

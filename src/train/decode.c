@@ -200,11 +200,19 @@ static void explain_graph(char **text, const dg_func *kernel) {
   tsel_graph_free(g);
 }
 
-/* The start of an accepted line: where a refused line goes back to. */
+/* The start of an accepted line: where a refused line goes back to. The
+ * lines refused from here (each as written, up to its edit line's end)
+ * are refused at once if written again: the guard's verdict on the same
+ * text would be the same, and a line blamed for a later refusal (a tile
+ * whose factors overflow shared memory at the postproc line) must change
+ * for the graph to. */
 typedef struct {
   tsel_prefix *saved;
   int pos, used, tries;
+  size_t at; /* committed text's length here */
   float *logits;
+  char **refused;
+  int n_refused;
 } line_start;
 
 typedef struct {
@@ -222,6 +230,9 @@ static void stack_push(line_stack *s, const tsel_prefix *p, const decoder *d) {
   l->pos = row_pos(d);
   l->used = d->used;
   l->tries = 0;
+  tsel_prefix_committed(p, &l->at);
+  l->refused = NULL;
+  l->n_refused = 0;
   l->logits = dg_malloc(sizeof(float) * (size_t)s->V);
   memcpy(l->logits, row_logits(d), sizeof(float) * (size_t)s->V);
 }
@@ -230,6 +241,38 @@ static void stack_pop(line_stack *s) {
   line_start *l = &s->v[--s->n];
   tsel_prefix_free(l->saved);
   free(l->logits);
+  for (int i = 0; i < l->n_refused; i++) free(l->refused[i]);
+  free(l->refused);
+}
+
+/* Whether text (a line just written from l, up to its edit line's end)
+ * was refused from l before. */
+static bool refused_before(const line_start *l, const char *text, size_t len) {
+  for (int i = 0; i < l->n_refused; i++)
+    if (strlen(l->refused[i]) == len && memcmp(l->refused[i], text, len) == 0) return true;
+  return false;
+}
+
+/* Remembers, at the line start l went back to, the line written from it
+ * in text (the committed text before the take-back): from l->at to the end
+ * of the next edit line (`tN ` at a line's start). */
+static void remember_refused(line_start *l, const char *text, size_t len) {
+  if (l->at >= len) return;
+  const char *a = text + l->at, *end = text + len, *q = a;
+  while (q < end) {
+    const char *nl = memchr(q, '\n', (size_t)(end - q));
+    const char *stop = nl ? nl + 1 : end;
+    bool edit = q[0] == 't' && q + 1 < end && q[1] >= '1' && q[1] <= '9';
+    q = stop;
+    if (edit) break;
+  }
+  size_t n = (size_t)(q - a);
+  if (n == 0 || refused_before(l, a, n)) return;
+  l->refused = dg_realloc(l->refused, sizeof *l->refused * (size_t)(l->n_refused + 1));
+  char *c = dg_malloc(n + 1);
+  memcpy(c, a, n);
+  c[n] = 0;
+  l->refused[l->n_refused++] = c;
 }
 
 static void stack_free(line_stack *s) {
@@ -242,6 +285,12 @@ static void stack_free(line_stack *s) {
  * edit k + 1), or, once that has been refused line_retries times, to the
  * start of an earlier one. */
 static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retries, int back_to) {
+  /* the committed text as it is, for the line refused at the start gone back to */
+  size_t len;
+  const char *now = tsel_prefix_committed(p, &len);
+  char *text = dg_malloc(len + 1);
+  memcpy(text, now, len);
+  text[len] = 0;
   while (back_to > 0 && s->n > back_to) stack_pop(s);
   line_start *l = &s->v[s->n - 1];
   l->tries++;
@@ -250,6 +299,8 @@ static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retrie
     l = &s->v[s->n - 1];
     l->tries++;
   }
+  remember_refused(l, text, len);
+  free(text);
   tsel_prefix_restore(p, l->saved);
   row_rewind(d, l->pos, l->logits);
   d->used = l->used;
@@ -335,20 +386,28 @@ static void writer_step(writer *w) {
     if (w->guarding && tsel_prefix_edit_count(p) > w->judged) {
       size_t len;
       const char *text = tsel_prefix_committed(p, &len);
-      double g0 = dg_now();
+      const line_start *top = &w->lines.v[w->lines.n - 1];
       int back_to = 0;
-      bool pass = o->guard(w->guard_ctx, text, len, tsel_prefix_postprocessed(p), &back_to);
-      stats->guard_secs += dg_now() - g0;
-      stats->n_guarded++;
+      bool pass, repeat = top->at <= len && stats->n_repeats < 4 * o->max_backtracks &&
+                          refused_before(top, text + top->at, len - top->at);
+      if (repeat) {
+        pass = false;
+        stats->n_repeats++;
+      } else {
+        double g0 = dg_now();
+        pass = o->guard(w->guard_ctx, text, len, tsel_prefix_postprocessed(p), &back_to);
+        stats->guard_secs += dg_now() - g0;
+        stats->n_guarded++;
+      }
       if (pass) {
         w->judged = tsel_prefix_edit_count(p);
         w->retrying = false;
         stack_push(&w->lines, p, d);
-      } else if (stats->n_backtracks >= o->max_backtracks) {
+      } else if (!repeat && stats->n_backtracks >= o->max_backtracks) {
         w->guarding = false;
         stats->guard_gave_up = true;
       } else {
-        stats->n_backtracks++;
+        stats->n_backtracks += !repeat;
         bool blamed = back_to > 0 && back_to < w->lines.n;
         stats->n_blamed += blamed;
         take_back(&w->lines, p, d, o->line_retries, blamed ? back_to : 0);

@@ -256,6 +256,7 @@ typedef struct {
   int64_t lo[2], hi[2];
   uint64_t mask;
   int64_t q;
+  int64_t qrest; /* IM_DIV: q / x at most this (0: any) */
   const int64_t *set;
   int n_set;
   bool excl;    /* ints: not one of the candidates read so far */
@@ -264,6 +265,13 @@ typedef struct {
   int64_t clo, chi; /* counts xN */
 } vexp;
 enum { IM_RANGE, IM_SET, IM_MASK, IM_DIV };
+
+/* The largest innermost factor of a multi-level tiling's tile, and the
+ * values its `max=` takes: the design spaces' (MultiLevelTiling's 64,
+ * the tensor-core tiling's 4). Read only where the tile's factor count is
+ * the structure's (docs/tsel.md: a narrowing). */
+enum { TILE_INNERMOST_MAX = 64 };
+static const int64_t tile_maxima[] = {4, 64};
 
 typedef struct {
   uint16_t shape;
@@ -988,6 +996,12 @@ static void kw_vexp(const P *p, const S *s, int kw, vexp *v) {
         v->hi[0] = 0;
         v->lo[1] = L->tile_last;
         v->hi[1] = INT64_MAX;
+        if (L->tile_want && L->tile_last >= 1 && L->tile_last <= TILE_INNERMOST_MAX) {
+          /* a multi-level tiling's: a design space's maximum */
+          v->im = IM_SET;
+          v->set = L->tile_last <= tile_maxima[0] ? tile_maxima : tile_maxima + 1;
+          v->n_set = L->tile_last <= tile_maxima[0] ? 2 : 1;
+        }
       } else if (L->op == TSEL_OP_SAMPLE) { /* index= */
         v->im = IM_MASK;
         for (int i = 0; i < L->n_cands; i++)
@@ -1023,6 +1037,9 @@ static void item_vexp(const P *p, const S *s, vexp *v) {
       if (ext >= 1 && L->tile_want && L->n_items == L->tile_want - 1) int_range(v, ext / L->prod, ext / L->prod);
       else if (ext >= 1) v->im = IM_DIV, v->q = ext / L->prod;
       else int_range(v, 1, PROD_CAP / L->prod);
+      /* the factor before the last leaves the last (what remains) within
+       * the design spaces' innermost maximum */
+      if (ext >= 1 && L->tile_want >= 2 && L->n_items == L->tile_want - 2) v->qrest = TILE_INNERMOST_MAX;
       break;
     }
     case LK_CANDS:
@@ -1123,7 +1140,7 @@ static bool int_prefix_ok(P *p, const S *s, const vexp *v, const ipfx *f, int64_
       int n;
       const int64_t *d = divisors_of(p->sh, v->q, &n);
       for (int i = 0; i < n; i++)
-        if (ibest_consider(&b, d[i], f) && !out) return true;
+        if ((!v->qrest || v->q / d[i] <= v->qrest) && ibest_consider(&b, d[i], f) && !out) return true;
       break;
     }
   }
@@ -1145,7 +1162,7 @@ static bool int_value_ok(P *p, const S *s, const vexp *v, int64_t x) {
         if (v->set[i] == x) return true;
       return false;
     case IM_MASK: return x >= 0 && x < 64 && (v->mask & (UINT64_C(1) << x));
-    case IM_DIV: return x >= 1 && v->q % x == 0;
+    case IM_DIV: return x >= 1 && v->q % x == 0 && (!v->qrest || v->q / x <= v->qrest);
   }
   (void)p;
   return false;
