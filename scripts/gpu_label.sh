@@ -16,8 +16,9 @@
 #   BUDGET    seconds of labelling (default 400)
 #   WINDOW    seconds the whole script may take (the call's limit less the
 #             machine's start): the labelling gets what is left of it
-#             after the gates and the cost model, less 90 s for the pack
-#             and a workload that runs past its budget; overrides BUDGET
+#             after the gates, the cost model and the base database, less
+#             30 s for a workload that runs past its budget and PACK_S
+#             (default 45) for the pack; overrides BUDGET
 #   SPLIT     the split to label (default train)
 #   PER_GPU   labelling processes per GPU (default 8): they share the GPU
 #             (its workers take turns, one measurement at a time) and the
@@ -142,41 +143,61 @@ NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 SHARDS=${SHARDS:-$((NGPU * ${PER_GPU:-8}))}
 THREADS=${THREADS:-$((3 * $(nproc) / (2 * SHARDS)))}
 [ "$THREADS" -ge 1 ] || THREADS=1
+# The committed records are merged once into a base database, which every
+# process starts from as a copy (its resume: the workloads it holds are
+# labelled already). The database's files are append-only, so what a
+# process measured is what its files hold past the base's sizes: those
+# tails are packed, and the committed shards are not read again (eight
+# packs each reading every committed shard to leave them out ran past the
+# window and its records were lost).
+t0=$(date +%s)
+rm -rf /tmp/label-base
+run_logged base 120 "$DRAGON" db merge data/records --db /tmp/label-base
+rm -f /tmp/label-base/writer.lock
+note "base database: $(($(date +%s) - t0)) s"
 if [ -n "${WINDOW:-}" ]; then
-  BUDGET=$((WINDOW - ($(date +%s) - t_script) - 90))
+  # after the labelling: a process past its budget is stopped 30 s later,
+  # and the packing takes a few seconds (its reserve: PACK_S, default 45)
+  BUDGET=$((WINDOW - ($(date +%s) - t_script) - 30 - ${PACK_S:-45}))
   note "budget: $BUDGET s of labelling left in a window of $WINDOW s"
   [ "$BUDGET" -ge 30 ] || { note "no time left to label"; SHARDS=0; }
 fi
 t0=$(date +%s)
 for ((g = 0; g < SHARDS; g++)); do
+  rm -rf "/tmp/label-db$g"
+  cp -a /tmp/label-base "/tmp/label-db$g"
   # shellcheck disable=SC2086
-  CUDA_VISIBLE_DEVICES=$((g % NGPU)) timeout -s INT -k 20 $((BUDGET + 30)) "$DRAGON" data label \
-    --db "/tmp/label-db$g" --records data/records --split "$SPLIT" --shard "$g/$SHARDS" \
+  CUDA_VISIBLE_DEVICES=$((g % NGPU)) timeout -s INT -k 10 $((BUDGET + 30)) "$DRAGON" data label \
+    --db "/tmp/label-db$g" --split "$SPLIT" --shard "$g/$SHARDS" \
     --budget-s "$BUDGET" --target cuda --threads "$THREADS" ${LABEL_ARGS:-} \
     >"$LOGDIR/label$g.out" 2>"$LOGDIR/label$g.log" &
 done
 wait
 note "labelling: $(($(date +%s) - t0)) s; $(cat "$LOGDIR"/label*.out | tr '\n' ' ')"
+t0=$(date +%s)
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-# Each process's records are packed on their own first, then merged into
-# one shard for OUTDIR (few files come back); where the merge fails the
-# per-process shards go to OUTDIR instead.
-mkdir -p "$LOGDIR/shards"
-# (at once: a pack reads every committed shard, about 10 s each)
+# Each process's new lines (its files past the base's sizes) become a
+# database of their own, merged into one shard for OUTDIR (few files come
+# back); where that fails, each process's database is packed on its own.
+rm -rf /tmp/label-all
+mkdir -p /tmp/label-all "$LOGDIR/shards"
 for ((g = 0; g < SHARDS; g++)); do
-  "$DRAGON" db pack --db "/tmp/label-db$g" --except data/records \
-    --out "$LOGDIR/shards/records-$stamp-$SPLIT-$g.jsonl.zst" >"$LOGDIR/pack$g.log" 2>&1 &
+  for f in workloads.jsonl records.jsonl baselines.jsonl; do
+    [ -f "/tmp/label-db$g/$f" ] || continue
+    base=$(stat -c %s "/tmp/label-base/$f" 2>/dev/null || echo 0)
+    tail -c +$((base + 1)) "/tmp/label-db$g/$f" >>"/tmp/label-all/$f"
+  done
 done
-wait
-for ((g = 0; g < SHARDS; g++)); do note "pack $g: $(tail -1 "$LOGDIR/pack$g.log")"; done
-if "$DRAGON" db merge --db /tmp/label-all "$LOGDIR/shards" >>"$LOGDIR/pack.log" 2>&1 &&
-  "$DRAGON" db pack --db /tmp/label-all --except data/records \
-    --out "$OUTDIR/records-$stamp-$SPLIT.jsonl.zst" >>"$LOGDIR/pack.log" 2>&1; then
-  note "one shard: $(tail -1 "$LOGDIR/pack.log")"
-  rm -rf "$LOGDIR/shards"
+if "$DRAGON" db pack --db /tmp/label-all --out "$OUTDIR/records-$stamp-$SPLIT.jsonl.zst" \
+  >>"$LOGDIR/pack.log" 2>&1; then
+  note "one shard ($(($(date +%s) - t0)) s): $(tail -1 "$LOGDIR/pack.log")"
 else
-  note "merging the shards failed ($(tail -1 "$LOGDIR/pack.log")): one shard a process"
-  mv "$LOGDIR"/shards/*.jsonl.zst "$OUTDIR/"
+  note "packing the new lines failed ($(tail -1 "$LOGDIR/pack.log")): one shard a process"
+  for ((g = 0; g < SHARDS; g++)); do
+    "$DRAGON" db pack --db "/tmp/label-db$g" --except data/records \
+      --out "$OUTDIR/records-$stamp-$SPLIT-$g.jsonl.zst" >"$LOGDIR/pack$g.log" 2>&1 &
+  done
+  wait
 fi
 tail -n 3 "$LOGDIR"/label*.log
 cp "$LOGDIR/summary.txt" "$OUTDIR/"
