@@ -897,10 +897,12 @@ static bool narrowed(const char *text) {
   return n;
 }
 
-/* The fuse narrowing: the line of the refused byte (at) is a fuse,
- * fuse_bind or bind, and the graph up to and with it does not replay (it
- * names a loop that is not plain or not the only child of the one before
- * it, or binds a loop holding a reduction to other than threadIdx). */
+/* The narrowings from the replay: the line of the refused byte (at) is a
+ * fuse, fuse_bind or bind, or a `loops` whose count the checker lost, and
+ * the graph up to and with it does not replay (it names a loop that is not
+ * plain or not the only child of the one before it, binds a loop holding
+ * a reduction to other than threadIdx, or counts other loops than the
+ * block has). */
 static bool fuse_narrowed(const char *text, const dg_func *k, size_t at) {
   dg_status st;
   tsel_graph *g = tsel_parse(text, NULL, &st);
@@ -911,7 +913,7 @@ static bool fuse_narrowed(const char *text, const dg_func *k, size_t at) {
   for (int i = 0; i < g->n_edits; i++)
     if (g->edits[i].line == line) edit = i + 1;
   int op = edit ? g->edits[edit - 1].op : -1;
-  bool fuse = op == TSEL_OP_FUSE || op == TSEL_OP_FUSE_BIND || op == TSEL_OP_BIND;
+  bool fuse = op == TSEL_OP_FUSE || op == TSEL_OP_FUSE_BIND || op == TSEL_OP_BIND || op == TSEL_OP_LOOPS;
   tsel_graph_free(g);
   if (!fuse) return false;
   /* the graph up to and with the changed edit, replayed */
@@ -1790,6 +1792,66 @@ static tsel_prefix *bmm_prefix(dg_func **k) {
   CHECKR(p, NULL);
   CHECKR(tsel_prefix_feed(p, BMM_TILED, strlen(BMM_TILED)), NULL);
   return p;
+}
+
+/* Where the checker loses a block's loop count (here after a
+ * cache_write_at), `loops` writes the count of the replayed graph: a
+ * conv2d graph of the test split whose model wrote the usual x10 for its
+ * block of 20 loops until the guard gave up. */
+DG_TEST(tsel_prefix_loops_count_from_the_replay) {
+  const char *spec = "conv2d_bias_bn_relu:n=1,h=35,w=35,ci=768,co=96,kernel=3,stride=1,pad=1,dilation=1,dtype=f16";
+  const char *head = "tsel 1 kernel conv2d_bias_bn_relu:n=1,h=35,w=35,ci=768,co=96,kernel=3,stride=1,pad=1,"
+                     "dilation=1,dtype=f16\n"
+                      "t1 block \"PaddedInput\"\n"
+                      "t2 block \"Conv2dOutput\"\n"
+                      "t3 block \"bias_add\"\n"
+                      "t4 block \"bn_mul\"\n"
+                      "t5 block \"bn_add\"\n"
+                      "t6 block \"compute\"\n"
+                      "t7 block \"root\"\n"
+                      "t8 annotate t2 tiling \"SSSRRSRS\"\n"
+                      "t9 loops t2 x7\n"
+                      "t10 tile t9.0 [1 1 1 1 1] max=64\n"
+                      "t11 tile t9.1 [1 1 7 5 1] max=64\n"
+                      "t12 tile t9.2 [35 1 1 1 1] max=64\n"
+                      "t13 tile t9.3 [3 1 32 1 1] max=64\n"
+                      "t14 tile t9.4 [1 1 3] max=64\n"
+                      "t15 tile t9.5 [1 3 1] max=64\n"
+                      "t16 tile t9.6 [3 128 2] max=64\n"
+                      "t17 reorder t10.0 t11.0 t12.0 t13.0 t10.1 t11.1 t12.1 t13.1 t10.2 t11.2 t12.2 t13.2 t14.0 t15.0 t16.0 t14.1 t15.1 t16.1 t10.3 t11.3 t12.3 t13.3 t14.2 t15.2 t16.2 t10.4 t11.4 t12.4 t13.4\n"
+                      "t18 fuse_bind t10.0 t11.0 t12.0 t13.0 blockIdx.x\n"
+                      "t19 fuse_bind t10.1 t11.1 t12.1 t13.1 vthread.x\n"
+                      "t20 fuse_bind t10.2 t11.2 t12.2 t13.2 threadIdx.x\n"
+                      "t21 annotate t2 tx_lo 32\n"
+                      "t22 annotate t2 tx_hi 1024\n"
+                      "t23 cache_write_at t2 0 local t12.3\n";
+  dg_status st;
+  dg_func *k = wl_build(spec, &st);
+  CHECK_MSG(k, "%s", st.msg);
+  if (!k) return;
+  tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  CHECK_MSG(p, "%s", st.msg);
+  CHECK(p && first_refused(p, head, strlen(head)) == -1);
+  tsel_prefix *q = tsel_prefix_save(p);
+  const char *wrong = "t24 loops t2 x10\n", *right = "t24 loops t2 x20\n";
+  CHECK_MSG(first_refused(q, wrong, strlen(wrong)) == 14, "x10 refused at its 1");
+  tsel_prefix_restore(q, p);
+  CHECK(first_refused(q, right, strlen(right)) == -1);
+  /* the graph goes on from there, the replay agreeing */
+  char why[256];
+  dg_str g;
+  dg_str_init(&g);
+  dg_str_printf(&g, "%st24 loops t2 x20\nt25 postproc default\n", head);
+  CHECK_MSG(graph_checks(g.s, k, TSEL_TARGET_CUDA, why, sizeof why), "%s", why);
+  tsel_graph *gr = tsel_parse(g.s, NULL, &st);
+  sched_trace *t = gr ? tsel_lower(gr, &st) : NULL;
+  CHECK_MSG(t, "%s", st.msg);
+  sched_trace_free(t);
+  tsel_graph_free(gr);
+  dg_str_free(&g);
+  tsel_prefix_free(q);
+  tsel_prefix_free(p);
+  ir_func_free(k);
 }
 
 /* After a multi-level tiling's last tile the reorder is forced, level by

@@ -230,6 +230,10 @@ bool sched_loop_nested(sched *s, int outer, int inner);
 /* Whether a block directly under loop handle rv binds its variable into a
  * reduction iterator: then only threadIdx.* may bind it (Bind). */
 bool sched_loop_binds_reduction(sched *s, int rv);
+/* The loops GetLoops would return for block handle rv (those between the
+ * block and the block above it), recording nothing; -1 where rv is not a
+ * live block. */
+int sched_block_loop_count(sched *s, int rv);
 
 /* Value of an integer handle, kind of a handle. */
 bool sched_rv_value(const sched *s, int rv, int64_t *out);

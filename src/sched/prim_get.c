@@ -50,6 +50,19 @@ bool prim_get_loops(prim_call *c, dg_status *st) {
   return true;
 }
 
+int sched_block_loop_count(sched *s, int rv) {
+  if (rv < 0 || rv >= s->n_rvs || s->rvs[rv].kind != SCHED_RV_BLOCK) return -1;
+  sched_val v = {.kind = SV_RV, .i = rv};
+  dg_status tmp;
+  dg_block *b = sched_rv_block(s, &v, "block", &tmp);
+  sched_path p;
+  if (!b || !sched_locate_block(s->f, b, &p)) return -1;
+  int first = p.n - 1, n = 0;
+  while (first > 0 && p.stmts[first - 1]->kind != DG_STMT_BLOCK) first--;
+  for (int i = first; i < p.n - 1; i++) n += p.stmts[i]->kind == DG_STMT_FOR;
+  return n;
+}
+
 static void child_blocks(dg_stmt *s, prim_call *c) {
   if (!s) return;
   switch (s->kind) {

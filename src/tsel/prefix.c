@@ -677,12 +677,26 @@ static uint64_t align_indices(const P *p, pctx *c, const pref *r) {
   return m;
 }
 
-/* The count `loops r xN` must write, or -1 if the checker takes any. */
+static sched *nest_of(const P *p, pctx *c);
+static int nest_rv(const pctx *c, int rv);
+
+/* The count `loops r xN` must write, or -1 if the checker takes any: the
+ * kernel's while the checker still knows it, else the replayed graph's
+ * (the checker loses count after a cache_write_at, a compute_at and the
+ * like, and a count the replay refuses is refused only at the guard: a
+ * model writing a usual count there wrote it again until the guard gave
+ * up, 8 of 192 test graphs). */
 static int loops_count(const P *p, pctx *c, int ri) {
   pref *r = &c->refs[ri];
   if (r->loops == -2) {
     int k = r->f->block ? kernel_loops(p->sh, r->f->block) : -1;
     r->loops = k >= 0 && !probe(p->sh, c, "loops %s x%d", r->s, k + 1) ? k : -1;
+    if (r->loops < 0) {
+      sched *rs = nest_of(p, c);
+      int at = rs ? nest_rv(c, r->rv) : -1;
+      int n = at >= 0 ? sched_block_loop_count(rs, at) : -1;
+      if (n >= 1 && n <= MAX_COUNT) r->loops = n;
+    }
   }
   return r->loops;
 }
