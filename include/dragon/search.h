@@ -467,6 +467,7 @@ typedef struct search_cuda_measure {
     double t_compile_wait; /* the GPU idle, waiting for a compile */
     double t_worker;       /* seconds in the worker's jobs, by its clock */
     double t_wall;         /* seconds in search_measure_cuda */
+    double t_data;         /* of those, making workloads' data (inputs, references) */
   } stats;
 } search_cuda_measure;
 bool search_cuda_measure_init(search_cuda_measure *m, dg_status *st);

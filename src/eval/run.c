@@ -187,8 +187,20 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
     eo.last = EVAL_GATE_MEASURE;
     eo.gpu = o->gpu;
     double t0 = dg_now();
+    double w0 = o->gpu->stats.t_wall, d0 = o->gpu->stats.t_data, g0 = o->gpu->stats.t_gpu_wait,
+           c0 = o->gpu->stats.t_compile_wait;
     eval_score_batch(items, 2 * n, &eo, o->threads, sc);
     double each = (dg_now() - t0) / n;
+    if (o->progress) {
+      /* where a batch's time goes: the gates up to the build, the
+       * workloads' data (inputs and float64 references), the GPU round */
+      double w = o->gpu->stats.t_wall - w0, d = o->gpu->stats.t_data - d0;
+      fprintf(o->progress,
+              "judged tasks %d to %d in %.1f s: gates %.1f s, data %.1f s, measuring %.1f s "
+              "(waiting for the GPU %.1f s, for a compile %.1f s)\n",
+              lo + 1, hi, each * n, each * n - w, d, w - d, o->gpu->stats.t_gpu_wait - g0,
+              o->gpu->stats.t_compile_wait - c0);
+    }
     for (int k = 0; k < n; k++) {
       int i = idx[k];
       eval_task *t = &tasks[i];

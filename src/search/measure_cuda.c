@@ -109,7 +109,10 @@ static const char *prepare(search_cuda_measure *m, const dg_func *f, dg_status *
   data_file *d = data_find(s, h);
   if (d) return d->path;
   char path[64];
-  if (!data_make(m, f, path, st)) return NULL;
+  double t0 = dg_now();
+  bool made = data_make(m, f, path, st);
+  m->stats.t_data += dg_now() - t0;
+  if (!made) return NULL;
   return data_keep(s, h, path)->path;
 }
 
@@ -139,12 +142,14 @@ void search_cuda_measure_prepare(search_cuda_measure *m, const dg_func *const *f
     if (!seen) missing[k] = f[i], hs[k++] = h;
   }
   char(*path)[64] = dg_calloc((size_t)(k ? k : 1), sizeof *path);
+  double t0 = dg_now();
   many_ctx c = {m, missing, path};
   int threads = m->threads > 0 ? m->threads : rt_cpu_count();
   rt_tasks *t = rt_tasks_start(k, threads < k ? threads : k, many_task, &c);
   while (rt_tasks_next(t, true) >= 0) {
   }
   rt_tasks_free(t);
+  m->stats.t_data += dg_now() - t0;
   /* a failure is made again, and reported, when its workload is measured */
   for (int j = 0; j < k; j++)
     if (path[j][0]) data_keep(s, hs[j], path[j]);
