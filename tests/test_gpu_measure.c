@@ -273,3 +273,47 @@ DG_TEST(search_cuda_measure_many_workloads) {
   ir_func_free(gmm);
   ir_func_free(nrm);
 }
+
+/* A workload whose data cannot be made (its float64 reference does not
+ * compile: a C flag the compiler refuses) fails each of its candidates
+ * with the reason, built or not, and leaves no file behind; another
+ * workload's candidates in the same call are not held up by it. */
+DG_TEST(search_cuda_measure_many_data_fails) {
+  dg_status st;
+  if (!rt_nvrtc_available(&st)) {
+    SKIP("NVRTC is not here: %s", st.msg);
+  }
+  const char *env = getenv("DRAGON_CFLAGS");
+  char *saved = env ? dg_strdup(env) : NULL;
+  search_cuda_measure m;
+  CHECK_MSG(measure_open(&m, &st), "%s", st.msg);
+  int before = data_files();
+  dg_func *gmm = NULL;
+  search_cand *cg = cands_of("GMM", "GMM/0", 2, true, &gmm);
+  CHECK(cg != NULL);
+  if (!cg) return;
+  setenv("DRAGON_CFLAGS", "-fdragon-no-such-flag", 1);
+  enum { N = 3 };
+  const dg_func *f[N] = {gmm, gmm, gmm};
+  search_measure_result out[N];
+  sink_count sc = {{0}};
+  search_measure_sink sink = {count_sink, &sc};
+  search_measure_cuda_many(&m, f, cg, N, out, &sink);
+  if (saved) setenv("DRAGON_CFLAGS", saved, 1);
+  else unsetenv("DRAGON_CFLAGS");
+  for (int i = 0; i < N; i++) {
+    CHECK_MSG(sc.calls[i] == 1, "candidate %d: the sink was told %d times", i, sc.calls[i]);
+    CHECK_MSG(out[i].n_secs == 0, "candidate %d measured", i);
+    /* the unlowerable one fails at its build, the others at the data */
+    if (i < N - 1) CHECK_MSG(strstr(out[i].error, "cc: compiling"), "candidate %d: %s", i, out[i].error);
+    else CHECK_MSG(strstr(out[i].error, "lower: "), "%s", out[i].error);
+  }
+  CHECK_EQ(data_files(), before);
+  print_stats(&m);
+  CHECK_EQ(m.stats.candidates, N);
+  CHECK_EQ(m.stats.ran, 0);
+  search_cuda_measure_free(&m);
+  search_cands_free(cg, 3);
+  ir_func_free(gmm);
+  free(saved);
+}

@@ -464,10 +464,11 @@ typedef struct search_cuda_measure {
     double t_lower;        /* thread-seconds lowering and emitting CUDA */
     double t_compile;      /* thread-seconds in NVRTC */
     double t_gpu_wait;     /* waiting for a worker's result */
-    double t_compile_wait; /* the GPU idle, waiting for a compile */
+    double t_compile_wait; /* the GPU idle, waiting for a compile (or a workload's data) */
     double t_worker;       /* seconds in the worker's jobs, by its clock */
     double t_wall;         /* seconds in search_measure_cuda */
-    double t_data;         /* of those, making workloads' data (inputs, references) */
+    double t_data;         /* of those, until the workloads' data (inputs, references)
+                              was made: search_measure_cuda_many builds meanwhile */
   } stats;
 } search_cuda_measure;
 bool search_cuda_measure_init(search_cuda_measure *m, dg_status *st);

@@ -192,13 +192,14 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
     eval_score_batch(items, 2 * n, &eo, o->threads, sc);
     double each = (dg_now() - t0) / n;
     if (o->progress) {
-      /* where a batch's time goes: the gates up to the build, the
-       * workloads' data (inputs and float64 references), the GPU round */
+      /* where a batch's time goes: the gates up to the build, then the
+       * GPU round (the workloads' data, inputs and float64 references,
+       * made while the candidates build) */
       double w = o->gpu->stats.t_wall - w0, d = o->gpu->stats.t_data - d0;
       fprintf(o->progress,
-              "judged tasks %d to %d in %.1f s: gates %.1f s, data %.1f s, measuring %.1f s "
-              "(waiting for the GPU %.1f s, for a compile %.1f s)\n",
-              lo + 1, hi, each * n, each * n - w, d, w - d, o->gpu->stats.t_gpu_wait - g0,
+              "judged tasks %d to %d in %.1f s: gates %.1f s, measuring %.1f s (the workloads' "
+              "data made after %.1f s; waiting for the GPU %.1f s, for a compile or data %.1f s)\n",
+              lo + 1, hi, each * n, each * n - w, w, d, o->gpu->stats.t_gpu_wait - g0,
               o->gpu->stats.t_compile_wait - c0);
     }
     for (int k = 0; k < n; k++) {

@@ -6,7 +6,9 @@
  * device across candidates). The files of the last 64 workloads are kept,
  * and search_cuda_measure_prepare makes those of a batch of workloads at
  * once on threads (a batch of many workloads would otherwise wait for
- * each reference in turn). Per round, a pipeline: threads build each
+ * each reference in turn); search_measure_cuda_many makes them on threads
+ * while the candidates build, holding a candidate built before its data.
+ * Per round, a pipeline: threads build each
  * candidate (rt_program_build: lowered, checked against the limits, CUDA
  * emitted and compiled by NVRTC for the device's architecture) and encode
  * its job; the calling thread hands each job to the worker pool as soon as
@@ -48,10 +50,10 @@ struct search_cuda_measure_state {
 };
 
 /* Draws workload f's inputs from the seed, computes the unscheduled
- * kernel's float64 reference on the CPU (compiled C) and writes both to a
- * new file, its name into path. Thread-safe. */
-static bool data_make(const search_cuda_measure *m, const dg_func *f, char path[64], dg_status *st) {
-  path[0] = 0;
+ * kernel's float64 reference on the CPU (compiled C) and writes both to
+ * the file path (whole or not at all). Thread-safe. */
+static bool data_fill(const search_cuda_measure *m, const dg_func *f, const char *path,
+                      dg_status *st) {
   rt_tensors ts;
   if (!rt_tensors_init(&ts, f, st)) return false;
   rt_data_fill(&ts, m->seed, rt_data_dist_for(f));
@@ -61,20 +63,33 @@ static bool data_make(const search_cuda_measure *m, const dg_func *f, char path[
   bool ok = rt_program_build(f, &bo, &b, st);
   if (ok) {
     rt_cpu_call(b.ref_fn, ts.ref_args);
-    snprintf(path, 64, "/tmp/dragon-tune-%ld-XXXXXX", (long)getpid());
-    int fd = mkstemp(path);
-    if (fd < 0) {
-      ok = dg_fail(st, DG_ERR_IO, "%s: cannot create the data file", path);
-    } else {
-      close(fd);
-      ok = rt_cuda_data_write(&ts, rt_check_reduce_len(f), path, st);
-      if (!ok) unlink(path);
-    }
-    if (!ok) path[0] = 0;
+    ok = rt_cuda_data_write(&ts, rt_check_reduce_len(f), path, st);
   }
   rt_build_free(&b);
   rt_tensors_free(&ts);
   return ok;
+}
+
+/* A new, empty data file's name into path. */
+static bool data_reserve(char path[64], dg_status *st) {
+  snprintf(path, 64, "/tmp/dragon-tune-%ld-XXXXXX", (long)getpid());
+  int fd = mkstemp(path);
+  if (fd < 0) {
+    dg_fail(st, DG_ERR_IO, "%s: cannot create the data file", path);
+    path[0] = 0;
+    return false;
+  }
+  close(fd);
+  return true;
+}
+
+/* data_fill into a new file, its name into path ("" on failure). */
+static bool data_make(const search_cuda_measure *m, const dg_func *f, char path[64], dg_status *st) {
+  if (!data_reserve(path, st)) return false;
+  if (data_fill(m, f, path, st)) return true;
+  unlink(path);
+  path[0] = 0;
+  return false;
 }
 
 static data_file *data_find(search_cuda_measure_state *s, uint64_t h) {
@@ -268,6 +283,34 @@ static void cand_prepare(void *p, int i) {
   rt_build_free(&b);
 }
 
+/* The workloads' data files of a round of search_measure_cuda_many: those
+ * kept from before, and those made on threads while the candidates build
+ * (each file's name reserved first, so that a job can be encoded before
+ * its data exists; a candidate compiled before its data is held until
+ * the data is made). */
+typedef struct {
+  const search_cuda_measure *m;
+  int nw;
+  const dg_func **f;    /* (nw) the workloads */
+  char (*path)[64];     /* (nw) each one's data file */
+  int8_t *state;        /* (nw) 1 made, 0 being made, -1 failed (err) */
+  char (*err)[256];     /* (nw) written by the workload's thread */
+  bool *ok;             /* (nw) written by the workload's thread */
+  int *task_w;          /* data task t makes workload task_w[t] */
+  int n_tasks;
+  rt_tasks *tasks;      /* NULL: no file is being made */
+  const int *wl_of;     /* the round's candidate i has workload wl_of[i] */
+  double t0, t_ready;   /* the round's start, the last file made */
+} round_data;
+
+static void data_task(void *p, int t) {
+  round_data *d = p;
+  int w = d->task_w[t];
+  dg_status st;
+  d->ok[w] = data_fill(d->m, d->f[w], d->path[w], &st);
+  if (!d->ok[w]) set_error(d->err[w], sizeof d->err[w], st.msg);
+}
+
 /* The calling thread's side of one round. */
 typedef struct {
   search_cuda_measure *m;
@@ -275,6 +318,8 @@ typedef struct {
   int n, reps;
   uint64_t base;         /* candidate i is job base + i */
   bool *submitted, *done;
+  bool *held;            /* compiled, waiting for its workload's data */
+  round_data *data;      /* NULL: every candidate's data file is made */
   search_measure_result *out;
   const search_measure_sink *sink; /* results as they become final, or NULL */
   char pool_err[256];    /* the workers could not be started: why */
@@ -301,6 +346,18 @@ static int hand_over(round_run *rr, int i) {
     fail(result_of(rr, i), j->msg.len == 0 ? j->error : rr->pool_err);
     return resolve(rr, i);
   }
+  round_data *d = rr->data;
+  if (d) {
+    int w = d->wl_of[i];
+    if (d->state[w] == 0) {
+      rr->held[i] = true;
+      return 0;
+    }
+    if (d->state[w] < 0) {
+      fail(result_of(rr, i), d->err[w]);
+      return resolve(rr, i);
+    }
+  }
   /* the checked run, the warm-up, the repeats, and room for loading */
   double timeout = rr->m->timeout_s * (rr->reps + 4);
   rt_worker_pool_submit(s->pool, rr->base + (uint64_t)i, j->msg.s, j->msg.len, timeout);
@@ -308,6 +365,22 @@ static int hand_over(round_run *rr, int i) {
   dg_str_init(&j->msg);
   rr->submitted[i] = true;
   return 0;
+}
+
+/* Data task t is done: its workload's held candidates go on. Returns how
+ * many candidates this resolved. */
+static int data_done(round_run *rr, int t) {
+  round_data *d = rr->data;
+  int w = d->task_w[t];
+  d->state[w] = d->ok[w] ? 1 : -1;
+  d->t_ready = dg_now();
+  int k = 0;
+  for (int i = 0; i < rr->n; i++)
+    if (rr->held[i] && d->wl_of[i] == w) {
+      rr->held[i] = false;
+      k += hand_over(rr, i);
+    }
+  return k;
 }
 
 /* A worker's result. Returns how many candidates it resolved (0 or 1). */
@@ -354,7 +427,7 @@ static int pool_lost(round_run *rr, const char *why) {
 /* One round: the candidates cand[idx[0..n)] (each with its workload's
  * data file in paths[]) built on threads and measured as they are ready. */
 static void run_round(search_cuda_measure *m, const search_cand *cand, const char *const *paths,
-                      const int *idx, int n, search_measure_result *out,
+                      const int *idx, int n, round_data *data, search_measure_result *out,
                       const search_measure_sink *sink) {
   search_cuda_measure_state *s = m->state;
   dg_status st;
@@ -364,8 +437,18 @@ static void run_round(search_cuda_measure *m, const search_cand *cand, const cha
                  m->arch[0] ? m->arch : NULL};
   r.jobs = dg_calloc((size_t)n, sizeof *r.jobs);
   for (int i = 0; i < n; i++) dg_str_init(&r.jobs[i].msg);
-  round_run rr = {m,   &r,  n,   reps, s->next_id, dg_calloc((size_t)n, sizeof(bool)),
-                  dg_calloc((size_t)n, sizeof(bool)), out, sink, ""};
+  round_run rr = {m,
+                  &r,
+                  n,
+                  reps,
+                  s->next_id,
+                  dg_calloc((size_t)n, sizeof(bool)),
+                  dg_calloc((size_t)n, sizeof(bool)),
+                  dg_calloc((size_t)n, sizeof(bool)),
+                  data,
+                  out,
+                  sink,
+                  ""};
   s->next_id += (uint64_t)n;
   if (!s->pool && !pool_start(m, &st))
     snprintf(rr.pool_err, sizeof rr.pool_err, "GPU workers: %.240s", st.msg);
@@ -380,8 +463,10 @@ static void run_round(search_cuda_measure *m, const search_cand *cand, const cha
   rt_nvrtc_cache_stats(&hits0, NULL);
   rt_tasks *tasks = rt_tasks_start(n, threads, cand_prepare, &r);
   int resolved = 0;
+  rt_tasks *dtasks = data ? data->tasks : NULL;
   while (resolved < n) {
     int i;
+    while (dtasks && (i = rt_tasks_next(dtasks, false)) >= 0) resolved += data_done(&rr, i);
     while ((i = rt_tasks_next(tasks, false)) >= 0) resolved += hand_over(&rr, i);
     if (resolved >= n) break;
     if (s->pool && rt_worker_pool_pending(s->pool) > 0) {
@@ -399,8 +484,16 @@ static void run_round(search_cuda_measure *m, const search_cand *cand, const cha
       double t0 = dg_now();
       i = rt_tasks_next(tasks, true);
       m->stats.t_compile_wait += dg_now() - t0;
-      if (i < 0) break; /* every task was handed back: nothing more will come */
-      resolved += hand_over(&rr, i);
+      if (i >= 0) {
+        resolved += hand_over(&rr, i);
+        continue;
+      }
+      /* every build was handed back: what is left waits for its data */
+      t0 = dg_now();
+      i = dtasks ? rt_tasks_next(dtasks, true) : -1;
+      m->stats.t_compile_wait += dg_now() - t0;
+      if (i < 0) break; /* nothing more will come */
+      resolved += data_done(&rr, i);
     }
   }
   rt_tasks_free(tasks);
@@ -420,6 +513,7 @@ static void run_round(search_cuda_measure *m, const search_cand *cand, const cha
   free(r.jobs);
   free(rr.submitted);
   free(rr.done);
+  free(rr.held);
 }
 
 void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, int n,
@@ -443,7 +537,7 @@ void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, i
   const char **paths = dg_malloc(sizeof *paths * (size_t)n);
   int *idx = dg_malloc(sizeof(int) * (size_t)n);
   for (int i = 0; i < n; i++) paths[i] = data_path, idx[i] = i;
-  run_round(m, cand, paths, idx, n, out, sink);
+  run_round(m, cand, paths, idx, n, NULL, out, sink);
   free(paths);
   free(idx);
   m->stats.t_wall += dg_now() - t_start;
@@ -467,6 +561,7 @@ void search_measure_cuda_many(void *ctx, const dg_func *const *f, const search_c
   uint64_t *hash = dg_malloc(sizeof *hash * (size_t)n), hs[MANY_WORKLOADS];
   for (int i = 0; i < n; i++) hash[i] = ir_func_hash(f[i]);
   bool *taken = dg_calloc((size_t)n, sizeof(bool));
+  int *wl_of = dg_malloc(sizeof(int) * (size_t)n);
   for (int lo = 0; lo < n;) {
     /* the next candidates not taken, of at most MANY_WORKLOADS workloads */
     int k = 0, nw = 0;
@@ -483,28 +578,61 @@ void search_measure_cuda_many(void *ctx, const dg_func *const *f, const search_c
       idx[k++] = i;
     }
     while (lo < n && taken[lo]) lo++;
-    if (m->state) search_cuda_measure_prepare(m, wl, nw);
-    /* each candidate's file (made now where the batch could not: then its
-     * failure is reported); those without one fail here */
-    int kept = 0;
-    for (int j = 0; j < k; j++) {
-      int i = idx[j];
+    if (!m->state) {
+      for (int j = 0; j < k; j++) {
+        fail(&out[idx[j]], "GPU measurement not set up");
+        if (sink) sink->fn(sink->ctx, idx[j], &out[idx[j]]);
+      }
+      continue;
+    }
+    /* the workloads' files: kept ones as they are, the others made on
+     * threads while the candidates build (a name reserved for each first) */
+    round_data d = {m, nw, wl, dg_calloc((size_t)nw, sizeof *d.path),
+                    dg_calloc((size_t)nw, 1), dg_calloc((size_t)nw, sizeof *d.err),
+                    dg_calloc((size_t)nw, sizeof(bool)), dg_calloc((size_t)nw, sizeof(int)),
+                    0, NULL, wl_of, dg_now(), 0};
+    for (int w = 0; w < nw; w++) {
+      data_file *df = data_find(m->state, hs[w]);
       dg_status st;
-      dg_status_ok(&st);
-      paths[i] = m->state ? prepare(m, f[i], &st) : NULL;
-      if (paths[i]) {
-        idx[kept++] = i;
+      if (df) {
+        snprintf(d.path[w], sizeof d.path[w], "%s", df->path);
+        d.state[w] = 1;
+      } else if (data_reserve(d.path[w], &st)) {
+        d.task_w[d.n_tasks++] = w;
       } else {
-        fail(&out[i], m->state ? st.msg : "GPU measurement not set up");
-        if (sink) sink->fn(sink->ctx, i, &out[i]);
+        set_error(d.err[w], sizeof d.err[w], st.msg);
+        d.state[w] = -1;
       }
     }
-    if (kept > 0) run_round(m, cand, paths, idx, kept, out, sink);
+    int threads = m->threads > 0 ? m->threads : rt_cpu_count();
+    if (d.n_tasks > 0)
+      d.tasks = rt_tasks_start(d.n_tasks, threads < d.n_tasks ? threads : d.n_tasks, data_task, &d);
+    for (int j = 0; j < k; j++) {
+      int i = idx[j], w = 0;
+      while (hs[w] != hash[i]) w++;
+      wl_of[j] = w;
+      paths[i] = d.path[w];
+    }
+    run_round(m, cand, paths, idx, k, &d, out, sink);
+    if (d.tasks) rt_tasks_free(d.tasks);
+    if (d.n_tasks > 0) m->stats.t_data += (d.t_ready > d.t0 ? d.t_ready : dg_now()) - d.t0;
+    /* the files made are kept for later calls; a failed one goes */
+    for (int t = 0; t < d.n_tasks; t++) {
+      int w = d.task_w[t];
+      if (d.ok[w]) data_keep(m->state, hs[w], d.path[w]);
+      else unlink(d.path[w]);
+    }
+    free(d.path);
+    free(d.state);
+    free(d.err);
+    free(d.ok);
+    free(d.task_w);
   }
   free(paths);
   free(idx);
   free(wl);
   free(hash);
   free(taken);
+  free(wl_of);
   m->stats.t_wall += dg_now() - t_start;
 }
