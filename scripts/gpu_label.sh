@@ -122,27 +122,6 @@ if ! grep -q "^check *pass" "$LOGDIR/gate_tc_pipelined.log"; then
 fi
 
 mkdir -p data/records
-# The cost model's warm start (features of the last 20,000 committed
-# records, replayed) is done once, not by every process: eight processes
-# each fitting their own spent 186-221 s of a 270 s window on it. A model
-# fitted beforehand on the same records (`dragon db model`, carried as
-# COST_MODEL) costs no GPU time at all.
-if [ -z "${COST_MODEL:-}" ] || [ ! -f "$COST_MODEL/data.bin" ]; then
-  COST_MODEL=/tmp/dragon-cost-model
-  run_logged cost_model 300 sh -c "'$DRAGON' db merge data/records --db /tmp/label-model-db >/dev/null &&
-    '$DRAGON' db model --db /tmp/label-model-db --out '$COST_MODEL'"
-fi
-if [ -f "$COST_MODEL/data.bin" ]; then
-  note "cost model: $COST_MODEL"
-  LABEL_ARGS="${LABEL_ARGS:-} --cost-model $COST_MODEL"
-else
-  note "cost model: none could be fitted; each process warm-starts its own"
-fi
-NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
-[ "$NGPU" -ge 1 ] || { note "no GPU"; exit 1; }
-SHARDS=${SHARDS:-$((NGPU * ${PER_GPU:-8}))}
-THREADS=${THREADS:-$((3 * $(nproc) / (2 * SHARDS)))}
-[ "$THREADS" -ge 1 ] || THREADS=1
 # The committed records are merged once into a base database, which every
 # process starts from as a copy (its resume: the workloads it holds are
 # labelled already). The database's files are append-only, so what a
@@ -155,6 +134,26 @@ rm -rf /tmp/label-base
 run_logged base 120 "$DRAGON" db merge data/records --db /tmp/label-base
 rm -f /tmp/label-base/writer.lock
 note "base database: $(($(date +%s) - t0)) s"
+# The cost model's warm start (features of the last 20,000 committed
+# records, replayed) is done once, not by every process: eight processes
+# each fitting their own spent 186-221 s of a 270 s window on it. A model
+# fitted beforehand on the same records (`dragon db model`, carried as
+# COST_MODEL) costs no GPU time at all.
+if [ -z "${COST_MODEL:-}" ] || [ ! -f "$COST_MODEL/data.bin" ]; then
+  COST_MODEL=/tmp/dragon-cost-model
+  run_logged cost_model 300 "$DRAGON" db model --db /tmp/label-base --out "$COST_MODEL"
+fi
+if [ -f "$COST_MODEL/data.bin" ]; then
+  note "cost model: $COST_MODEL"
+  LABEL_ARGS="${LABEL_ARGS:-} --cost-model $COST_MODEL"
+else
+  note "cost model: none could be fitted; each process warm-starts its own"
+fi
+NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
+[ "$NGPU" -ge 1 ] || { note "no GPU"; exit 1; }
+SHARDS=${SHARDS:-$((NGPU * ${PER_GPU:-8}))}
+THREADS=${THREADS:-$((3 * $(nproc) / (2 * SHARDS)))}
+[ "$THREADS" -ge 1 ] || THREADS=1
 if [ -n "${WINDOW:-}" ]; then
   # after the labelling: a process past its budget is stopped 30 s later,
   # and the packing takes a few seconds (its reserve: PACK_S, default 45)
