@@ -27,6 +27,8 @@
  * state of their own.
  */
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "dragon/rt_cuda.h"
@@ -303,9 +305,15 @@ typedef struct {
   double t0, t_ready;   /* the round's start, the last file made */
 } round_data;
 
+/* On a thread: workload task_w[t]'s data. The thread (and the OpenMP
+ * threads its reference starts, which inherit it) yields the cores to the
+ * GPU worker timing other workloads meanwhile, as the compiler processes
+ * do (nvrtc_pool.c): a worker preempted between its timing events would
+ * time the wait. */
 static void data_task(void *p, int t) {
   round_data *d = p;
   int w = d->task_w[t];
+  (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10); /* this thread only; best effort */
   dg_status st;
   d->ok[w] = data_fill(d->m, d->f[w], d->path[w], &st);
   if (!d->ok[w]) set_error(d->err[w], sizeof d->err[w], st.msg);
