@@ -313,7 +313,10 @@ typedef struct {
 static void data_task(void *p, int t) {
   round_data *d = p;
   int w = d->task_w[t];
-  (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10); /* this thread only; best effort */
+  /* this thread only, best effort; not the process's main thread, which
+   * runs a task where no thread could be started and starts the workers */
+  long tid = syscall(SYS_gettid);
+  if (tid != (long)getpid()) (void)setpriority(PRIO_PROCESS, (id_t)tid, 10);
   dg_status st;
   d->ok[w] = data_fill(d->m, d->f[w], d->path[w], &st);
   if (!d->ok[w]) set_error(d->err[w], sizeof d->err[w], st.msg);
