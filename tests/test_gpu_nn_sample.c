@@ -534,6 +534,11 @@ DG_TEST(gpu_nn_sample_rejects_bad_input) {
   CHECK_GPU(nn_cuda_kv_init(&c, g, 2, 6, ST));
   CHECK(!nn_cuda_kv_step(c, tok, NULL, &st));
   CHECK_ERR(st, "no prefill yet");
+  {
+    int row = 0;
+    CHECK(!nn_cuda_kv_refill(c, &row, pp, lens, 1, &st));
+    CHECK_ERR(st, "CUDA refill: no prefill yet");
+  }
   CHECK(!nn_cuda_kv_prefill(c, pp, lens, 3, &st));
   CHECK_ERR(st, "3 rows, the cache holds 2");
   CHECK(!nn_cuda_kv_prefill(c, pp, lens, 2, &st));
@@ -544,6 +549,33 @@ DG_TEST(gpu_nn_sample_rejects_bad_input) {
   CHECK(!nn_cuda_kv_prefill(c, pp + 1, lens + 1, 2, &st));
   CHECK_ERR(st, "prompt 1 token 1 = 256 is outside the vocabulary");
   CHECK_GPU(nn_cuda_kv_prefill(c, pp, lens, 2, ST));
+  {
+    /* a refill: rows of the last prefill only, each once, prompts that fit */
+    int rows[2] = {2, 0}, two[2] = {1, 1}, rl[2] = {4, 4};
+    const int32_t *rp[2] = {p0, p0};
+    CHECK(!nn_cuda_kv_refill(c, rows, rp, rl, 1, &st));
+    CHECK_ERR(st, "prompt 0's row 2 is outside [0, 2)");
+    CHECK(!nn_cuda_kv_refill(c, two, rp, rl, 2, &st));
+    CHECK_ERR(st, "prompts 0 and 1 share row 1");
+    rl[0] = 7;
+    CHECK(!nn_cuda_kv_refill(c, two, rp, rl, 1, &st));
+    CHECK_ERR(st, "prompt 0 has 7 tokens, outside [1, 6]");
+    rp[0] = bad;
+    rl[0] = 2;
+    CHECK(!nn_cuda_kv_refill(c, two, rp, rl, 1, &st));
+    CHECK_ERR(st, "prompt 0 token 1 = 256 is outside the vocabulary");
+    /* a refused refill changed nothing; a good one restarts its row only */
+    CHECK_EQ(nn_cuda_kv_pos(c, 0), 4);
+    CHECK_EQ(nn_cuda_kv_pos(c, 1), 4);
+    rp[0] = p0;
+    rl[0] = 3;
+    CHECK_GPU(nn_cuda_kv_refill(c, two, rp, rl, 1, ST));
+    CHECK_EQ(nn_cuda_kv_pos(c, 0), 4);
+    CHECK_EQ(nn_cuda_kv_pos(c, 1), 3);
+    rl[0] = 4;
+    CHECK_GPU(nn_cuda_kv_refill(c, two, rp, rl, 1, ST));
+    CHECK_EQ(nn_cuda_kv_pos(c, 1), 4);
+  }
   CHECK_GPU(nn_cuda_kv_step(c, tok, NULL, ST));
   CHECK_GPU(nn_cuda_kv_step(c, tok, NULL, ST)); /* 6 positions: full */
   CHECK(!nn_cuda_kv_step(c, tok, NULL, &st));
