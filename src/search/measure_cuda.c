@@ -133,45 +133,109 @@ static const char *prepare(search_cuda_measure *m, const dg_func *f, dg_status *
   return data_keep(s, h, path)->path;
 }
 
+static void set_error(char *dst, size_t n, const char *why) {
+  if (!why || !*why) why = "failed";
+  size_t len = strlen(why);
+  if (len > n - 1) len = n - 1;
+  memcpy(dst, why, len);
+  dst[len] = 0;
+}
+
+/* The data files of nw workloads: those kept from before, and those made
+ * on threads (each file's name reserved first, so that a job can be
+ * encoded before its data exists: search_measure_cuda_many builds the
+ * candidates meanwhile, and holds one compiled before its data until the
+ * data is made). */
 typedef struct {
   const search_cuda_measure *m;
-  const dg_func *const *f;
-  char (*path)[64];
-} many_ctx;
+  const dg_func *const *f; /* (nw) the workloads */
+  char (*path)[64];     /* (nw) each one's data file */
+  int8_t *state;        /* (nw) 1 made, 0 being made, -1 failed (err) */
+  char (*err)[256];     /* (nw) written by the workload's thread */
+  bool *ok;             /* (nw) written by the workload's thread */
+  int *task_w;          /* data task t makes workload task_w[t] */
+  int n_tasks;
+  rt_tasks *tasks;      /* NULL: no file is being made */
+  const int *wl_of;     /* a round's candidate i has workload wl_of[i] */
+  double t0, t_ready;   /* the start, the last file made (in a round) */
+} round_data;
 
-static void many_task(void *p, int i) {
-  many_ctx *c = p;
+/* On a thread: workload task_w[t]'s data. The thread (and the OpenMP
+ * threads its reference starts, which inherit it) yields the cores to the
+ * GPU worker timing other workloads meanwhile, as the compiler processes
+ * do (nvrtc_pool.c): a worker preempted between its timing events would
+ * time the wait. */
+static void data_task(void *p, int t) {
+  round_data *d = p;
+  int w = d->task_w[t];
+  /* this thread only, best effort; not the process's main thread, which
+   * runs a task where no thread could be started and starts the workers */
+  long tid = syscall(SYS_gettid);
+  if (tid != (long)getpid()) (void)setpriority(PRIO_PROCESS, (id_t)tid, 10);
   dg_status st;
-  data_make(c->m, c->f[i], c->path[i], &st);
+  d->ok[w] = data_fill(d->m, d->f[w], d->path[w], &st);
+  if (!d->ok[w]) set_error(d->err[w], sizeof d->err[w], st.msg);
+}
+
+/* Starts making the data files of workloads f[0..nw) (hashes hs) that
+ * are not kept yet. */
+static void data_start(search_cuda_measure *m, const dg_func *const *f, const uint64_t *hs, int nw,
+                       round_data *d) {
+  *d = (round_data){m, f, dg_calloc((size_t)nw, sizeof *d->path), dg_calloc((size_t)nw, 1),
+                    dg_calloc((size_t)nw, sizeof *d->err), dg_calloc((size_t)nw, sizeof(bool)),
+                    dg_calloc((size_t)nw, sizeof(int)), 0, NULL, NULL, dg_now(), 0};
+  for (int w = 0; w < nw; w++) {
+    data_file *df = data_find(m->state, hs[w]);
+    dg_status st;
+    if (df) {
+      snprintf(d->path[w], sizeof d->path[w], "%s", df->path);
+      d->state[w] = 1;
+    } else if (data_reserve(d->path[w], &st)) {
+      d->task_w[d->n_tasks++] = w;
+    } else {
+      set_error(d->err[w], sizeof d->err[w], st.msg);
+      d->state[w] = -1;
+    }
+  }
+  int threads = m->threads > 0 ? m->threads : rt_cpu_count();
+  if (d->n_tasks > 0)
+    d->tasks = rt_tasks_start(d->n_tasks, threads < d->n_tasks ? threads : d->n_tasks, data_task, d);
+}
+
+/* Waits for the files still being made, keeps those made for later calls
+ * (a failed one goes: it is made again, and reported, when its workload is
+ * measured) and frees d. */
+static void data_finish(search_cuda_measure *m, const uint64_t *hs, round_data *d) {
+  if (d->tasks) rt_tasks_free(d->tasks);
+  if (d->n_tasks > 0) m->stats.t_data += (d->t_ready > d->t0 ? d->t_ready : dg_now()) - d->t0;
+  for (int t = 0; t < d->n_tasks; t++) {
+    int w = d->task_w[t];
+    if (d->ok[w]) data_keep(m->state, hs[w], d->path[w]);
+    else unlink(d->path[w]);
+  }
+  free(d->path);
+  free(d->state);
+  free(d->err);
+  free(d->ok);
+  free(d->task_w);
 }
 
 void search_cuda_measure_prepare(search_cuda_measure *m, const dg_func *const *f, int n) {
-  search_cuda_measure_state *s = m->state;
-  if (!s || n <= 0) return;
-  /* the workloads not kept yet, each once, no more than are kept at once */
-  const dg_func **missing = dg_malloc(sizeof *missing * (size_t)n);
+  if (!m->state || n <= 0) return;
+  /* the workloads, each once, no more than are kept at once */
+  const dg_func **wl = dg_malloc(sizeof *wl * (size_t)n);
   uint64_t *hs = dg_malloc(sizeof *hs * (size_t)n);
-  int k = 0;
-  for (int i = 0; i < n && k < DATA_FILES; i++) {
+  int nw = 0;
+  for (int i = 0; i < n && nw < DATA_FILES; i++) {
     uint64_t h = ir_func_hash(f[i]);
-    bool seen = data_find(s, h) != NULL;
-    for (int j = 0; j < k && !seen; j++) seen = hs[j] == h;
-    if (!seen) missing[k] = f[i], hs[k++] = h;
+    bool seen = false;
+    for (int j = 0; j < nw && !seen; j++) seen = hs[j] == h;
+    if (!seen) wl[nw] = f[i], hs[nw++] = h;
   }
-  char(*path)[64] = dg_calloc((size_t)(k ? k : 1), sizeof *path);
-  double t0 = dg_now();
-  many_ctx c = {m, missing, path};
-  int threads = m->threads > 0 ? m->threads : rt_cpu_count();
-  rt_tasks *t = rt_tasks_start(k, threads < k ? threads : k, many_task, &c);
-  while (rt_tasks_next(t, true) >= 0) {
-  }
-  rt_tasks_free(t);
-  m->stats.t_data += dg_now() - t0;
-  /* a failure is made again, and reported, when its workload is measured */
-  for (int j = 0; j < k; j++)
-    if (path[j][0]) data_keep(s, hs[j], path[j]);
-  free(path);
-  free(missing);
+  round_data d;
+  data_start(m, wl, hs, nw, &d);
+  data_finish(m, hs, &d);
+  free(wl);
   free(hs);
 }
 
@@ -243,14 +307,6 @@ typedef struct {
   const char *arch; /* search_cuda_measure.arch */
 } round_ctx;
 
-static void set_error(char *dst, size_t n, const char *why) {
-  if (!why || !*why) why = "failed";
-  size_t len = strlen(why);
-  if (len > n - 1) len = n - 1;
-  memcpy(dst, why, len);
-  dst[len] = 0;
-}
-
 /* On a thread: build (lower, verify, emit, compile) and encode candidate i. */
 static void cand_prepare(void *p, int i) {
   round_ctx *r = p;
@@ -283,43 +339,6 @@ static void cand_prepare(void *p, int i) {
     dg_arena_free(a);
   }
   rt_build_free(&b);
-}
-
-/* The workloads' data files of a round of search_measure_cuda_many: those
- * kept from before, and those made on threads while the candidates build
- * (each file's name reserved first, so that a job can be encoded before
- * its data exists; a candidate compiled before its data is held until
- * the data is made). */
-typedef struct {
-  const search_cuda_measure *m;
-  int nw;
-  const dg_func **f;    /* (nw) the workloads */
-  char (*path)[64];     /* (nw) each one's data file */
-  int8_t *state;        /* (nw) 1 made, 0 being made, -1 failed (err) */
-  char (*err)[256];     /* (nw) written by the workload's thread */
-  bool *ok;             /* (nw) written by the workload's thread */
-  int *task_w;          /* data task t makes workload task_w[t] */
-  int n_tasks;
-  rt_tasks *tasks;      /* NULL: no file is being made */
-  const int *wl_of;     /* the round's candidate i has workload wl_of[i] */
-  double t0, t_ready;   /* the round's start, the last file made */
-} round_data;
-
-/* On a thread: workload task_w[t]'s data. The thread (and the OpenMP
- * threads its reference starts, which inherit it) yields the cores to the
- * GPU worker timing other workloads meanwhile, as the compiler processes
- * do (nvrtc_pool.c): a worker preempted between its timing events would
- * time the wait. */
-static void data_task(void *p, int t) {
-  round_data *d = p;
-  int w = d->task_w[t];
-  /* this thread only, best effort; not the process's main thread, which
-   * runs a task where no thread could be started and starts the workers */
-  long tid = syscall(SYS_gettid);
-  if (tid != (long)getpid()) (void)setpriority(PRIO_PROCESS, (id_t)tid, 10);
-  dg_status st;
-  d->ok[w] = data_fill(d->m, d->f[w], d->path[w], &st);
-  if (!d->ok[w]) set_error(d->err[w], sizeof d->err[w], st.msg);
 }
 
 /* The calling thread's side of one round. */
@@ -597,27 +616,10 @@ void search_measure_cuda_many(void *ctx, const dg_func *const *f, const search_c
       continue;
     }
     /* the workloads' files: kept ones as they are, the others made on
-     * threads while the candidates build (a name reserved for each first) */
-    round_data d = {m, nw, wl, dg_calloc((size_t)nw, sizeof *d.path),
-                    dg_calloc((size_t)nw, 1), dg_calloc((size_t)nw, sizeof *d.err),
-                    dg_calloc((size_t)nw, sizeof(bool)), dg_calloc((size_t)nw, sizeof(int)),
-                    0, NULL, wl_of, dg_now(), 0};
-    for (int w = 0; w < nw; w++) {
-      data_file *df = data_find(m->state, hs[w]);
-      dg_status st;
-      if (df) {
-        snprintf(d.path[w], sizeof d.path[w], "%s", df->path);
-        d.state[w] = 1;
-      } else if (data_reserve(d.path[w], &st)) {
-        d.task_w[d.n_tasks++] = w;
-      } else {
-        set_error(d.err[w], sizeof d.err[w], st.msg);
-        d.state[w] = -1;
-      }
-    }
-    int threads = m->threads > 0 ? m->threads : rt_cpu_count();
-    if (d.n_tasks > 0)
-      d.tasks = rt_tasks_start(d.n_tasks, threads < d.n_tasks ? threads : d.n_tasks, data_task, &d);
+     * threads while the candidates build */
+    round_data d;
+    data_start(m, wl, hs, nw, &d);
+    d.wl_of = wl_of;
     for (int j = 0; j < k; j++) {
       int i = idx[j], w = 0;
       while (hs[w] != hash[i]) w++;
@@ -625,19 +627,7 @@ void search_measure_cuda_many(void *ctx, const dg_func *const *f, const search_c
       paths[i] = d.path[w];
     }
     run_round(m, cand, paths, idx, k, &d, out, sink);
-    if (d.tasks) rt_tasks_free(d.tasks);
-    if (d.n_tasks > 0) m->stats.t_data += (d.t_ready > d.t0 ? d.t_ready : dg_now()) - d.t0;
-    /* the files made are kept for later calls; a failed one goes */
-    for (int t = 0; t < d.n_tasks; t++) {
-      int w = d.task_w[t];
-      if (d.ok[w]) data_keep(m->state, hs[w], d.path[w]);
-      else unlink(d.path[w]);
-    }
-    free(d.path);
-    free(d.state);
-    free(d.err);
-    free(d.ok);
-    free(d.task_w);
+    data_finish(m, hs, &d);
   }
   free(paths);
   free(idx);
