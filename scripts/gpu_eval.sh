@@ -20,7 +20,7 @@
 #   RESUME_FROM an eval.tgz brought back earlier (its tasks are kept)
 #   GPU_TESTS=1 first the tests of the GPU's writing, judging and measuring
 #               (gpu_optimize, gpu_decode, search_cuda_measure_many,
-#               gpu_measure_cuda_rounds; at most 150 s)
+#               gpu_measure_cuda_rounds, gpu_nn_sample; at most 150 s)
 set -uo pipefail
 OUTDIR=${1:?usage: scripts/gpu_eval.sh OUTDIR}
 mkdir -p "$OUTDIR"
@@ -50,7 +50,7 @@ fi
 if [ -n "${GPU_TESTS:-}" ]; then
   [ -x "$BUILD/dragon_tests" ] || build_logged "$BUILD/dragon_tests"
   DRAGON_BIN=$DRAGON timeout 150 "./$BUILD/dragon_tests" gpu_optimize gpu_decode search_cuda_measure_many \
-    gpu_measure_cuda_rounds >"$LOGDIR/gpu_tests.txt" 2>&1
+    gpu_measure_cuda_rounds gpu_nn_sample >"$LOGDIR/gpu_tests.txt" 2>&1
   note "gpu tests: exit $?; $(tail -1 "$LOGDIR/gpu_tests.txt")"
 fi
 
