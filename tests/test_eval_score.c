@@ -276,7 +276,7 @@ DG_TEST(eval_guard_blames_the_thread_tiles) {
   for (int e = 1; e <= 14; e++) {
     char *text = bmm_prefix(e);
     int back_to = 0;
-    bool pass = eval_guard_line(&g, text, strlen(text), false, &back_to);
+    bool pass = eval_guard_line(&g, text, strlen(text), false, &back_to, NULL);
     CHECK_MSG(pass == (e < 14), "%d edits: %s", e, pass ? "passed" : "refused");
     CHECK_MSG(back_to == (e < 14 ? 0 : 7), "%d edits: back to %d", e, back_to);
     free(text);
@@ -347,15 +347,31 @@ DG_TEST(eval_guard_blames_a_refused_build_on_the_tiles) {
   CHECK_MSG(f, "%s", st.msg);
   eval_guard g = {f, spec};
   int back_to = 0;
-  CHECK(!eval_guard_line(&g, text, strlen(text), true, &back_to));
+  int64_t cap = 0;
+  CHECK(!eval_guard_line(&g, text, strlen(text), true, &back_to, &cap));
+  /* t7 is also the widest tile (64 of k at a stage against 56 of m): its
+   * inner extent capped to 64 * 49152 / 65536 */
   CHECK_EQ(back_to, 7);
+  CHECK_EQ(cap, 48);
+  /* written again within the cap, the graph passes */
+  char *capped = gemm_tiling_graph(spec, "16 1 14 1 4", "8 1 8 1 1", "256 1 32", 1, 64);
+  back_to = 0;
+  cap = 0;
+  CHECK(eval_guard_line(&g, capped, strlen(capped), true, &back_to, &cap));
+  CHECK(back_to == 0 && cap == 0);
+  free(capped);
+  /* a wide row tile (m=896 in one block) is the one blamed */
+  char *wide = gemm_tiling_graph(spec, "1 1 14 1 64", "8 1 8 1 1", "512 2 8", 1, 64);
+  CHECK(!eval_guard_line(&g, wide, strlen(wide), true, &back_to, &cap));
+  CHECK_MSG(back_to == 5 && cap >= 1 && cap < 896, "blamed t%d, cap %lld", back_to, (long long)cap);
+  free(wide);
   /* the same edits without the postproc line pass the replay */
   const char *cut = strstr(text, "t28 postproc");
   char *head = malloc((size_t)(cut - text) + 1);
   memcpy(head, text, (size_t)(cut - text));
   head[cut - text] = 0;
   back_to = 0;
-  CHECK(eval_guard_line(&g, head, strlen(head), false, &back_to));
+  CHECK(eval_guard_line(&g, head, strlen(head), false, &back_to, NULL));
   CHECK_EQ(back_to, 0);
   free(head);
   free(text);
@@ -373,7 +389,9 @@ DG_TEST(eval_guard_blames_a_refused_init_block_on_the_thread_tile) {
   CHECK_MSG(f, "%s", st.msg);
   eval_guard g = {f, spec};
   int back_to = 0;
-  CHECK(!eval_guard_line(&g, text, strlen(text), true, &back_to));
+  int64_t cap = 0;
+  CHECK(!eval_guard_line(&g, text, strlen(text), true, &back_to, &cap));
+  CHECK_EQ(cap, 0); /* threads, not shared memory: nothing capped */
   tsel_graph *gr = tsel_parse(text, NULL, &st);
   CHECK(gr);
   CHECK_MSG(back_to == tsel_thread_decision(gr) && back_to != tsel_last_decision(gr), "blamed t%d (threads t%d)",

@@ -1334,7 +1334,9 @@ static int edit_lines(const char *text) {
   return n;
 }
 
-static bool planted_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to) {
+static bool planted_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to,
+                             int64_t *cap) {
+  (void)cap;
   (void)postprocessed;
   (void)back_to;
   planted_guard *g = ctx;
@@ -1453,7 +1455,9 @@ typedef struct {
   int seen[512];
 } blaming_guard;
 
-static bool blaming_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to) {
+static bool blaming_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to,
+                             int64_t *cap) {
+  (void)cap;
   (void)len;
   (void)postprocessed;
   blaming_guard *g = ctx;
@@ -1517,6 +1521,51 @@ DG_TEST(tsel_prefix_guard_goes_back_to_the_blamed_line) {
   fixture_close(&fx);
 }
 
+/* A tile capped by the guard (shared memory past the limit) is read with
+ * its first factor leaving at most the cap to the rest; the cap of a later
+ * edit is lifted with uncap_after, and no other line is narrowed. */
+DG_TEST(tsel_prefix_capped_tile_leaves_at_most_the_cap) {
+  const char *spec = "gemm:m=896,n=64,k=8192,trans_a=0,trans_b=1,dtype=f32";
+  dg_status st;
+  dg_func *f = wl_build(spec, &st);
+  CHECK_MSG(f, "%s", st.msg);
+  tsel_prefix *p = tsel_prefix_new(f, spec, TSEL_TARGET_CUDA, &st);
+  CHECK_MSG(p, "%s", st.msg);
+  dg_str head;
+  dg_str_init(&head);
+  dg_str_printf(&head,
+                "tsel 1 kernel %s\nt1 block \"C\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\n"
+                "t4 loops t1 x3\nt5 tile t4.0 [16 1 14 1 4] max=64\nt6 tile t4.1 [8 1 8 1 1] max=64\n"
+                "t7 tile t4.2 [",
+                spec);
+  CHECK_EQ(first_refused(p, head.s, head.len), -1L);
+  tsel_prefix *at = tsel_prefix_save(p);
+  /* uncapped: 128 (inner extent 64) reads */
+  CHECK(tsel_prefix_feed(p, "128 ", 4));
+  tsel_prefix_restore(p, at);
+  /* capped at 48: the first factor must leave at most 48 of 8192 */
+  tsel_prefix_cap_tile(p, 7, 48);
+  CHECK(!tsel_prefix_feed(p, "128 ", 4));
+  CHECK(!tsel_prefix_feed(p, "1 ", 2));
+  CHECK(tsel_prefix_feed(p, "256 ", 4));
+  CHECK_EQ(first_refused(p, "1 32] max=64\n", 13), -1L);
+  tsel_prefix_restore(p, at);
+  CHECK(tsel_prefix_feed(p, "8192 ", 5));
+  tsel_prefix_restore(p, at);
+  /* a cap on another edit narrows nothing here; uncap_after lifts it */
+  tsel_prefix_cap_tile(p, 8, 2);
+  tsel_prefix_uncap_after(p, 6);
+  CHECK(tsel_prefix_feed(p, "128 ", 4));
+  tsel_prefix_restore(p, at);
+  tsel_prefix_cap_tile(p, 7, 48);
+  tsel_prefix_cap_tile(p, 7, 0);
+  CHECK(tsel_prefix_feed(p, "128 ", 4));
+  tsel_prefix_free(at);
+  tsel_prefix_free(p);
+  dg_str_free(&head);
+  ir_func_free(f);
+}
+
 /* Graphs written in step (train_decode_graphs: one cache, a pass of the
  * model feeds them all) are, seed for seed, the graphs written one at a
  * time, with the guard taking lines back in some and not others: the
@@ -1525,7 +1574,9 @@ DG_TEST(tsel_prefix_guard_goes_back_to_the_blamed_line) {
 /* A guard that keeps no state (its verdict is the text's alone, as the
  * real one's): refuses the graphs of one or two edits whose text length
  * is not a multiple of three. */
-static bool parity_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to) {
+static bool parity_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to,
+                             int64_t *cap) {
+  (void)cap;
   (void)postprocessed;
   (void)back_to;
   int *calls = ctx;

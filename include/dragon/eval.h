@@ -92,12 +92,15 @@ void eval_score_free(eval_score *s);
  * refused as soon as they are bound, with *back_to the edit whose factors
  * set them (tsel_thread_decision); a build refused at the postproc line
  * (the device's limits) is blamed on the latest edit that wrote factors
- * (tsel_last_decision). */
+ * (tsel_last_decision), and one refused for shared memory on the widest
+ * tile (tsel_widest_tile) with *cap its inner extent scaled by the limit
+ * over the bytes (at least 1). */
 typedef struct {
   const dg_func *kernel;
   const char *spec;
 } eval_guard;
-bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to);
+bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to,
+                     int64_t *cap);
 
 /* One graph of a batch: its text and the kernel it is for. */
 typedef struct {

@@ -237,9 +237,13 @@ typedef struct {
    * A guard that knows which earlier line made the refused one fail (its
    * edit number N of tN, before the refused line) sets *back_to to it
    * (it is 0 on the call: the refused line itself), and the graph goes
-   * back to that line's start at once. After max_backtracks lines taken
-   * back the guard is no longer asked. */
-  bool (*guard)(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to);
+   * back to that line's start at once. A guard that blames a `tile` may
+   * also set *cap (0 on the call): the tile is then written again with
+   * its inner extent (its loop's extent over its first factor) at most
+   * *cap (tsel_prefix_cap_tile; lifted when a line before it is taken
+   * back). After max_backtracks lines taken back the guard is no longer
+   * asked. */
+  bool (*guard)(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to, int64_t *cap);
   void *guard_ctx;
   int line_retries;        /* default 4 */
   int max_backtracks;      /* default 64 */
@@ -275,6 +279,7 @@ typedef struct {
   double mask_secs;        /* time spent in tsel_mask_compute */
   int n_guarded;           /* lines the guard was asked about */
   int n_blamed;            /* refusals that went back to an earlier line the guard named */
+  int n_capped;            /* of them, with the blamed tile capped (shared memory) */
   int n_backtracks;        /* lines taken back */
   int n_repeats;           /* lines refused at once: written again as a refused line was, after the same text */
   bool guard_gave_up;      /* max_backtracks reached: the rest was not guarded */

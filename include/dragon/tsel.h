@@ -47,6 +47,11 @@ int tsel_thread_decision(const tsel_graph *g);
  * sample_tile): what a kernel's size on the device (its shared memory, its
  * threads) was last chosen by; 0 where none is. */
 int tsel_last_decision(const tsel_graph *g);
+/* The `tile` whose inner extent (the product of its factors after the
+ * first: what one iteration of its outermost loop covers) is the largest,
+ * the latest of equals, with that extent in *inner; 0 where no tile's is
+ * above 1. What a buffer staged in shared memory grows with. */
+int tsel_widest_tile(const tsel_graph *g, int64_t *inner);
 /* Removes every why and expect line (comments and edits stay). */
 void tsel_graph_strip_explanations(tsel_graph *g);
 
@@ -140,6 +145,13 @@ void tsel_prefix_free(tsel_prefix *p);
  * false the graph is complete right after the postproc edit). Set before
  * feeding; shared with saved copies. */
 void tsel_prefix_set_explain(tsel_prefix *p, bool allow);
+/* A narrowing the line guard asks for (train_decode_opts.guard): edit
+ * number `edit`, a `tile`, is read with its first factor leaving at most
+ * cap to the rest (its loop's extent over the first factor, the tile's
+ * inner extent, at most cap; cap 0 lifts it). uncap_after lifts those of
+ * the edits after `edit`. Shared with saved copies. */
+void tsel_prefix_cap_tile(tsel_prefix *p, int edit, int64_t cap);
+void tsel_prefix_uncap_after(tsel_prefix *p, int edit);
 /* Reads bytes. False when they cannot continue any such graph; the state
  * is then unchanged. */
 bool tsel_prefix_feed(tsel_prefix *p, const char *bytes, size_t n);

@@ -192,7 +192,28 @@ done:
   return ok;
 }
 
-bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to) {
+/* The bytes and the limit of a build refused for shared memory (the words
+ * of lower/verify.c: "N bytes of [dynamic ]shared memory (limit M)"). */
+static bool shared_excess(const char *reason, int64_t *bytes, int64_t *limit) {
+  static const char *const words[] = {" bytes of shared memory (limit ",
+                                      " bytes of dynamic shared memory (limit "};
+  for (int w = 0; w < 2; w++) {
+    const char *at = strstr(reason, words[w]);
+    if (!at) continue;
+    const char *d = at;
+    while (d > reason && d[-1] >= '0' && d[-1] <= '9') d--;
+    long long b = 0, l = 0;
+    if (d == at || sscanf(d, "%lld", &b) != 1 || sscanf(at + strlen(words[w]), "%lld", &l) != 1) return false;
+    if (b <= l || l <= 0) return false;
+    *bytes = b;
+    *limit = l;
+    return true;
+  }
+  return false;
+}
+
+bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to,
+                     int64_t *cap) {
   const eval_guard *g = ctx;
   (void)len;
   eval_score_opts o;
@@ -218,10 +239,22 @@ bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed
   /* a build refused for a block's threads (one the postprocessors made,
    * as the init block of a decomposed reduction) is the thread tile's too */
   bool build_threads = build && strstr(sc.reason, "threads, outside its bounds");
+  /* a build refused for shared memory: the widest tile (what the staged
+   * regions grow with), capped to shrink them by the bytes over the limit */
+  int64_t bytes = 0, limit = 0;
+  bool shared = build && !build_threads && shared_excess(sc.reason, &bytes, &limit);
   if (threads || build) {
     ok = false;
     tsel_graph *gr = tsel_parse(text, NULL, &st);
-    if (gr && back_to) *back_to = threads || build_threads ? tsel_thread_decision(gr) : tsel_last_decision(gr);
+    int64_t inner = 0;
+    int widest = shared && gr ? tsel_widest_tile(gr, &inner) : 0;
+    if (gr && back_to && widest) {
+      *back_to = widest;
+      int64_t c = (int64_t)((double)inner * (double)limit / (double)bytes);
+      if (cap) *cap = c >= 1 ? c : 1;
+    } else if (gr && back_to) {
+      *back_to = threads || build_threads ? tsel_thread_decision(gr) : tsel_last_decision(gr);
+    }
     tsel_graph_free(gr);
   }
   eval_score_free(&sc);

@@ -284,7 +284,7 @@ static void stack_free(line_stack *s) {
  * back_to, when the guard blamed an earlier one: s->v[k] is the start of
  * edit k + 1), or, once that has been refused line_retries times, to the
  * start of an earlier one. */
-static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retries, int back_to) {
+static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retries, int back_to, int64_t cap) {
   /* the committed text as it is, for the line refused at the start gone back to */
   size_t len;
   const char *now = tsel_prefix_committed(p, &len);
@@ -301,6 +301,9 @@ static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retrie
   }
   remember_refused(l, text, len);
   free(text);
+  /* the caps of the lines dropped go with them; the blamed tile's comes */
+  tsel_prefix_uncap_after(p, s->n);
+  if (back_to > 0 && s->n == back_to && cap > 0) tsel_prefix_cap_tile(p, back_to, cap);
   tsel_prefix_restore(p, l->saved);
   row_rewind(d, l->pos, l->logits);
   d->used = l->used;
@@ -388,6 +391,7 @@ static void writer_step(writer *w) {
       const char *text = tsel_prefix_committed(p, &len);
       const line_start *top = &w->lines.v[w->lines.n - 1];
       int back_to = 0;
+      int64_t cap = 0;
       bool pass, repeat = top->at <= len && stats->n_repeats < 4 * o->max_backtracks &&
                           refused_before(top, text + top->at, len - top->at);
       if (repeat) {
@@ -395,7 +399,7 @@ static void writer_step(writer *w) {
         stats->n_repeats++;
       } else {
         double g0 = dg_now();
-        pass = o->guard(w->guard_ctx, text, len, tsel_prefix_postprocessed(p), &back_to);
+        pass = o->guard(w->guard_ctx, text, len, tsel_prefix_postprocessed(p), &back_to, &cap);
         stats->guard_secs += dg_now() - g0;
         stats->n_guarded++;
       }
@@ -410,7 +414,8 @@ static void writer_step(writer *w) {
         stats->n_backtracks += !repeat;
         bool blamed = back_to > 0 && back_to < w->lines.n;
         stats->n_blamed += blamed;
-        take_back(&w->lines, p, d, o->line_retries, blamed ? back_to : 0);
+        stats->n_capped += blamed && cap > 0;
+        take_back(&w->lines, p, d, o->line_retries, blamed ? back_to : 0, blamed ? cap : 0);
         w->judged = tsel_prefix_edit_count(p);
         w->retrying = true;
       }

@@ -7,6 +7,10 @@
  * line that breaks them is not the line that chose them; the line guard of
  * constrained decoding takes the graph back to the chooser instead of
  * trying the lines in between, which cannot mend it.
+ *
+ * Shared memory past the device's limit grows with the tiles' inner
+ * extents (a stage's region under its compute-at loop); the guard blames
+ * the widest tile and caps it (tsel_prefix_cap_tile).
  */
 #include <string.h>
 
@@ -58,5 +62,25 @@ int tsel_thread_decision(const tsel_graph *g) {
       int d = latest_decision(g, n, 0);
       if (d > best) best = d;
     }
+  return best;
+}
+
+int tsel_widest_tile(const tsel_graph *g, int64_t *inner) {
+  int best = 0;
+  int64_t widest = 1;
+  for (int n = 1; n <= g->n_edits; n++) {
+    const tsel_edit *e = &g->edits[n - 1];
+    if (e->op != TSEL_OP_TILE || e->n_args < 2 || e->args[1].kind != TV_LIST) continue;
+    const tsel_val *f = &e->args[1];
+    int64_t w = 1;
+    bool ok = f->n >= 2;
+    for (int k = 1; k < f->n && ok; k++) {
+      ok = f->items[k].kind == TV_INT && f->items[k].i >= 1 && f->items[k].i <= (INT64_C(1) << 31);
+      if (ok) w *= f->items[k].i;
+      ok = ok && w <= (INT64_C(1) << 40);
+    }
+    if (ok && w > 1 && w >= widest) best = n, widest = w;
+  }
+  if (inner) *inner = best ? widest : 0;
   return best;
 }

@@ -162,6 +162,10 @@ typedef struct {
   uint8_t sig_n[TSEL_OP_COUNT];
   int8_t sig_rep[TSEL_OP_COUNT];
   char sig[TSEL_OP_COUNT][8];
+  /* tsel_prefix_cap_tile: caps[e - 1] bounds the inner product of edit
+   * e's tile (0: none) */
+  int64_t *caps;
+  int n_caps;
 } pshared;
 
 /* ---- the state --------------------------------------------------------------- */
@@ -607,6 +611,7 @@ static void sh_release(pshared *sh) {
   free(sh->header);
   free(sh->names);
   free(sh->kb);
+  free(sh->caps);
   free(sh);
 }
 
@@ -1035,6 +1040,12 @@ static void kw_vexp(const P *p, const S *s, int kw, vexp *v) {
   }
 }
 
+/* The cap tsel_prefix_cap_tile set on the edit being read (0: none). */
+static int64_t tile_cap(const P *p, const S *s) {
+  int e = s->c->n_edits + 1;
+  return e <= p->sh->n_caps ? p->sh->caps[e - 1] : 0;
+}
+
 static void item_vexp(const P *p, const S *s, vexp *v) {
   const pline *L = &s->L;
   memset(v, 0, sizeof *v);
@@ -1054,6 +1065,12 @@ static void item_vexp(const P *p, const S *s, vexp *v) {
       /* the factor before the last leaves the last (what remains) within
        * the design spaces' innermost maximum */
       if (ext >= 1 && L->tile_want >= 2 && L->n_items == L->tile_want - 2) v->qrest = TILE_INNERMOST_MAX;
+      /* a capped tile (the line guard's blame: shared memory past the
+       * device's limit): the first factor leaves at most the cap to the
+       * others, whose product is the tile's inner extent */
+      int64_t cap = tile_cap(p, s);
+      if (ext >= 1 && cap >= 1 && L->n_items == 0 && v->im == IM_DIV && (!v->qrest || cap < v->qrest))
+        v->qrest = cap;
       break;
     }
     case LK_CANDS:
@@ -1067,7 +1084,6 @@ static void item_vexp(const P *p, const S *s, vexp *v) {
     case LK_VALUES: value_vexp(v, L->depth); break;
     default: DG_UNREACHABLE();
   }
-  (void)p;
 }
 
 /* The expectations of the scalar being read (two at the top level when a
@@ -2078,6 +2094,24 @@ void tsel_prefix_free(tsel_prefix *p) {
 }
 
 void tsel_prefix_set_explain(tsel_prefix *p, bool allow) { p->sh->explain = allow; }
+
+void tsel_prefix_cap_tile(tsel_prefix *p, int edit, int64_t cap) {
+  pshared *sh = p->sh;
+  if (edit < 1) return;
+  if (edit > sh->n_caps) {
+    if (cap <= 0) return;
+    sh->caps = dg_realloc(sh->caps, sizeof *sh->caps * (size_t)edit);
+    memset(sh->caps + sh->n_caps, 0, sizeof *sh->caps * (size_t)(edit - sh->n_caps));
+    sh->n_caps = edit;
+  }
+  sh->caps[edit - 1] = cap > 0 ? cap : 0;
+}
+
+void tsel_prefix_uncap_after(tsel_prefix *p, int edit) {
+  pshared *sh = p->sh;
+  for (int e = edit < 0 ? 0 : edit; e < sh->n_caps; e++) sh->caps[e] = 0;
+}
+
 
 static void adopt(P *p, const S *t) {
   pctx *old = p->s.c;
