@@ -36,6 +36,7 @@ static void add_stats(writer_ctx *w, const cli_write_stats *ws) {
   pthread_mutex_lock(&w->lock);
   w->ws.tokens += ws->tokens;
   w->ws.backtracks += ws->backtracks;
+  w->ws.capped += ws->capped;
   w->ws.gave_up += ws->gave_up;
   w->ws.guard_secs += ws->guard_secs;
   pthread_mutex_unlock(&w->lock);
@@ -504,8 +505,9 @@ int cmd_eval(int argc, char **argv) {
     printf("\ndecoding: %lld tokens; the line guard %s\n", (long long)w.ws.tokens,
            unconstrained ? "off, and no mask" : no_guard ? "off" : "on");
   if (!graphs && !no_guard && !unconstrained)
-    printf("guard: %lld lines taken back, %d graphs past its backtrack limit, %.1f s\n",
-           (long long)w.ws.backtracks, w.ws.gave_up, w.ws.guard_secs);
+    printf("guard: %lld lines taken back (%lld to a tile capped for shared memory), %d graphs past its "
+           "backtrack limit, %.1f s\n",
+           (long long)w.ws.backtracks, (long long)w.ws.capped, w.ws.gave_up, w.ws.guard_secs);
   {
     char name_json[300], name_md[300];
     snprintf(name_json, sizeof name_json, "%s.json", split_name);
