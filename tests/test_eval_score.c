@@ -347,23 +347,23 @@ DG_TEST(eval_guard_blames_a_refused_build_on_the_tiles) {
   CHECK_MSG(f, "%s", st.msg);
   eval_guard g = {f, spec};
   int back_to = 0;
-  int64_t cap = 0;
-  CHECK(!eval_guard_line(&g, text, strlen(text), true, &back_to, &cap));
+  tsel_tile_narrowing nw = {0};
+  CHECK(!eval_guard_line(&g, text, strlen(text), true, &back_to, &nw));
   /* t7 is also the widest tile (64 of k at a stage against 56 of m): its
    * inner extent capped to 64 * 49152 / 65536 */
   CHECK_EQ(back_to, 7);
-  CHECK_EQ(cap, 48);
+  CHECK_EQ(nw.cap, 48);
   /* written again within the cap, the graph passes */
   char *capped = gemm_tiling_graph(spec, "16 1 14 1 4", "8 1 8 1 1", "256 1 32", 1, 64);
   back_to = 0;
-  cap = 0;
-  CHECK(eval_guard_line(&g, capped, strlen(capped), true, &back_to, &cap));
-  CHECK(back_to == 0 && cap == 0);
+  nw = (tsel_tile_narrowing){0};
+  CHECK(eval_guard_line(&g, capped, strlen(capped), true, &back_to, &nw));
+  CHECK(back_to == 0 && nw.cap == 0 && nw.hi == 0);
   free(capped);
   /* a wide row tile (m=896 in one block) is the one blamed */
   char *wide = gemm_tiling_graph(spec, "1 1 14 1 64", "8 1 8 1 1", "512 2 8", 1, 64);
-  CHECK(!eval_guard_line(&g, wide, strlen(wide), true, &back_to, &cap));
-  CHECK_MSG(back_to == 5 && cap >= 1 && cap < 896, "blamed t%d, cap %lld", back_to, (long long)cap);
+  CHECK(!eval_guard_line(&g, wide, strlen(wide), true, &back_to, &nw));
+  CHECK_MSG(back_to == 5 && nw.cap >= 1 && nw.cap < 896, "blamed t%d, cap %lld", back_to, (long long)nw.cap);
   free(wide);
   /* the same edits without the postproc line pass the replay */
   const char *cut = strstr(text, "t28 postproc");
@@ -389,14 +389,23 @@ DG_TEST(eval_guard_blames_a_refused_init_block_on_the_thread_tile) {
   CHECK_MSG(f, "%s", st.msg);
   eval_guard g = {f, spec};
   int back_to = 0;
-  int64_t cap = 0;
-  CHECK(!eval_guard_line(&g, text, strlen(text), true, &back_to, &cap));
-  CHECK_EQ(cap, 0); /* threads, not shared memory: nothing capped */
+  tsel_tile_narrowing nw = {0};
+  CHECK(!eval_guard_line(&g, text, strlen(text), true, &back_to, &nw));
+  CHECK_EQ(nw.cap, 0); /* threads, not shared memory: nothing capped */
   tsel_graph *gr = tsel_parse(text, NULL, &st);
   CHECK(gr);
   CHECK_MSG(back_to == tsel_thread_decision(gr) && back_to != tsel_last_decision(gr), "blamed t%d (threads t%d)",
             back_to, gr ? tsel_thread_decision(gr) : -1);
+  /* its thread factor (the third, 16 threads) narrowed to [32, 1024] */
+  CHECK_MSG(back_to == 6 && nw.factor == 2 && nw.lo == 32 && nw.hi == 1024, "t%d factor %d in [%lld, %lld]",
+            back_to, nw.factor, (long long)nw.lo, (long long)nw.hi);
   tsel_graph_free(gr);
+  /* written again within it, the build passes */
+  char *mended = gemm_tiling_graph(spec, "512 1 1 1 1", "1 1 32 4 1", "256 14 1", 4, 512);
+  back_to = 0;
+  nw = (tsel_tile_narrowing){0};
+  CHECK(eval_guard_line(&g, mended, strlen(mended), true, &back_to, &nw));
+  free(mended);
   free(text);
   ir_func_free(f);
 }

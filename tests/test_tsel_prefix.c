@@ -1335,8 +1335,8 @@ static int edit_lines(const char *text) {
 }
 
 static bool planted_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to,
-                             int64_t *cap) {
-  (void)cap;
+                             tsel_tile_narrowing *narrow) {
+  (void)narrow;
   (void)postprocessed;
   (void)back_to;
   planted_guard *g = ctx;
@@ -1456,8 +1456,8 @@ typedef struct {
 } blaming_guard;
 
 static bool blaming_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to,
-                             int64_t *cap) {
-  (void)cap;
+                             tsel_tile_narrowing *narrow) {
+  (void)narrow;
   (void)len;
   (void)postprocessed;
   blaming_guard *g = ctx;
@@ -1521,10 +1521,12 @@ DG_TEST(tsel_prefix_guard_goes_back_to_the_blamed_line) {
   fixture_close(&fx);
 }
 
-/* A tile capped by the guard (shared memory past the limit) is read with
- * its first factor leaving at most the cap to the rest; the cap of a later
- * edit is lifted with uncap_after, and no other line is narrowed. */
-DG_TEST(tsel_prefix_capped_tile_leaves_at_most_the_cap) {
+/* A tile narrowed by the guard: capped (shared memory past the limit), its
+ * first factor leaving at most the cap to the rest; with a thread factor's
+ * range, that factor within it and the factors before it leaving a divisor
+ * there. Narrowings of later edits are lifted with unnarrow_after, and no
+ * other line is narrowed. */
+DG_TEST(tsel_prefix_narrowed_tile_keeps_its_bounds) {
   const char *spec = "gemm:m=896,n=64,k=8192,trans_a=0,trans_b=1,dtype=f32";
   dg_status st;
   dg_func *f = wl_build(spec, &st);
@@ -1544,7 +1546,7 @@ DG_TEST(tsel_prefix_capped_tile_leaves_at_most_the_cap) {
   CHECK(tsel_prefix_feed(p, "128 ", 4));
   tsel_prefix_restore(p, at);
   /* capped at 48: the first factor must leave at most 48 of 8192 */
-  tsel_prefix_cap_tile(p, 7, 48);
+  tsel_prefix_narrow_tile(p, 7, &(tsel_tile_narrowing){.cap = 48});
   CHECK(!tsel_prefix_feed(p, "128 ", 4));
   CHECK(!tsel_prefix_feed(p, "1 ", 2));
   CHECK(tsel_prefix_feed(p, "256 ", 4));
@@ -1553,13 +1555,37 @@ DG_TEST(tsel_prefix_capped_tile_leaves_at_most_the_cap) {
   CHECK(tsel_prefix_feed(p, "8192 ", 5));
   tsel_prefix_restore(p, at);
   /* a cap on another edit narrows nothing here; uncap_after lifts it */
-  tsel_prefix_cap_tile(p, 8, 2);
-  tsel_prefix_uncap_after(p, 6);
+  tsel_prefix_narrow_tile(p, 8, &(tsel_tile_narrowing){.cap = 2});
+  tsel_prefix_unnarrow_after(p, 6);
   CHECK(tsel_prefix_feed(p, "128 ", 4));
   tsel_prefix_restore(p, at);
-  tsel_prefix_cap_tile(p, 7, 48);
-  tsel_prefix_cap_tile(p, 7, 0);
+  tsel_prefix_narrow_tile(p, 7, &(tsel_tile_narrowing){.cap = 48});
+  tsel_prefix_narrow_tile(p, 7, NULL);
   CHECK(tsel_prefix_feed(p, "128 ", 4));
+  tsel_prefix_free(at);
+  tsel_prefix_free(p);
+  /* a thread factor's range: the third factor of t6 (extent 64) within
+   * [16, 32], the factors before it leaving a divisor there */
+  p = tsel_prefix_new(f, spec, TSEL_TARGET_CUDA, &st);
+  CHECK_MSG(p, "%s", st.msg);
+  const char *t6 = strstr(head.s, "t6 tile t4.1 [");
+  CHECK(t6);
+  size_t n6 = (size_t)(t6 - head.s) + strlen("t6 tile t4.1 [");
+  CHECK_EQ(first_refused(p, head.s, n6), -1L);
+  at = tsel_prefix_save(p);
+  tsel_prefix_narrow_tile(p, 6, &(tsel_tile_narrowing){.factor = 2, .lo = 16, .hi = 32});
+  CHECK(!tsel_prefix_feed(p, "8 ", 2)); /* leaves 8: no divisor in [16, 32] */
+  CHECK(tsel_prefix_feed(p, "2 ", 2));
+  CHECK(!tsel_prefix_feed(p, "4 ", 2)); /* leaves 8 again */
+  CHECK(tsel_prefix_feed(p, "1 ", 2));
+  CHECK(!tsel_prefix_feed(p, "8 ", 2)); /* out of the range */
+  CHECK(!tsel_prefix_feed(p, "64 ", 3));
+  CHECK(tsel_prefix_feed(p, "32 ", 3));
+  CHECK_EQ(first_refused(p, "1 1] max=64\n", 12), -1L);
+  tsel_prefix_restore(p, at);
+  /* lifted with the edits after t5 */
+  tsel_prefix_unnarrow_after(p, 5);
+  CHECK(tsel_prefix_feed(p, "8 ", 2));
   tsel_prefix_free(at);
   tsel_prefix_free(p);
   dg_str_free(&head);
@@ -1575,8 +1601,8 @@ DG_TEST(tsel_prefix_capped_tile_leaves_at_most_the_cap) {
  * real one's): refuses the graphs of one or two edits whose text length
  * is not a multiple of three. */
 static bool parity_guard_fn(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to,
-                             int64_t *cap) {
-  (void)cap;
+                             tsel_tile_narrowing *narrow) {
+  (void)narrow;
   (void)postprocessed;
   (void)back_to;
   int *calls = ctx;

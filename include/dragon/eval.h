@@ -18,6 +18,7 @@
 
 #include "dragon/ir.h"
 #include "dragon/sched.h"
+#include "dragon/tsel.h"
 
 /* X(enum suffix, name), in the order a graph walks them. */
 #define EVAL_GATE_LIST(X)                                                    \
@@ -93,14 +94,16 @@ void eval_score_free(eval_score *s);
  * set them (tsel_thread_decision); a build refused at the postproc line
  * (the device's limits) is blamed on the latest edit that wrote factors
  * (tsel_last_decision), and one refused for shared memory on the widest
- * tile (tsel_widest_tile) with *cap its inner extent scaled by the limit
- * over the bytes (at least 1). */
+ * tile (tsel_widest_tile) with narrow->cap its inner extent scaled by the
+ * limit over the bytes (at least 1). Threads out of bounds narrow the
+ * blamed tile's thread factor (tsel_thread_factor) to the range that
+ * brings them within the bounds, the other thread factors kept. */
 typedef struct {
   const dg_func *kernel;
   const char *spec;
 } eval_guard;
 bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to,
-                     int64_t *cap);
+                     tsel_tile_narrowing *narrow);
 
 /* One graph of a batch: its text and the kernel it is for. */
 typedef struct {

@@ -238,12 +238,12 @@ typedef struct {
    * edit number N of tN, before the refused line) sets *back_to to it
    * (it is 0 on the call: the refused line itself), and the graph goes
    * back to that line's start at once. A guard that blames a `tile` may
-   * also set *cap (0 on the call): the tile is then written again with
-   * its inner extent (its loop's extent over its first factor) at most
-   * *cap (tsel_prefix_cap_tile; lifted when a line before it is taken
-   * back). After max_backtracks lines taken back the guard is no longer
-   * asked. */
-  bool (*guard)(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to, int64_t *cap);
+   * also fill *narrow (zeroed on the call): the tile is then written
+   * again under it (tsel_prefix_narrow_tile: its inner extent capped, a
+   * thread factor's range; lifted when a line before it is taken back).
+   * After max_backtracks lines taken back the guard is no longer asked. */
+  bool (*guard)(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to,
+                tsel_tile_narrowing *narrow);
   void *guard_ctx;
   int line_retries;        /* default 4 */
   int max_backtracks;      /* default 64 */
@@ -279,7 +279,7 @@ typedef struct {
   double mask_secs;        /* time spent in tsel_mask_compute */
   int n_guarded;           /* lines the guard was asked about */
   int n_blamed;            /* refusals that went back to an earlier line the guard named */
-  int n_capped;            /* of them, with the blamed tile capped (shared memory) */
+  int n_capped;            /* of them, with the blamed tile narrowed (tsel_tile_narrowing) */
   int n_backtracks;        /* lines taken back */
   int n_repeats;           /* lines refused at once: written again as a refused line was, after the same text */
   bool guard_gave_up;      /* max_backtracks reached: the rest was not guarded */

@@ -52,6 +52,9 @@ int tsel_last_decision(const tsel_graph *g);
  * the latest of equals, with that extent in *inner; 0 where no tile's is
  * above 1. What a buffer staged in shared memory grows with. */
 int tsel_widest_tile(const tsel_graph *g, int64_t *inner);
+/* Which factor of tile edit `tile` (from 0) makes loops bound to
+ * threadIdx, with its value in *value; -1 where none does. */
+int tsel_thread_factor(const tsel_graph *g, int tile, int64_t *value);
 /* Removes every why and expect line (comments and edits stay). */
 void tsel_graph_strip_explanations(tsel_graph *g);
 
@@ -145,13 +148,23 @@ void tsel_prefix_free(tsel_prefix *p);
  * false the graph is complete right after the postproc edit). Set before
  * feeding; shared with saved copies. */
 void tsel_prefix_set_explain(tsel_prefix *p, bool allow);
-/* A narrowing the line guard asks for (train_decode_opts.guard): edit
- * number `edit`, a `tile`, is read with its first factor leaving at most
- * cap to the rest (its loop's extent over the first factor, the tile's
- * inner extent, at most cap; cap 0 lifts it). uncap_after lifts those of
- * the edits after `edit`. Shared with saved copies. */
-void tsel_prefix_cap_tile(tsel_prefix *p, int edit, int64_t cap);
-void tsel_prefix_uncap_after(tsel_prefix *p, int edit);
+/* Narrowings the line guard asks for (train_decode_opts.guard) on a
+ * `tile` it blames: cap > 0, the first factor leaves at most cap to the
+ * rest (the tile's inner extent, its loop's extent over the first factor:
+ * shared memory past the limit); hi > 0, factor number `factor` (from 0,
+ * two factors or more after it) is within [lo, hi] (a block's threads out
+ * of bounds), the factors before it leaving a divisor there. */
+typedef struct {
+  int64_t cap;
+  int factor;
+  int64_t lo, hi;
+} tsel_tile_narrowing;
+/* Edit number `edit` is read under n (NULL lifts its narrowings; a second
+ * cap keeps the smaller, a second range replaces the first);
+ * unnarrow_after lifts those of the edits after `edit`. Shared with saved
+ * copies. */
+void tsel_prefix_narrow_tile(tsel_prefix *p, int edit, const tsel_tile_narrowing *n);
+void tsel_prefix_unnarrow_after(tsel_prefix *p, int edit);
 /* Reads bytes. False when they cannot continue any such graph; the state
  * is then unchanged. */
 bool tsel_prefix_feed(tsel_prefix *p, const char *bytes, size_t n);

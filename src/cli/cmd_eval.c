@@ -505,7 +505,7 @@ int cmd_eval(int argc, char **argv) {
     printf("\ndecoding: %lld tokens; the line guard %s\n", (long long)w.ws.tokens,
            unconstrained ? "off, and no mask" : no_guard ? "off" : "on");
   if (!graphs && !no_guard && !unconstrained)
-    printf("guard: %lld lines taken back (%lld to a tile capped for shared memory), %d graphs past its "
+    printf("guard: %lld lines taken back (%lld to a narrowed tile), %d graphs past its "
            "backtrack limit, %.1f s\n",
            (long long)w.ws.backtracks, (long long)w.ws.capped, w.ws.gave_up, w.ws.guard_secs);
   {

@@ -212,8 +212,21 @@ static bool shared_excess(const char *reason, int64_t *bytes, int64_t *limit) {
   return false;
 }
 
+/* The threads and bounds of a block refused for its threads (the words of
+ * search_thread_extents_ok: "runs on N threads, outside its bounds [L, H]"). */
+static bool thread_excess(const char *reason, int64_t *n, int64_t *lo, int64_t *hi) {
+  const char *at = strstr(reason, " runs on ");
+  long long a = 0, b = 0, c = 0;
+  if (!at || sscanf(at, " runs on %lld threads, outside its bounds [%lld, %lld]", &a, &b, &c) != 3) return false;
+  if (a < 1 || b < 1 || c < b) return false;
+  *n = a;
+  *lo = b;
+  *hi = c;
+  return true;
+}
+
 bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to,
-                     int64_t *cap) {
+                     tsel_tile_narrowing *narrow) {
   const eval_guard *g = ctx;
   (void)len;
   eval_score_opts o;
@@ -228,6 +241,8 @@ bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed
    * blame goes to the edit whose factors set them. */
   dg_status st;
   bool threads = sc.scheduled && !search_thread_extents_ok(sc.scheduled, NULL, &st);
+  char thread_msg[sizeof st.msg];
+  snprintf(thread_msg, sizeof thread_msg, "%s", threads ? st.msg : sc.reason);
   /* A build refused at the postproc line (VerifyGPUCode, which the
    * postprocessors run while the graph is lowered, or the build gate:
    * shared memory, threads, vector widths past the device's limits) is
@@ -240,7 +255,8 @@ bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed
    * as the init block of a decomposed reduction) is the thread tile's too */
   bool build_threads = build && strstr(sc.reason, "threads, outside its bounds");
   /* a build refused for shared memory: the widest tile (what the staged
-   * regions grow with), capped to shrink them by the bytes over the limit */
+   * regions grow with), capped to shrink them by the bytes over the limit
+   * (tsel_tile_narrowing.cap) */
   int64_t bytes = 0, limit = 0;
   bool shared = build && !build_threads && shared_excess(sc.reason, &bytes, &limit);
   if (threads || build) {
@@ -251,9 +267,20 @@ bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed
     if (gr && back_to && widest) {
       *back_to = widest;
       int64_t c = (int64_t)((double)inner * (double)limit / (double)bytes);
-      if (cap) *cap = c >= 1 ? c : 1;
+      if (narrow) narrow->cap = c >= 1 ? c : 1;
     } else if (gr && back_to) {
       *back_to = threads || build_threads ? tsel_thread_decision(gr) : tsel_last_decision(gr);
+      /* threads out of bounds: the blamed tile's thread factor written
+       * again within the range that brings them in, the block's other
+       * thread factors kept */
+      int64_t n = 0, lo = 0, hi = 0, f = 0;
+      int k = (threads || build_threads) && *back_to > 0 && thread_excess(thread_msg, &n, &lo, &hi)
+                  ? tsel_thread_factor(gr, *back_to, &f)
+                  : -1;
+      if (narrow && k >= 0 && f >= 1 && n % f == 0) {
+        int64_t others = n / f, flo = (lo + others - 1) / others, fhi = hi / others;
+        if (flo <= fhi) narrow->factor = k, narrow->lo = flo, narrow->hi = fhi;
+      }
     }
     tsel_graph_free(gr);
   }

@@ -284,7 +284,8 @@ static void stack_free(line_stack *s) {
  * back_to, when the guard blamed an earlier one: s->v[k] is the start of
  * edit k + 1), or, once that has been refused line_retries times, to the
  * start of an earlier one. */
-static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retries, int back_to, int64_t cap) {
+static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retries, int back_to,
+                      const tsel_tile_narrowing *narrow) {
   /* the committed text as it is, for the line refused at the start gone back to */
   size_t len;
   const char *now = tsel_prefix_committed(p, &len);
@@ -301,9 +302,9 @@ static void take_back(line_stack *s, tsel_prefix *p, decoder *d, int line_retrie
   }
   remember_refused(l, text, len);
   free(text);
-  /* the caps of the lines dropped go with them; the blamed tile's comes */
-  tsel_prefix_uncap_after(p, s->n);
-  if (back_to > 0 && s->n == back_to && cap > 0) tsel_prefix_cap_tile(p, back_to, cap);
+  /* the narrowings of the lines dropped go with them; the blamed tile's comes */
+  tsel_prefix_unnarrow_after(p, s->n);
+  if (back_to > 0 && s->n == back_to && narrow) tsel_prefix_narrow_tile(p, back_to, narrow);
   tsel_prefix_restore(p, l->saved);
   row_rewind(d, l->pos, l->logits);
   d->used = l->used;
@@ -391,7 +392,7 @@ static void writer_step(writer *w) {
       const char *text = tsel_prefix_committed(p, &len);
       const line_start *top = &w->lines.v[w->lines.n - 1];
       int back_to = 0;
-      int64_t cap = 0;
+      tsel_tile_narrowing narrow = {0};
       bool pass, repeat = top->at <= len && stats->n_repeats < 4 * o->max_backtracks &&
                           refused_before(top, text + top->at, len - top->at);
       if (repeat) {
@@ -399,7 +400,7 @@ static void writer_step(writer *w) {
         stats->n_repeats++;
       } else {
         double g0 = dg_now();
-        pass = o->guard(w->guard_ctx, text, len, tsel_prefix_postprocessed(p), &back_to, &cap);
+        pass = o->guard(w->guard_ctx, text, len, tsel_prefix_postprocessed(p), &back_to, &narrow);
         stats->guard_secs += dg_now() - g0;
         stats->n_guarded++;
       }
@@ -414,8 +415,9 @@ static void writer_step(writer *w) {
         stats->n_backtracks += !repeat;
         bool blamed = back_to > 0 && back_to < w->lines.n;
         stats->n_blamed += blamed;
-        stats->n_capped += blamed && cap > 0;
-        take_back(&w->lines, p, d, o->line_retries, blamed ? back_to : 0, blamed ? cap : 0);
+        bool narrowed = blamed && (narrow.cap > 0 || narrow.hi > 0);
+        stats->n_capped += narrowed;
+        take_back(&w->lines, p, d, o->line_retries, blamed ? back_to : 0, narrowed ? &narrow : NULL);
         w->judged = tsel_prefix_edit_count(p);
         w->retrying = true;
       }

@@ -84,3 +84,38 @@ int tsel_widest_tile(const tsel_graph *g, int64_t *inner) {
   if (inner) *inner = best ? widest : 0;
   return best;
 }
+
+/* The factor of tile edit `tile` that edit n's loops come from (through
+ * fuse and the like), or -1. */
+static int factor_of(const tsel_graph *g, int n, int tile, int depth) {
+  if (n < 1 || n > g->n_edits || depth > 64) return -1;
+  const tsel_edit *e = &g->edits[n - 1];
+  for (int i = 0; i < e->n_args; i++) {
+    const tsel_val *v = &e->args[i];
+    int hi = v->kind == TV_LIST ? v->n : 1;
+    for (int k = 0; k < hi; k++) {
+      const tsel_val *r = v->kind == TV_LIST ? &v->items[k] : v;
+      if (r->kind != TV_REF || r->i >= n) continue;
+      if (r->i == tile && r->sub >= 0) return r->sub;
+      if (r->i == tile) continue;
+      int f = factor_of(g, (int)r->i, tile, depth + 1);
+      if (f >= 0) return f;
+    }
+  }
+  return -1;
+}
+
+int tsel_thread_factor(const tsel_graph *g, int tile, int64_t *value) {
+  if (value) *value = 0;
+  if (tile < 1 || tile > g->n_edits) return -1;
+  const tsel_edit *t = &g->edits[tile - 1];
+  if (t->op != TSEL_OP_TILE || t->n_args < 2 || t->args[1].kind != TV_LIST) return -1;
+  for (int n = tile + 1; n <= g->n_edits; n++) {
+    if (!binds_threads(&g->edits[n - 1])) continue;
+    int k = factor_of(g, n, tile, 0);
+    if (k < 0 || k >= t->args[1].n || t->args[1].items[k].kind != TV_INT) continue;
+    if (value) *value = t->args[1].items[k].i;
+    return k;
+  }
+  return -1;
+}

@@ -162,10 +162,9 @@ typedef struct {
   uint8_t sig_n[TSEL_OP_COUNT];
   int8_t sig_rep[TSEL_OP_COUNT];
   char sig[TSEL_OP_COUNT][8];
-  /* tsel_prefix_cap_tile: caps[e - 1] bounds the inner product of edit
-   * e's tile (0: none) */
-  int64_t *caps;
-  int n_caps;
+  /* tsel_prefix_narrow_tile: narrows[e - 1] is edit e's (zero: none) */
+  tsel_tile_narrowing *narrows;
+  int n_narrows;
 } pshared;
 
 /* ---- the state --------------------------------------------------------------- */
@@ -261,6 +260,8 @@ typedef struct {
   uint64_t mask;
   int64_t q;
   int64_t qrest; /* IM_DIV: q / x at most this (0: any) */
+  int64_t xlo, xhi;       /* IM_DIV: x itself within [xlo, xhi] (xhi 0: any) */
+  int64_t need_lo, need_hi; /* IM_DIV: q / x has a divisor within (need_hi 0: any) */
   const int64_t *set;
   int n_set;
   bool excl;    /* ints: not one of the candidates read so far */
@@ -611,7 +612,7 @@ static void sh_release(pshared *sh) {
   free(sh->header);
   free(sh->names);
   free(sh->kb);
-  free(sh->caps);
+  free(sh->narrows);
   free(sh);
 }
 
@@ -1040,10 +1041,13 @@ static void kw_vexp(const P *p, const S *s, int kw, vexp *v) {
   }
 }
 
-/* The cap tsel_prefix_cap_tile set on the edit being read (0: none). */
-static int64_t tile_cap(const P *p, const S *s) {
+/* The narrowing tsel_prefix_narrow_tile set on the edit being read
+ * (NULL: none). */
+static const tsel_tile_narrowing *tile_narrowing(const P *p, const S *s) {
   int e = s->c->n_edits + 1;
-  return e <= p->sh->n_caps ? p->sh->caps[e - 1] : 0;
+  if (e > p->sh->n_narrows) return NULL;
+  const tsel_tile_narrowing *n = &p->sh->narrows[e - 1];
+  return n->cap > 0 || n->hi > 0 ? n : NULL;
 }
 
 static void item_vexp(const P *p, const S *s, vexp *v) {
@@ -1068,9 +1072,18 @@ static void item_vexp(const P *p, const S *s, vexp *v) {
       /* a capped tile (the line guard's blame: shared memory past the
        * device's limit): the first factor leaves at most the cap to the
        * others, whose product is the tile's inner extent */
-      int64_t cap = tile_cap(p, s);
-      if (ext >= 1 && cap >= 1 && L->n_items == 0 && v->im == IM_DIV && (!v->qrest || cap < v->qrest))
-        v->qrest = cap;
+      const tsel_tile_narrowing *tn = tile_narrowing(p, s);
+      if (tn && ext >= 1 && v->im == IM_DIV) {
+        if (tn->cap >= 1 && L->n_items == 0 && (!v->qrest || tn->cap < v->qrest)) v->qrest = tn->cap;
+        /* a factor bound to threads (the guard's blame: a block's threads
+         * out of its bounds) within its range; the factors before it leave
+         * a divisor within it. Only where two factors or more follow it,
+         * so that the innermost maximum can always be kept. */
+        if (tn->hi >= 1 && L->tile_want && tn->factor <= L->tile_want - 3) {
+          if (L->n_items < tn->factor) v->need_lo = tn->lo, v->need_hi = tn->hi;
+          else if (L->n_items == tn->factor) v->xlo = tn->lo, v->xhi = tn->hi;
+        }
+      }
       break;
     }
     case LK_CANDS:
@@ -1143,6 +1156,22 @@ static bool ibest_consider(ibest *b, int64_t x, const ipfx *f) {
   return true;
 }
 
+/* Whether the divisor x of v->q keeps v's IM_DIV conditions. */
+static bool div_ok(P *p, const vexp *v, int64_t x) {
+  if (v->qrest && v->q / x > v->qrest) return false;
+  if (v->xhi && (x < v->xlo || x > v->xhi)) return false;
+  if (v->need_hi) {
+    /* a divisor of q / x is one of q's */
+    int n;
+    const int64_t *d = divisors_of(p->sh, v->q, &n);
+    int64_t r = v->q / x;
+    for (int i = 0; i < n; i++)
+      if (d[i] >= v->need_lo && d[i] <= v->need_hi && r % d[i] == 0) return true;
+    return false;
+  }
+  return true;
+}
+
 /* Whether some int v allows is spelt starting with f; with out, the best. */
 static bool int_prefix_ok(P *p, const S *s, const vexp *v, const ipfx *f, int64_t *out) {
   const int64_t *ex = v->excl ? s->L.cands : NULL;
@@ -1170,7 +1199,7 @@ static bool int_prefix_ok(P *p, const S *s, const vexp *v, const ipfx *f, int64_
       int n;
       const int64_t *d = divisors_of(p->sh, v->q, &n);
       for (int i = 0; i < n; i++)
-        if ((!v->qrest || v->q / d[i] <= v->qrest) && ibest_consider(&b, d[i], f) && !out) return true;
+        if (div_ok(p, v, d[i]) && ibest_consider(&b, d[i], f) && !out) return true;
       break;
     }
   }
@@ -1192,7 +1221,7 @@ static bool int_value_ok(P *p, const S *s, const vexp *v, int64_t x) {
         if (v->set[i] == x) return true;
       return false;
     case IM_MASK: return x >= 0 && x < 64 && (v->mask & (UINT64_C(1) << x));
-    case IM_DIV: return x >= 1 && v->q % x == 0 && (!v->qrest || v->q / x <= v->qrest);
+    case IM_DIV: return x >= 1 && v->q % x == 0 && div_ok(p, v, x);
   }
   (void)p;
   return false;
@@ -2095,21 +2124,29 @@ void tsel_prefix_free(tsel_prefix *p) {
 
 void tsel_prefix_set_explain(tsel_prefix *p, bool allow) { p->sh->explain = allow; }
 
-void tsel_prefix_cap_tile(tsel_prefix *p, int edit, int64_t cap) {
+void tsel_prefix_narrow_tile(tsel_prefix *p, int edit, const tsel_tile_narrowing *n) {
   pshared *sh = p->sh;
   if (edit < 1) return;
-  if (edit > sh->n_caps) {
-    if (cap <= 0) return;
-    sh->caps = dg_realloc(sh->caps, sizeof *sh->caps * (size_t)edit);
-    memset(sh->caps + sh->n_caps, 0, sizeof *sh->caps * (size_t)(edit - sh->n_caps));
-    sh->n_caps = edit;
+  tsel_tile_narrowing z = {0};
+  if (n && n->cap > 0) z.cap = n->cap;
+  if (n && n->factor >= 0 && n->lo >= 1 && n->hi >= n->lo) z.factor = n->factor, z.lo = n->lo, z.hi = n->hi;
+  if (edit > sh->n_narrows) {
+    if (!z.cap && !z.hi) return;
+    sh->narrows = dg_realloc(sh->narrows, sizeof *sh->narrows * (size_t)edit);
+    memset(sh->narrows + sh->n_narrows, 0, sizeof *sh->narrows * (size_t)(edit - sh->n_narrows));
+    sh->n_narrows = edit;
   }
-  sh->caps[edit - 1] = cap > 0 ? cap : 0;
+  tsel_tile_narrowing *t = &sh->narrows[edit - 1];
+  /* a later blame narrows further: the smaller cap, the range replaced */
+  if (z.cap && (!t->cap || z.cap < t->cap)) t->cap = z.cap;
+  if (!n) t->cap = 0;
+  if (z.hi) t->factor = z.factor, t->lo = z.lo, t->hi = z.hi;
+  if (!n) t->factor = 0, t->lo = 0, t->hi = 0;
 }
 
-void tsel_prefix_uncap_after(tsel_prefix *p, int edit) {
+void tsel_prefix_unnarrow_after(tsel_prefix *p, int edit) {
   pshared *sh = p->sh;
-  for (int e = edit < 0 ? 0 : edit; e < sh->n_caps; e++) sh->caps[e] = 0;
+  for (int e = edit < 0 ? 0 : edit; e < sh->n_narrows; e++) memset(&sh->narrows[e], 0, sizeof sh->narrows[e]);
 }
 
 
