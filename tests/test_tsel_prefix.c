@@ -1597,6 +1597,18 @@ DG_TEST(tsel_prefix_narrowed_tile_keeps_its_bounds) {
   CHECK(tsel_prefix_feed(p, "32 ", 3));
   CHECK_EQ(first_refused(p, "1 1] max=64\n", 12), -1L);
   tsel_prefix_restore(p, at);
+  /* a range the tile cannot meet (no divisor of 64 in [33, 63]), or not
+   * within its cap, is not applied: the checker is never left stuck */
+  tsel_prefix_narrow_tile(p, 6, &(tsel_tile_narrowing){.factor = 2, .lo = 33, .hi = 63});
+  CHECK(tsel_prefix_feed(p, "8 ", 2));
+  tsel_prefix_restore(p, at);
+  tsel_prefix_narrow_tile(p, 6, NULL);
+  tsel_prefix_narrow_tile(p, 6, &(tsel_tile_narrowing){.cap = 4, .factor = 2, .lo = 16, .hi = 32});
+  CHECK(!tsel_prefix_feed(p, "8 ", 2)); /* the cap alone: leaves 8 > 4 */
+  CHECK(tsel_prefix_feed(p, "16 ", 3));
+  CHECK(tsel_prefix_feed(p, "1 ", 2));
+  CHECK(tsel_prefix_feed(p, "2 ", 2)); /* not the range: 16 > 4 cannot be */
+  tsel_prefix_restore(p, at);
   /* lifted with the edits after t5 */
   tsel_prefix_unnarrow_after(p, 5);
   CHECK(tsel_prefix_feed(p, "8 ", 2));

@@ -1041,6 +1041,19 @@ static void kw_vexp(const P *p, const S *s, int kw, vexp *v) {
   }
 }
 
+/* Whether ext has a divisor within [lo, hi]: a thread factor's range is
+ * kept only where the tile being read can meet it (with its cap: the
+ * factor is part of the inner extent), since the edit written again may
+ * tile another loop than the one blamed, and the checker must never be
+ * left without a completion. */
+static bool range_fits(const P *p, int64_t ext, int64_t lo, int64_t hi) {
+  int n;
+  const int64_t *d = divisors_of(p->sh, ext, &n);
+  for (int i = 0; i < n; i++)
+    if (d[i] >= lo && d[i] <= hi) return true;
+  return false;
+}
+
 /* The narrowing tsel_prefix_narrow_tile set on the edit being read
  * (NULL: none). */
 static const tsel_tile_narrowing *tile_narrowing(const P *p, const S *s) {
@@ -1079,7 +1092,8 @@ static void item_vexp(const P *p, const S *s, vexp *v) {
          * out of its bounds) within its range; the factors before it leave
          * a divisor within it. Only where two factors or more follow it,
          * so that the innermost maximum can always be kept. */
-        if (tn->hi >= 1 && L->tile_want && tn->factor <= L->tile_want - 3) {
+        if (tn->hi >= 1 && L->tile_want && tn->factor <= L->tile_want - 3 &&
+            range_fits(p, ext, tn->lo, tn->cap >= 1 && tn->cap < tn->hi ? tn->cap : tn->hi)) {
           if (L->n_items < tn->factor) v->need_lo = tn->lo, v->need_hi = tn->hi;
           else if (L->n_items == tn->factor) v->xlo = tn->lo, v->xhi = tn->hi;
         }
