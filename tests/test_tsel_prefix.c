@@ -1768,6 +1768,8 @@ DG_TEST(tsel_prefix_explanations_written_after) {
   fixture_close(&fx);
 }
 
+static int walk_tiles; /* random walks whose text has a tile edit */
+
 /* One random walk over the accepted bytes from start (NULL: the empty
  * text): it never reaches a state with no way on; now and then the
  * completion is taken, and it and the graph the walk ends in check. Now and
@@ -1775,11 +1777,28 @@ DG_TEST(tsel_prefix_explanations_written_after) {
  * avoid_postproc, an edit name rarely starts with 'p', so that walks write
  * many edits before the postproc edit that ends them. */
 static void random_walk(const dg_func *k, const char *spec, tsel_target tg, bool explain, const char *start,
-                        uint64_t seed, bool avoid_postproc, int *complete, int *completions) {
+                        uint64_t seed, bool avoid_postproc, int narrow, int *complete, int *completions) {
   dg_status st;
   tsel_prefix *p = tsel_prefix_new(k, spec, tg, &st);
   CHECK_OK(st);
   tsel_prefix_set_explain(p, explain);
+  /* with narrow, the guard's narrowings drawn at random on the first
+   * narrow edits (a cap, a thread factor's range, both or neither) */
+  dg_rng nr;
+  dg_rng_seed(&nr, seed ^ 0x5eed);
+  for (int e = 1; e <= narrow; e++) {
+    tsel_tile_narrowing n = {0};
+    if (dg_rng_below(&nr, 2)) n.cap = 1 + (int64_t)dg_rng_below(&nr, 96);
+    if (dg_rng_below(&nr, 2)) {
+      n.factor = (int)dg_rng_below(&nr, 4);
+      static const int64_t odd[] = {3, 5, 7, 11, 13, 17};
+      n.lo = 1 + (int64_t)dg_rng_below(&nr, 64);
+      n.hi = n.lo + (int64_t)dg_rng_below(&nr, 4 * (uint64_t)n.lo);
+      /* or one odd value, which most extents here have no divisor at */
+      if (dg_rng_below(&nr, 2)) n.lo = n.hi = odd[dg_rng_below(&nr, DG_ARRAY_LEN(odd))];
+    }
+    tsel_prefix_narrow_tile(p, e, &n);
+  }
   if (start) CHECK(tsel_prefix_feed(p, start, strlen(start)));
   tsel_pstate *trial = dg_malloc(tsel_pstate_size());
   dg_rng r;
@@ -1828,6 +1847,8 @@ static void random_walk(const dg_func *k, const char *spec, tsel_target tg, bool
     CHECK(tsel_prefix_feed(p, (const char *)&b, 1));
     if (tsel_prefix_complete(p) && dg_rng_below(&r, 4) == 0) break;
   }
+  size_t tlen;
+  walk_tiles += strstr(tsel_prefix_text(p, &tlen), " tile t") != NULL;
   if (tsel_prefix_complete(p)) {
     char why[600];
     size_t len;
@@ -1854,7 +1875,7 @@ DG_TEST(tsel_prefix_random_walks_never_stick) {
     char *canon = wl_canonical(specs[w], &st);
     for (uint64_t seed = 0; seed < 8; seed++)
       random_walk(k, canon, seed % 4 == 3 ? TSEL_TARGET_CPU : TSEL_TARGET_CUDA, seed % 2, NULL, 31 * seed + w,
-                  seed >= 4, &complete, &completions);
+                  seed >= 4, 0, &complete, &completions);
     free(canon);
     ir_func_free(k);
   }
@@ -1870,13 +1891,39 @@ DG_TEST(tsel_prefix_random_walks_never_stick) {
     CHECK(pp);
     pp[10] = 0;
     for (uint64_t seed = 0; seed < 4; seed++)
-      random_walk(k, lifts[i].spec, TSEL_TARGET_CUDA, seed % 2, start, 77 * seed + (uint64_t)i, false, &complete,
-                  &completions);
+      random_walk(k, lifts[i].spec, TSEL_TARGET_CUDA, seed % 2, start, 77 * seed + (uint64_t)i, false, 0,
+                  &complete, &completions);
     free(start);
     ir_func_free(k);
     hand++;
   }
   CHECK(complete >= 20 && completions >= 100);
+}
+
+/* Random walks under random narrowings of the guard's kind
+ * (tsel_prefix_narrow_tile: caps, thread factor ranges, often ones the
+ * loop has no divisor in) from a multi-level tiling's first tile of each
+ * loop of a batched matmul: never stuck, and what they end in checks. */
+DG_TEST(tsel_prefix_random_walks_never_stick_narrowed) {
+  static const char *const spec = "batch_matmul:b=12,n=21,m=21,k=256,dtype=f32";
+  dg_status st;
+  dg_func *k = wl_build(spec, &st);
+  CHECK(k);
+  int complete = 0, completions = 0;
+  walk_tiles = 0;
+  for (int loop = 0; loop < 4; loop++)
+    for (uint64_t seed = 0; seed < 10; seed++) {
+      char start[400];
+      snprintf(start, sizeof start,
+               "tsel 1 kernel %s\nt1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\n"
+               "t4 loops t1 x4\nt5 tile t4.%d [",
+               spec, loop);
+      random_walk(k, spec, TSEL_TARGET_CUDA, false, start, 53 * seed + (uint64_t)loop, seed % 2, 24, &complete,
+                  &completions);
+    }
+  ir_func_free(k);
+  CHECK_MSG(complete >= 6 && completions >= 20 && walk_tiles == 40, "%d complete, %d completions, %d with tiles",
+            complete, completions, walk_tiles);
 }
 
 /* A batched matmul's multi-level tiling up to its last tile: the tests of
