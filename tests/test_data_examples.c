@@ -52,6 +52,14 @@ enum { SANITIZED = 1 };
 enum { SANITIZED = 0 };
 #endif
 
+/* Runs `dragon ARGS`, which must succeed. */
+static void run_ok(const char *args) {
+  char *out = NULL;
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "dragon %s: rc %d: %s", args, rc, out);
+  free(out);
+}
+
 /* The smallest committed shard, by size (the first name of equals). */
 static bool smallest_shard(char *path, size_t cap) {
   DIR *d = opendir("data/records");
@@ -83,10 +91,7 @@ static void rebuild_from_one_shard(void) {
   CHECK(smallest_shard(shard, sizeof shard));
   snprintf(args, sizeof args, "data build --records %s --split train --out %s/examples --quiet", shard,
            dg_test_tmpdir());
-  char *out = NULL;
-  int rc = dg_test_run_dragon(args, NULL, &out);
-  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
-  free(out);
+  run_ok(args);
   char path[600];
   snprintf(path, sizeof path, "%s/examples/train.jsonl.zst", dg_test_tmpdir());
   char *text = read_zst(path);
@@ -112,10 +117,7 @@ DG_TEST(data_examples_rebuild_byte_for_byte) {
   }
   char args[1024];
   snprintf(args, sizeof args, "data build --out %s/examples --quiet", dg_test_tmpdir());
-  char *out = NULL;
-  int rc = dg_test_run_dragon(args, NULL, &out);
-  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
-  free(out);
+  run_ok(args);
   static const char *const names[] = {"train", "val", "test"};
   for (size_t i = 0; i < DG_ARRAY_LEN(names); i++) {
     char a[600], b[600];
@@ -376,10 +378,7 @@ DG_TEST(data_card_matches_committed) {
     char shard[600];
     CHECK(smallest_shard(shard, sizeof shard));
     snprintf(args, sizeof args, "data card --records %s --out %s/CARD.md --no-plot", shard, dg_test_tmpdir());
-    char *out = NULL;
-    int rc = dg_test_run_dragon(args, NULL, &out);
-    CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
-    free(out);
+    run_ok(args);
     char path[600];
     snprintf(path, sizeof path, "%s/CARD.md", dg_test_tmpdir());
     dg_status st;
@@ -391,10 +390,7 @@ DG_TEST(data_card_matches_committed) {
   }
   snprintf(args, sizeof args, "data card --out %s/CARD.md --plot %s/card.png", dg_test_tmpdir(),
            dg_test_tmpdir());
-  char *out = NULL;
-  int rc = dg_test_run_dragon(args, NULL, &out);
-  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
-  free(out);
+  run_ok(args);
   char path[600];
   snprintf(path, sizeof path, "%s/CARD.md", dg_test_tmpdir());
   dg_status st;
