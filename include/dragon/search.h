@@ -469,6 +469,8 @@ typedef struct search_cuda_measure {
     double t_wall;         /* seconds in search_measure_cuda */
     double t_data;         /* of those, until the workloads' data (inputs, references)
                               was made: search_measure_cuda_many builds meanwhile */
+    double t_data_build;   /* thread-seconds compiling the float64 references (C) */
+    double t_data_run;     /* thread-seconds running them (and writing the files) */
   } stats;
 } search_cuda_measure;
 bool search_cuda_measure_init(search_cuda_measure *m, dg_status *st);

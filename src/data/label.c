@@ -298,6 +298,8 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
     out->t_compile = gm.stats.t_compile;
     out->t_gpu_wait = gm.stats.t_gpu_wait;
     out->t_compile_wait = gm.stats.t_compile_wait;
+    out->t_data_build = gm.stats.t_data_build;
+    out->t_data_run = gm.stats.t_data_run;
     out->t_worker = gm.stats.t_worker;
     out->compiled = gm.stats.compiled;
     out->cached = gm.stats.cached;

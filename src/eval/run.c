@@ -188,7 +188,7 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
     eo.gpu = o->gpu;
     double t0 = dg_now();
     double w0 = o->gpu->stats.t_wall, d0 = o->gpu->stats.t_data, g0 = o->gpu->stats.t_gpu_wait,
-           c0 = o->gpu->stats.t_compile_wait;
+           c0 = o->gpu->stats.t_compile_wait, b0 = o->gpu->stats.t_data_build, r0 = o->gpu->stats.t_data_run;
     eval_score_batch(items, 2 * n, &eo, o->threads, sc);
     double each = (dg_now() - t0) / n;
     if (o->progress) {
@@ -198,9 +198,10 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
       double w = o->gpu->stats.t_wall - w0, d = o->gpu->stats.t_data - d0;
       fprintf(o->progress,
               "judged tasks %d to %d in %.1f s: gates %.1f s, measuring %.1f s (the workloads' "
-              "data made after %.1f s; waiting for the GPU %.1f s, for a compile or data %.1f s)\n",
-              lo + 1, hi, each * n, each * n - w, w, d, o->gpu->stats.t_gpu_wait - g0,
-              o->gpu->stats.t_compile_wait - c0);
+              "data made after %.1f s: references compiled in %.1f and run in %.1f thread-s; waiting "
+              "for the GPU %.1f s, for a compile or data %.1f s)\n",
+              lo + 1, hi, each * n, each * n - w, w, d, o->gpu->stats.t_data_build - b0,
+              o->gpu->stats.t_data_run - r0, o->gpu->stats.t_gpu_wait - g0, o->gpu->stats.t_compile_wait - c0);
     }
     for (int k = 0; k < n; k++) {
       int i = idx[k];

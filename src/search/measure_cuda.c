@@ -54,7 +54,7 @@ struct search_cuda_measure_state {
 /* Draws workload f's inputs from the seed, computes the unscheduled
  * kernel's float64 reference on the CPU (compiled C) and writes both to
  * the file path (whole or not at all). Thread-safe. */
-static bool data_fill(const search_cuda_measure *m, const dg_func *f, const char *path,
+static bool data_fill(const search_cuda_measure *m, const dg_func *f, const char *path, double secs[2],
                       dg_status *st) {
   rt_tensors ts;
   if (!rt_tensors_init(&ts, f, st)) return false;
@@ -62,11 +62,14 @@ static bool data_fill(const search_cuda_measure *m, const dg_func *f, const char
   rt_data_poison(&ts);
   rt_build b;
   rt_build_opts bo = {.target = RT_BUILD_C, .compile = true, .reference = f};
+  double t0 = dg_now();
   bool ok = rt_program_build(f, &bo, &b, st);
+  double t1 = dg_now();
   if (ok) {
     rt_cpu_call(b.ref_fn, ts.ref_args);
     ok = rt_cuda_data_write(&ts, rt_check_reduce_len(f), path, st);
   }
+  if (secs) secs[0] = t1 - t0, secs[1] = dg_now() - t1;
   rt_build_free(&b);
   rt_tensors_free(&ts);
   return ok;
@@ -88,7 +91,7 @@ static bool data_reserve(char path[64], dg_status *st) {
 /* data_fill into a new file, its name into path ("" on failure). */
 static bool data_make(const search_cuda_measure *m, const dg_func *f, char path[64], dg_status *st) {
   if (!data_reserve(path, st)) return false;
-  if (data_fill(m, f, path, st)) return true;
+  if (data_fill(m, f, path, NULL, st)) return true;
   unlink(path);
   path[0] = 0;
   return false;
@@ -153,6 +156,7 @@ typedef struct {
   int8_t *state;        /* (nw) 1 made, 0 being made, -1 failed (err) */
   char (*err)[256];     /* (nw) written by the workload's thread */
   bool *ok;             /* (nw) written by the workload's thread */
+  double (*secs)[2];    /* (nw) its reference's compile and run seconds */
   int *task_w;          /* data task t makes workload task_w[t] */
   int n_tasks;
   rt_tasks *tasks;      /* NULL: no file is being made */
@@ -173,7 +177,7 @@ static void data_task(void *p, int t) {
   long tid = syscall(SYS_gettid);
   if (tid != (long)getpid()) (void)setpriority(PRIO_PROCESS, (id_t)tid, 10);
   dg_status st;
-  d->ok[w] = data_fill(d->m, d->f[w], d->path[w], &st);
+  d->ok[w] = data_fill(d->m, d->f[w], d->path[w], d->secs[w], &st);
   if (!d->ok[w]) set_error(d->err[w], sizeof d->err[w], st.msg);
 }
 
@@ -183,7 +187,8 @@ static void data_start(search_cuda_measure *m, const dg_func *const *f, const ui
                        round_data *d) {
   *d = (round_data){m, f, dg_calloc((size_t)nw, sizeof *d->path), dg_calloc((size_t)nw, 1),
                     dg_calloc((size_t)nw, sizeof *d->err), dg_calloc((size_t)nw, sizeof(bool)),
-                    dg_calloc((size_t)nw, sizeof(int)), 0, NULL, NULL, dg_now(), 0};
+                    dg_calloc((size_t)nw, sizeof *d->secs), dg_calloc((size_t)nw, sizeof(int)), 0, NULL, NULL,
+                    dg_now(), 0};
   for (int w = 0; w < nw; w++) {
     data_file *df = data_find(m->state, hs[w]);
     dg_status st;
@@ -210,6 +215,8 @@ static void data_finish(search_cuda_measure *m, const uint64_t *hs, round_data *
   if (d->n_tasks > 0) m->stats.t_data += (d->t_ready > d->t0 ? d->t_ready : dg_now()) - d->t0;
   for (int t = 0; t < d->n_tasks; t++) {
     int w = d->task_w[t];
+    m->stats.t_data_build += d->secs[w][0];
+    m->stats.t_data_run += d->secs[w][1];
     if (d->ok[w]) data_keep(m->state, hs[w], d->path[w]);
     else unlink(d->path[w]);
   }
@@ -217,6 +224,7 @@ static void data_finish(search_cuda_measure *m, const uint64_t *hs, round_data *
   free(d->state);
   free(d->err);
   free(d->ok);
+  free(d->secs);
   free(d->task_w);
 }
 
