@@ -1041,16 +1041,19 @@ static void kw_vexp(const P *p, const S *s, int kw, vexp *v) {
   }
 }
 
-/* Whether ext has a divisor within [lo, hi]: a thread factor's range is
- * kept only where the tile being read can meet it (with its cap: the
- * factor is part of the inner extent), since the edit written again may
- * tile another loop than the one blamed, and the checker must never be
- * left without a completion. */
-static bool range_fits(const P *p, int64_t ext, int64_t lo, int64_t hi) {
-  int n;
-  const int64_t *d = divisors_of(p->sh, ext, &n);
-  for (int i = 0; i < n; i++)
-    if (d[i] >= lo && d[i] <= hi) return true;
+/* Whether narrowing n's thread factor range can be met by a tile of
+ * extent ext: a divisor of ext within [lo, hi] that keeps the cap (a
+ * factor after the first is part of the inner extent, at most the cap; the
+ * first leaves ext over itself). A range is kept only where it can be met,
+ * since the edit written again may tile another loop than the one blamed,
+ * and the checker must never be left without a completion. */
+static bool range_fits(const P *p, int64_t ext, const tsel_tile_narrowing *n) {
+  int nd;
+  const int64_t *d = divisors_of(p->sh, ext, &nd);
+  for (int i = 0; i < nd; i++) {
+    if (d[i] < n->lo || d[i] > n->hi) continue;
+    if (n->cap < 1 || (n->factor == 0 ? ext / d[i] <= n->cap : d[i] <= n->cap)) return true;
+  }
   return false;
 }
 
@@ -1093,7 +1096,7 @@ static void item_vexp(const P *p, const S *s, vexp *v) {
          * a divisor within it. Only where two factors or more follow it,
          * so that the innermost maximum can always be kept. */
         if (tn->hi >= 1 && L->tile_want && tn->factor <= L->tile_want - 3 &&
-            range_fits(p, ext, tn->lo, tn->cap >= 1 && tn->cap < tn->hi ? tn->cap : tn->hi)) {
+            range_fits(p, ext, tn)) {
           if (L->n_items < tn->factor) v->need_lo = tn->lo, v->need_hi = tn->hi;
           else if (L->n_items == tn->factor) v->xlo = tn->lo, v->xhi = tn->hi;
         }
@@ -2424,7 +2427,16 @@ static bool start_value(P *p, S *t, dg_str *out, const vexp *v) {
       }
       case IM_SET: ok = v->n_set > 0; if (ok) x = v->set[0]; break;
       case IM_MASK: ok = v->mask != 0; while (ok && !((v->mask >> x) & 1)) x++; break;
-      case IM_DIV: x = v->q; break;
+      case IM_DIV: {
+        /* the whole rest (the factors after it then 1), or where a
+         * narrowing forbids it, the fewest digits it allows */
+        x = v->q;
+        if (!int_value_ok(p, t, v, x)) {
+          ipfx f = ipfx_of("", 0);
+          ok = int_prefix_ok(p, t, v, &f, &x);
+        }
+        break;
+      }
     }
     for (int tries = 0; ok && tries < 4 * MAX_CANDS + 2; tries++, x++) {
       char b[24];
