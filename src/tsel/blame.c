@@ -10,7 +10,8 @@
  *
  * Shared memory past the device's limit grows with the tiles' inner
  * extents (a stage's region under its compute-at loop); the guard blames
- * the widest tile and caps it (tsel_prefix_cap_tile).
+ * the widest tile and caps it, and a block with threads out of bounds has
+ * the blamed tile's thread factor narrowed (tsel_prefix_narrow_tile).
  */
 #include <string.h>
 
