@@ -1570,7 +1570,7 @@ DG_TEST(tsel_prefix_narrowed_tile_keeps_its_bounds) {
   tsel_prefix_restore(p, at);
   CHECK(tsel_prefix_feed(p, "8192 ", 5));
   tsel_prefix_restore(p, at);
-  /* a cap on another edit narrows nothing here; uncap_after lifts it */
+  /* a cap on another edit narrows nothing here; unnarrow_after lifts it */
   tsel_prefix_narrow_tile(p, 8, &(tsel_tile_narrowing){.cap = 2});
   tsel_prefix_unnarrow_after(p, 6);
   CHECK(tsel_prefix_feed(p, "128 ", 4));
