@@ -279,7 +279,7 @@ typedef struct {
   double mask_secs;        /* time spent in tsel_mask_compute */
   int n_guarded;           /* lines the guard was asked about */
   int n_blamed;            /* refusals that went back to an earlier line the guard named */
-  int n_capped;            /* of them, with the blamed tile narrowed (tsel_tile_narrowing) */
+  int n_narrowed;          /* of them, with the blamed tile narrowed (tsel_tile_narrowing) */
   int n_backtracks;        /* lines taken back */
   int n_repeats;           /* lines refused at once: written again as a refused line was, after the same text */
   bool guard_gave_up;      /* max_backtracks reached: the rest was not guarded */

@@ -123,7 +123,7 @@ void cli_model_close(cli_model *cm); /* also on a zeroed or failed one */
 typedef struct {
   int64_t tokens;     /* fed to the model */
   int64_t backtracks; /* lines the guard took back */
-  int64_t capped;     /* of them, to a narrowed tile (tsel_tile_narrowing) */
+  int64_t narrowed;   /* of them, to a narrowed tile (tsel_tile_narrowing) */
   int gave_up;        /* graphs whose guard ran out of backtracks */
   double guard_secs;
 } cli_write_stats;

@@ -36,7 +36,7 @@ static void add_stats(writer_ctx *w, const cli_write_stats *ws) {
   pthread_mutex_lock(&w->lock);
   w->ws.tokens += ws->tokens;
   w->ws.backtracks += ws->backtracks;
-  w->ws.capped += ws->capped;
+  w->ws.narrowed += ws->narrowed;
   w->ws.gave_up += ws->gave_up;
   w->ws.guard_secs += ws->guard_secs;
   pthread_mutex_unlock(&w->lock);
@@ -507,7 +507,7 @@ int cmd_eval(int argc, char **argv) {
   if (!graphs && !no_guard && !unconstrained)
     printf("guard: %lld lines taken back (%lld to a narrowed tile), %d graphs past its "
            "backtrack limit, %.1f s\n",
-           (long long)w.ws.backtracks, (long long)w.ws.capped, w.ws.gave_up, w.ws.guard_secs);
+           (long long)w.ws.backtracks, (long long)w.ws.narrowed, w.ws.gave_up, w.ws.guard_secs);
   {
     char name_json[300], name_md[300];
     snprintf(name_json, sizeof name_json, "%s.json", split_name);

@@ -364,7 +364,7 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
     if (ws) {
       ws->tokens += ds[i].n_sampled + ds[i].n_forced;
       ws->backtracks += ds[i].n_backtracks;
-      ws->capped += ds[i].n_capped;
+      ws->narrowed += ds[i].n_narrowed;
       ws->gave_up += ds[i].guard_gave_up;
       ws->guard_secs += ds[i].guard_secs;
     }
@@ -435,7 +435,7 @@ void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *co
       if (ws) {
         ws->tokens += ds[r].n_sampled + ds[r].n_forced;
         ws->backtracks += ds[r].n_backtracks;
-        ws->capped += ds[r].n_capped;
+        ws->narrowed += ds[r].n_narrowed;
         ws->gave_up += ds[r].guard_gave_up;
         ws->guard_secs += ds[r].guard_secs;
       }

@@ -416,7 +416,7 @@ static void writer_step(writer *w) {
         bool blamed = back_to > 0 && back_to < w->lines.n;
         stats->n_blamed += blamed;
         bool narrowed = blamed && (narrow.cap > 0 || narrow.hi > 0);
-        stats->n_capped += narrowed;
+        stats->n_narrowed += narrowed;
         take_back(&w->lines, p, d, o->line_retries, blamed ? back_to : 0, narrowed ? &narrow : NULL);
         w->judged = tsel_prefix_edit_count(p);
         w->retrying = true;

@@ -2144,21 +2144,21 @@ void tsel_prefix_set_explain(tsel_prefix *p, bool allow) { p->sh->explain = allo
 void tsel_prefix_narrow_tile(tsel_prefix *p, int edit, const tsel_tile_narrowing *n) {
   pshared *sh = p->sh;
   if (edit < 1) return;
-  tsel_tile_narrowing z = {0};
-  if (n && n->cap > 0) z.cap = n->cap;
-  if (n && n->factor >= 0 && n->lo >= 1 && n->hi >= n->lo) z.factor = n->factor, z.lo = n->lo, z.hi = n->hi;
+  if (!n) {
+    if (edit <= sh->n_narrows) memset(&sh->narrows[edit - 1], 0, sizeof *sh->narrows);
+    return;
+  }
+  bool cap = n->cap > 0, range = n->factor >= 0 && n->lo >= 1 && n->hi >= n->lo;
+  if (!cap && !range) return;
   if (edit > sh->n_narrows) {
-    if (!z.cap && !z.hi) return;
     sh->narrows = dg_realloc(sh->narrows, sizeof *sh->narrows * (size_t)edit);
     memset(sh->narrows + sh->n_narrows, 0, sizeof *sh->narrows * (size_t)(edit - sh->n_narrows));
     sh->n_narrows = edit;
   }
   tsel_tile_narrowing *t = &sh->narrows[edit - 1];
   /* a later blame narrows further: the smaller cap, the range replaced */
-  if (z.cap && (!t->cap || z.cap < t->cap)) t->cap = z.cap;
-  if (!n) t->cap = 0;
-  if (z.hi) t->factor = z.factor, t->lo = z.lo, t->hi = z.hi;
-  if (!n) t->factor = 0, t->lo = 0, t->hi = 0;
+  if (cap && (!t->cap || n->cap < t->cap)) t->cap = n->cap;
+  if (range) t->factor = n->factor, t->lo = n->lo, t->hi = n->hi;
 }
 
 void tsel_prefix_unnarrow_after(tsel_prefix *p, int edit) {
