@@ -13,6 +13,7 @@
 #include "dragon/data.h"
 #include "dragon/eval.h"
 #include "dragon/nn.h"
+#include "dragon/rt_cuda.h"
 #include "dragon/search.h"
 #include "dragon/tokenizer.h"
 #include "dragon/train.h"
@@ -396,6 +397,100 @@ DG_TEST(eval_cli_planted_outputs_counted) {
   ir_func_free(f1);
 }
 
+/* Against the search: a timed result whose tasks carry their labels'
+ * times gives each family's median speed against the search over the
+ * labelled tasks that passed (a failed output counts as labelled, not as
+ * near), the share at least 0.9x, and the same numbers in the JSON. */
+DG_TEST(eval_table_reads_the_outputs_against_the_labels) {
+  eval_task t[5];
+  memset(t, 0, sizeof t);
+  const char *fam[] = {"gemm", "gemm", "gemm", "softmax", "softmax"};
+  /* gemm: 0.5x, 1.0x, failed; softmax: 2.0x, unlabelled */
+  const double secs[] = {2e-6, 1e-6, 0, 1e-6, 1e-6}, label[] = {1e-6, 1e-6, 1e-6, 2e-6, 0};
+  for (int i = 0; i < 5; i++) {
+    t[i].spec = (char *)"w";
+    snprintf(t[i].family, sizeof t[i].family, "%s", fam[i]);
+    t[i].gate = secs[i] > 0 ? EVAL_PASSED : EVAL_GATE_NUMERIC;
+    t[i].secs = secs[i];
+    t[i].baseline_secs = 4e-6;
+    t[i].label_secs = label[i];
+  }
+  eval_result r = {t, 5, true, 4, 4, 0, 1.0};
+  CHECK(eval_task_vs_label(&t[0]) == 0.5 && eval_task_vs_label(&t[2]) == 0 && eval_task_vs_label(&t[4]) == 0);
+  char *table = eval_result_table(&r, "m", "test");
+  CHECK_MSG(strstr(table, "on 4 labelled tasks: median 1.00x over the 3 correct; 2 (50.0%) correct and at "
+                          "least 0.9x") &&
+                strstr(table, "| vs search (labelled) |") && strstr(table, "| gemm | 3 | 66.7% |") &&
+                strstr(table, "| 0.71x (3) |") && strstr(table, "| 2.00x (1) |") &&
+                strstr(table, "| **all** | 5 | 80.0% |"),
+            "%s", table);
+  free(table);
+  char *json = eval_result_json(&r, "m", "test", 1, 0);
+  json_error_t je;
+  json_t *j = json_loads(json, 0, &je);
+  CHECK_MSG(j, "%s", je.text);
+  CHECK_EQ(json_integer_value(json_object_get(j, "labelled")), 4);
+  CHECK_EQ(json_integer_value(json_object_get(j, "vs_label_0.9")), 2);
+  CHECK(json_real_value(json_object_get(j, "vs_label_median")) == 1.0);
+  json_t *t0 = json_array_get(json_object_get(j, "tasks"), 0);
+  CHECK(json_real_value(json_object_get(t0, "vs_label")) == 0.5);
+  CHECK(!json_object_get(json_array_get(json_object_get(j, "tasks"), 4), "label_secs"));
+  json_decref(j);
+  free(json);
+  /* untimed (the C emulation): no column, however the tasks are labelled */
+  r.timed = false;
+  table = eval_result_table(&r, "m", "test");
+  CHECK_MSG(!strstr(table, "vs search") && !strstr(table, "Against the search"), "%s", table);
+  free(table);
+}
+
+/* --labels: a split's construction examples label its tasks (refinement
+ * lines passed over); --labelled keeps only the labelled tasks; a line
+ * that is not an example is refused with its place; --labelled without
+ * labels is a usage error. */
+DG_TEST(eval_cli_labels) {
+  char path[600], bad[600], graphs[600], args[2400], out_dir[700];
+  dg_status st;
+  snprintf(path, sizeof path, "%s/labels.jsonl", dg_test_tmpdir());
+  snprintf(bad, sizeof bad, "%s/labels_bad.jsonl", dg_test_tmpdir());
+  snprintf(graphs, sizeof graphs, "%s/none.jsonl", dg_test_tmpdir());
+  snprintf(out_dir, sizeof out_dir, "%s/evl", dg_test_tmpdir());
+  const char *lines = "{\"kind\":\"construct\",\"workload\":\"" W2 "\",\"target\":\"tsel 1\"}\n"
+                      "{\"kind\":\"refine\",\"workload\":\"" W3 "\",\"target\":\"tsel 1\"}\n";
+  CHECK(dg_write_file_atomic(path, lines, strlen(lines), &st));
+  const char *bad_lines = "\n{\"kind\":\"construct\"}\n";
+  CHECK(dg_write_file_atomic(bad, bad_lines, strlen(bad_lines), &st));
+  CHECK(dg_write_file_atomic(graphs, "\n", 1, &st));
+  char *out = NULL;
+  snprintf(args, sizeof args, "eval --workloads '%s;%s;%s' --graphs %s --labels %s --labelled --target c --out %s",
+           W1, W2, W3, graphs, path, out_dir);
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "1 of the 1 tasks have one") && strstr(out, ": 1 tasks,") &&
+                strstr(out, "| gemv | 1 |") && !strstr(out, "| softmax"),
+            "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args, "eval --workloads '%s;%s' --graphs %s --labels %s --target c --out %s", W1, W2, graphs,
+           path, out_dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "1 of the 2 tasks have one") && strstr(out, ": 2 tasks,"), "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args, "eval --workloads '%s' --graphs %s --labels %s --target c --out %s", W1, graphs, bad,
+           out_dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc != 0 && strstr(out, "labels_bad.jsonl:2:1: not an example"), "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args, "eval --workloads '%s' --graphs %s --labels none --labelled --target c --out %s", W1,
+           graphs, out_dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 2 && strstr(out, "--labelled: no labels"), "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args, "eval --workloads '%s' --graphs %s --labels %s --labelled --target c --out %s", W1,
+           graphs, path, out_dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 2 && strstr(out, "none has a label"), "rc %d: %s", rc, out);
+  free(out);
+}
+
 /* dragon eval end to end with a (random) model on the C emulation: every
  * task judged, its tokens counted, the files written. */
 /* --max-work leaves out the split's workloads whose float64 reference is
@@ -560,4 +655,69 @@ DG_TEST(gpu_optimize_and_eval_write_on_gpu) {
   CHECK_MSG(tasks && strstr(tasks, "write=cuda"), "%s", tasks ? tasks : st.msg);
   free(tasks);
   ir_func_free(f);
+}
+
+/* On a GPU each labelled task's label is timed beside its output: with
+ * the labels themselves as the outputs, every task passes, has its
+ * label's time, and the table reads them against the search. */
+DG_TEST(gpu_eval_times_the_labels) {
+  dg_status st;
+  if (!rt_cuda_available(&st)) {
+    dg_test_skip("no GPU: %s", st.msg);
+    return;
+  }
+  size_t len;
+  char *text = dg_read_text("data/examples/test.jsonl.zst", 0, &len, &st);
+  CHECK_MSG(text, "%s", st.msg);
+  /* the first 8 labelled workloads small enough to judge fast */
+  dg_str graphs, specs;
+  dg_str_init(&graphs);
+  dg_str_init(&specs);
+  int n = 0;
+  for (char *p = text, *nl; *p && n < 8; p = nl + 1) {
+    nl = strchr(p, '\n');
+    if (!nl) break;
+    json_t *j = json_loadb(p, (size_t)(nl - p), 0, NULL);
+    const char *kind = json_string_value(json_object_get(j, "kind"));
+    const char *w = json_string_value(json_object_get(j, "workload"));
+    const char *g = json_string_value(json_object_get(j, "target"));
+    dg_func *f = kind && strcmp(kind, "construct") == 0 && w ? wl_build(w, &st) : NULL;
+    if (f && g && data_label_work(f) < 1e8) {
+      json_t *line = json_pack("{s:s, s:s}", "workload", w, "graph", g);
+      char *l = json_dumps(line, JSON_COMPACT);
+      dg_str_printf(&graphs, "%s\n", l);
+      dg_str_printf(&specs, "%s%s", n ? ";" : "", w);
+      free(l);
+      json_decref(line);
+      n++;
+    }
+    ir_func_free(f);
+    json_decref(j);
+  }
+  free(text);
+  CHECK_MSG(n >= 4, "only %d small labelled test workloads", n);
+  char path[600], args[4000], out_dir[700], jpath[800];
+  snprintf(path, sizeof path, "%s/label_graphs.jsonl", dg_test_tmpdir());
+  snprintf(out_dir, sizeof out_dir, "%s/evgl", dg_test_tmpdir());
+  CHECK(dg_write_file_atomic(path, graphs.s, graphs.len, &st));
+  snprintf(args, sizeof args, "eval --workloads '%s' --graphs %s --target cuda --out %s --quiet", specs.s, path,
+           out_dir);
+  char *out = NULL;
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "Against the search's best label") && strstr(out, "vs search (labelled)"),
+            "rc %d: %s", rc, out);
+  free(out);
+  snprintf(jpath, sizeof jpath, "%s/test.json", out_dir);
+  json_error_t je;
+  json_t *j = json_load_file(jpath, 0, &je);
+  CHECK_MSG(j, "%s", je.text);
+  CHECK_EQ(json_integer_value(json_object_get(j, "correct")), n);
+  CHECK_EQ(json_integer_value(json_object_get(j, "labelled")), n);
+  for (int i = 0; i < n; i++) {
+    json_t *t = json_array_get(json_object_get(j, "tasks"), (size_t)i);
+    CHECK(json_real_value(json_object_get(t, "label_secs")) > 0 && json_real_value(json_object_get(t, "vs_label")) > 0);
+  }
+  json_decref(j);
+  dg_str_free(&graphs);
+  dg_str_free(&specs);
 }

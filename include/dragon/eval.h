@@ -221,6 +221,12 @@ typedef struct {
    * it: a run stopped later resumes after it); false stops the run */
   bool (*on_task)(void *ctx, int i, const struct eval_task *t, dg_status *st);
   void *on_task_ctx;
+  /* the search's labels: labels[i], where labels and it are not NULL, is
+   * task i's best measured schedule as a graph (its split's construction
+   * target, data/examples/); on the GPU it is judged and timed beside the
+   * output and the baseline in the same batch, so that the output's speed
+   * is also read against the search's (not judged without a GPU) */
+  const char *const *labels;
 } eval_run_opts;
 
 typedef struct eval_task {
@@ -230,6 +236,7 @@ typedef struct eval_task {
   char reason[512];
   double secs;             /* the output's time; 0: not timed */
   double baseline_secs;    /* 0: not timed */
+  double label_secs;       /* the search label's time beside it; 0: no label, or not timed */
   double t_write, t_check; /* seconds writing, checking and timing */
   int64_t tokens;
   char *graph;             /* the output as written (owned; NULL: none) */
@@ -247,8 +254,14 @@ typedef struct {
  * spec that does not build); every output, whatever it is, is judged. */
 bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st);
 void eval_result_free(eval_result *r);
+/* Against the search (tasks with a timed label): the label's time over the
+ * output's where the output passed, else 0 (the output lost). */
+double eval_task_vs_label(const eval_task *t);
 /* The outcomes as JSON (every task; the totals; what was evaluated) and
- * as a Markdown table by family. Caller frees. */
+ * as a Markdown table by family; where labels were timed, each family's
+ * median speed against the search over its labelled tasks that passed,
+ * and the share of labelled tasks at least 0.9x the search's speed.
+ * Caller frees. */
 char *eval_result_json(const eval_result *r, const char *model, const char *split, uint64_t seed,
                        double temperature);
 char *eval_result_table(const eval_result *r, const char *model, const char *split);

@@ -107,6 +107,43 @@ static json_t *load_graphs(const char *path, dg_status *st) {
   return map;
 }
 
+/* ---- the search's labels: a split's construction examples ---------------- */
+
+/* --labels FILE (JSON lines, plain or zstd, as `dragon data build` writes
+ * them): workload -> the construction target, its best measured
+ * schedule's graph. Refinement lines are passed over; a line that is not
+ * an example is refused naming file:line. */
+static json_t *load_labels(const char *path, dg_status *st) {
+  size_t len;
+  char *text = dg_read_text(path, 0, &len, st);
+  if (!text) return NULL;
+  json_t *map = json_object();
+  int line = 0;
+  for (char *p = text, *nl; *p; p = nl ? nl + 1 : p + strlen(p)) {
+    nl = strchr(p, '\n');
+    line++;
+    size_t n = nl ? (size_t)(nl - p) : strlen(p);
+    if (n == 0) continue;
+    json_error_t je;
+    json_t *j = json_loadb(p, n, 0, &je);
+    const char *kind = j ? json_string_value(json_object_get(j, "kind")) : NULL;
+    const char *w = j ? json_string_value(json_object_get(j, "workload")) : NULL;
+    const char *g = j ? json_string_value(json_object_get(j, "target")) : NULL;
+    if (!kind || !w || !g) {
+      dg_fail(st, DG_ERR_PARSE, "%s:%d:%d: not an example (want kind, workload and target)%s%s", path,
+              line, j ? 1 : je.column, j ? "" : ": ", j ? "" : je.text);
+      json_decref(j);
+      json_decref(map);
+      free(text);
+      return NULL;
+    }
+    if (strcmp(kind, "construct") == 0) json_object_set_new(map, w, json_string(g));
+    json_decref(j);
+  }
+  free(text);
+  return map;
+}
+
 /* ---- resuming: OUT/SPLIT.tasks.jsonl, a line a judged task ----------------- */
 
 typedef struct {
@@ -123,6 +160,7 @@ static bool keep_task(void *ctx, int i, const eval_task *t, dg_status *st) {
                         t->reason, "secs", t->secs, "baseline_secs", t->baseline_secs, "write_s",
                         t->t_write, "check_s", t->t_check, "tokens", (json_int_t)t->tokens);
   if (t->graph) json_object_set_new(j, "graph", json_string(t->graph));
+  if (t->label_secs > 0) json_object_set_new(j, "label_secs", json_real(t->label_secs));
   char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
   json_decref(j);
   dg_str s;
@@ -182,6 +220,7 @@ static eval_task **load_done(const char *path, const char *key, const char *cons
         snprintf(t->reason, sizeof t->reason, "%s", r);
         t->secs = json_number_value(json_object_get(j, "secs"));
         t->baseline_secs = json_number_value(json_object_get(j, "baseline_secs"));
+        t->label_secs = json_number_value(json_object_get(j, "label_secs"));
         t->t_write = json_number_value(json_object_get(j, "write_s"));
         t->t_check = json_number_value(json_object_get(j, "check_s"));
         t->tokens = json_integer_value(json_object_get(j, "tokens"));
@@ -294,11 +333,13 @@ static void model_name(const char *arg, char *out, size_t n) {
 
 int cmd_eval(int argc, char **argv) {
   const char *split_name = "test", *workloads = NULL, *model_arg = NULL, *tokp = NULL,
-             *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE;
+             *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE,
+             *labels_path = NULL;
   int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048;
   double temperature = 0, max_work = -1;
   int n_past = 0;
-  bool quiet = false, no_guard = false, resume = false, unconstrained = false, write_gpu = false;
+  bool quiet = false, no_guard = false, resume = false, unconstrained = false, write_gpu = false,
+       labelled_only = false;
   const char *write_on = NULL;
   const cli_opt opts[] = {
       {"--split", CLI_OPT_STR, &split_name, 0, 0, "the held-out split: val, test, heldout_shape or heldout_family (default test)"},
@@ -319,6 +360,10 @@ int cmd_eval(int argc, char **argv) {
       {"--write", CLI_OPT_STR, &write_on, 0, 0, "where the model writes: cuda (the GPU's KV cache, every task a row; the default where the checks run on a GPU) or cpu (every core)"},
       {"--unconstrained", CLI_OPT_FLAG, &unconstrained, 0, 0, "decode without the grammar and type mask (and so without the guard; for comparison)"},
       {"--splits", CLI_OPT_STR, &splits_path, 0, 0, "the splits file (default " DATA_SPLIT_FILE ")"},
+      {"--labels", CLI_OPT_STR, &labels_path, 0, 0,
+       "the search's labels: construction examples whose targets are timed beside the outputs on the GPU "
+       "(default data/examples/SPLIT.jsonl.zst where it exists; none: no labels)"},
+      {"--labelled", CLI_OPT_FLAG, &labelled_only, 0, 0, "only the tasks that have a label"},
       {"--out", CLI_OPT_STR, &out_dir, 0, 0, "where SPLIT.json and SPLIT.md go (default eval/MODEL)"},
       {"--resume", CLI_OPT_FLAG, &resume, 0, 0, "keep the tasks an interrupted run of the same evaluation judged (OUT/SPLIT.tasks.jsonl) and do the rest"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no line per task on stderr"},
@@ -329,7 +374,9 @@ int cmd_eval(int argc, char **argv) {
       "gates of `dragon optimize`: Correct@1, and on the GPU fast_2 and fast_10 over\n"
       "the untuned baseline measured in the same run, per family. Writes\n"
       "OUT/SPLIT.json (every task's gate, reason and times) and OUT/SPLIT.md (the\n"
-      "table, also printed). Refuses training workloads.",
+      "table, also printed). On the GPU each labelled task's search label (its best\n"
+      "measured schedule, --labels) is timed beside the output too: the output's speed\n"
+      "against the search's, per family. Refuses training workloads.",
       opts, DG_ARRAY_LEN(opts), 0, 0};
   char **pos;
   int npos;
@@ -370,6 +417,8 @@ int cmd_eval(int argc, char **argv) {
   memset(&res, 0, sizeof res);
   char *json = NULL, *table = NULL;
   eval_task **done = NULL;
+  json_t *label_map = NULL;
+  const char **labels = NULL;
 
   if (!(splits = data_splits_load(splits_path, &st))) goto fail;
   if (workloads) {
@@ -415,8 +464,40 @@ int cmd_eval(int argc, char **argv) {
       fprintf(stderr, "dragon eval: %d of the split's workloads left out: their float64 reference "
               "takes more than %.3g operations (--max-work)\n", n_past, max_work);
   }
+  /* the search's labels, and with --labelled only the tasks they label */
+  {
+    char default_labels[300];
+    snprintf(default_labels, sizeof default_labels, "data/examples/%s.jsonl.zst", split_name);
+    bool named = labels_path && strcmp(labels_path, "none") != 0;
+    if (!labels_path) labels_path = access(default_labels, R_OK) == 0 ? default_labels : NULL;
+    else if (!named) labels_path = NULL;
+    if (labelled_only && !labels_path) {
+      dg_fail(&st, DG_ERR_USAGE, "--labelled: no labels (%s does not exist; --labels FILE names them)",
+              default_labels);
+      goto fail;
+    }
+    if (labels_path && !(label_map = load_labels(labels_path, &st))) goto fail;
+    labels = dg_calloc((size_t)(n ? n : 1), sizeof *labels);
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+      const char *g = label_map ? json_string_value(json_object_get(label_map, specs[i])) : NULL;
+      if (labelled_only && !g) {
+        free(specs[i]);
+        continue;
+      }
+      specs[kept] = specs[i];
+      labels[kept++] = g;
+    }
+    n = kept;
+    int with = 0;
+    for (int i = 0; i < n; i++) with += labels[i] != NULL;
+    if (label_map && !quiet)
+      fprintf(stderr, "dragon eval: labels from %s: %d of the %d tasks have one (timed on a GPU only)\n",
+              labels_path, with, n);
+  }
   if (n == 0) {
-    dg_fail(&st, DG_ERR_USAGE, "no tasks: the split is empty or --workloads names none");
+    dg_fail(&st, DG_ERR_USAGE, "no tasks: the split is empty or --workloads names none%s",
+            labelled_only ? " (with --labelled: none has a label)" : "");
     goto fail;
   }
 
@@ -487,7 +568,8 @@ int cmd_eval(int argc, char **argv) {
                       .write_threads = write_gpu ? 1 : writers,
                       .done = done,
                       .on_task = keep_task,
-                      .on_task_ctx = &kc};
+                      .on_task_ctx = &kc,
+                      .labels = labels};
   if (!eval_run(&eo, &res, &st)) goto fail;
   json = eval_result_json(&res, name, split_name, (uint64_t)seed, temperature);
   table = eval_result_table(&res, name, split_name);
@@ -538,6 +620,8 @@ done:
   if (have_gpu) search_cuda_measure_free(&gm);
   cli_model_close(&cm);
   json_decref(graphs);
+  free(labels);
+  json_decref(label_map);
   for (int i = 0; i < n; i++) free(specs[i]);
   free(specs);
   data_splits_free(splits);

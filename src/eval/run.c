@@ -157,8 +157,10 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
   if (n == 0) return true;
   dg_func *f[EVAL_BATCH] = {0};
   char *base[EVAL_BATCH] = {0};
-  eval_item items[2 * EVAL_BATCH];
-  eval_score sc[2 * EVAL_BATCH];
+  /* each task's output and baseline, and its label where it has one */
+  eval_item items[3 * EVAL_BATCH];
+  eval_score sc[3 * EVAL_BATCH];
+  int at_item[EVAL_BATCH], at_label[EVAL_BATCH], n_items = 0;
   bool ok = true;
   for (int k = 0; k < n && ok; k++) {
     int i = idx[k];
@@ -178,8 +180,14 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
     }
     sched_free(bs);
     const char *graph = ahead[i].graph;
-    items[2 * k] = (eval_item){graph ? graph : "", "graph", f[k], o->specs[i], NULL};
-    items[2 * k + 1] = (eval_item){base[k] ? base[k] : "", "baseline", f[k], o->specs[i], NULL};
+    at_item[k] = n_items;
+    items[n_items++] = (eval_item){graph ? graph : "", "graph", f[k], o->specs[i], NULL};
+    items[n_items++] = (eval_item){base[k] ? base[k] : "", "baseline", f[k], o->specs[i], NULL};
+    at_label[k] = -1;
+    if (o->labels && o->labels[i]) {
+      at_label[k] = n_items;
+      items[n_items++] = (eval_item){o->labels[i], "label", f[k], o->specs[i], NULL};
+    }
   }
   if (ok) {
     eval_score_opts eo;
@@ -189,7 +197,7 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
     double t0 = dg_now();
     double w0 = o->gpu->stats.t_wall, d0 = o->gpu->stats.t_data, g0 = o->gpu->stats.t_gpu_wait,
            c0 = o->gpu->stats.t_compile_wait, b0 = o->gpu->stats.t_data_build, r0 = o->gpu->stats.t_data_run;
-    eval_score_batch(items, 2 * n, &eo, o->threads, sc);
+    eval_score_batch(items, n_items, &eo, o->threads, sc);
     double each = (dg_now() - t0) / n;
     if (o->progress) {
       /* where a batch's time goes: the gates up to the build, then the
@@ -207,7 +215,7 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
       int i = idx[k];
       eval_task *t = &tasks[i];
       written *w = &ahead[i];
-      const eval_score *y = &sc[2 * k], *b = &sc[2 * k + 1];
+      const eval_score *y = &sc[at_item[k]], *b = &sc[at_item[k] + 1];
       t->tokens = w->tokens;
       t->t_write = w->t_write;
       t->t_check = each;
@@ -220,10 +228,13 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
         if (t->gate == EVAL_PASSED) t->secs = y->secs;
       }
       t->baseline_secs = b->failed == EVAL_PASSED ? b->secs : 0;
+      /* a label that does not pass here (it was measured correct when it
+       * was made) is no label of this run */
+      t->label_secs = at_label[k] >= 0 && sc[at_label[k]].failed == EVAL_PASSED ? sc[at_label[k]].secs : 0;
       t->graph = w->graph;
       w->graph = NULL;
     }
-    for (int k = 0; k < 2 * n; k++) eval_score_free(&sc[k]);
+    for (int k = 0; k < n_items; k++) eval_score_free(&sc[k]);
   }
   for (int k = 0; k < n; k++) {
     ir_func_free(f[k]);
@@ -370,6 +381,47 @@ static double speedup_of(const eval_task *t) {
                                                                           : 0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double eval_task_vs_label(const eval_task *t) {
+  return t->label_secs > 0 && t->gate == EVAL_PASSED && t->secs > 0 ? t->label_secs / t->secs : 0;
+}
+
+/* The median of x[0..n) (sorted here; the geometric mean of the middle two
+ * for an even n: these are ratios), 0 for none. */
+static double median_ratio(double *x, int n) {
+  if (n == 0) return 0;
+  qsort(x, (size_t)n, sizeof *x, cmp_double);
+  return n % 2 ? x[n / 2] : sqrt(x[n / 2 - 1] * x[n / 2]);
+}
+
+/* Against the search over the tasks of family (NULL: all): the labelled
+ * tasks, their median vs_label over those that passed, and how many
+ * passed at least 0.9x the search's speed. */
+typedef struct {
+  int labelled, passed, near;
+  double median;
+} vs_label;
+
+static vs_label vs_label_of(const eval_result *r, const char *family) {
+  vs_label v = {0};
+  double *x = dg_calloc((size_t)(r->n ? r->n : 1), sizeof *x);
+  for (int i = 0; i < r->n; i++) {
+    const eval_task *t = &r->tasks[i];
+    if (t->label_secs <= 0 || (family && strcmp(t->family, family) != 0)) continue;
+    v.labelled++;
+    double q = eval_task_vs_label(t);
+    if (q > 0) x[v.passed++] = q;
+    v.near += q >= 0.9;
+  }
+  v.median = median_ratio(x, v.passed);
+  free(x);
+  return v;
+}
+
 char *eval_result_json(const eval_result *r, const char *model, const char *split, uint64_t seed,
                        double temperature) {
   json_t *tasks = json_array();
@@ -384,6 +436,10 @@ char *eval_result_json(const eval_result *r, const char *model, const char *spli
     if (t->graph) json_object_set_new(j, "graph", json_string(t->graph));
     double s = speedup_of(t);
     if (s > 0) json_object_set_new(j, "speedup", json_real(s));
+    if (t->label_secs > 0) {
+      json_object_set_new(j, "label_secs", json_real(t->label_secs));
+      json_object_set_new(j, "vs_label", json_real(eval_task_vs_label(t)));
+    }
     json_array_append_new(tasks, j);
   }
   json_t *root = json_pack("{s:s, s:s, s:I, s:f, s:b, s:i, s:i, s:f, s:o}", "model", model, "split",
@@ -393,6 +449,12 @@ char *eval_result_json(const eval_result *r, const char *model, const char *spli
   if (r->timed) {
     json_object_set_new(root, "fast_2", json_integer(r->fast_2));
     json_object_set_new(root, "fast_10", json_integer(r->fast_10));
+    vs_label v = vs_label_of(r, NULL);
+    if (v.labelled > 0) {
+      json_object_set_new(root, "labelled", json_integer(v.labelled));
+      json_object_set_new(root, "vs_label_median", json_real(v.median));
+      json_object_set_new(root, "vs_label_0.9", json_integer(v.near));
+    }
   }
   char *text = json_dumps(root, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
   json_decref(root);
@@ -401,12 +463,8 @@ char *eval_result_json(const eval_result *r, const char *model, const char *spli
   return out;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static void table_row(dg_str *s, const char *name, const eval_result *r, const char *family) {
+static void table_row(dg_str *s, const char *name, const eval_result *r, const char *family,
+                      bool labels) {
   int n = 0, ok = 0, f2 = 0, f10 = 0, ns = 0;
   double *sp = dg_calloc((size_t)(r->n ? r->n : 1), sizeof *sp);
   for (int i = 0; i < r->n; i++) {
@@ -421,10 +479,14 @@ static void table_row(dg_str *s, const char *name, const eval_result *r, const c
   }
   dg_str_printf(s, "| %s | %d | %.1f%% |", name, n, n ? 100.0 * ok / n : 0.0);
   if (r->timed) {
-    qsort(sp, (size_t)ns, sizeof *sp, cmp_double);
-    double med = ns ? (ns % 2 ? sp[ns / 2] : sqrt(sp[ns / 2 - 1] * sp[ns / 2])) : 0;
+    double med = median_ratio(sp, ns);
     dg_str_printf(s, " %.1f%% | %.1f%% | %s%.2fx |", n ? 100.0 * f2 / n : 0.0,
                   n ? 100.0 * f10 / n : 0.0, ns ? "" : "-", med);
+  }
+  if (labels) {
+    vs_label v = vs_label_of(r, family);
+    if (v.passed) dg_str_printf(s, " %.2fx (%d) |", v.median, v.labelled);
+    else dg_str_printf(s, " - (%d) |", v.labelled);
   }
   dg_str_puts(s, "\n");
   free(sp);
@@ -436,16 +498,25 @@ char *eval_result_table(const eval_result *r, const char *model, const char *spl
   dg_str_printf(&s, "# %s on %s: %d tasks, Correct@1 %d (%.1f%%)%s\n\n", model, split, r->n,
                 r->correct, r->n ? 100.0 * r->correct / r->n : 0.0,
                 r->timed ? "" : "; not timed (checked in the C emulation)");
-  dg_str_puts(&s, r->timed ? "| family | tasks | Correct@1 | fast_2 | fast_10 | median speedup |\n"
-                             "|---|---:|---:|---:|---:|---:|\n"
-                           : "| family | tasks | Correct@1 |\n|---|---:|---:|\n");
+  vs_label all = vs_label_of(r, NULL);
+  bool labels = r->timed && all.labelled > 0;
+  if (labels)
+    dg_str_printf(&s, "Against the search's best label (timed beside the output in the same run) on "
+                  "%d labelled tasks: median %.2fx over the %d correct; %d (%.1f%%) correct and at least "
+                  "0.9x the search's speed.\n\n", all.labelled, all.median, all.passed, all.near,
+                  100.0 * all.near / all.labelled);
+  dg_str_puts(&s, r->timed ? "| family | tasks | Correct@1 | fast_2 | fast_10 | median speedup |"
+                           : "| family | tasks | Correct@1 |");
+  dg_str_puts(&s, labels ? " vs search (labelled) |\n" : "\n");
+  dg_str_puts(&s, r->timed ? "|---|---:|---:|---:|---:|---:|" : "|---|---:|---:|");
+  dg_str_puts(&s, labels ? "---:|\n" : "\n");
   /* the families in order of first appearance */
   for (int i = 0; i < r->n; i++) {
     bool seen = false;
     for (int j = 0; j < i && !seen; j++) seen = strcmp(r->tasks[j].family, r->tasks[i].family) == 0;
-    if (!seen) table_row(&s, r->tasks[i].family, r, r->tasks[i].family);
+    if (!seen) table_row(&s, r->tasks[i].family, r, r->tasks[i].family, labels);
   }
-  table_row(&s, "**all**", r, NULL);
+  table_row(&s, "**all**", r, NULL, labels);
   /* where the outputs stopped */
   int at[EVAL_GATE_COUNT] = {0};
   for (int i = 0; i < r->n; i++)
