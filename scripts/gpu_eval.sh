@@ -16,7 +16,9 @@
 #   LIMIT       each split's first N workloads (default 0: all)
 #   WINDOW      seconds the whole script may take (default 520): the splits
 #               share what the tests leave, in order; a split cut short is kept
-#   EVAL_ARGS   more flags for `dragon eval`
+#   EVAL_ARGS   more flags for `dragon eval` (--labelled: the tasks the search
+#               labelled alone, each timed beside its label; --refine: the
+#               split's refinement examples as tasks, SPLIT.refine.*)
 #   RESUME_FROM an eval.tgz brought back earlier (its tasks are kept)
 #   GPU_TESTS=1 first the tests of the GPU's writing, judging and measuring
 #               (gpu_optimize, gpu_decode, search_cuda_measure_many,
@@ -69,6 +71,6 @@ for split in "$@"; do
   timeout -s INT -k 10 "$share" "$DRAGON" eval --split "$split" --limit "$LIMIT" --model "$MODEL" \
     --target cuda --resume --out "$LOGDIR/eval" ${EVAL_ARGS:-} >"$LOGDIR/eval-$split.out" 2>"$LOGDIR/eval-$split.log"
   rc=$?
-  note "eval $split: exit $rc in $(($(date +%s) - t)) s (of $share); $(grep -c . "$LOGDIR/eval/$split.tasks.jsonl" 2>/dev/null) tasks judged; $(grep -m1 '^# ' "$LOGDIR/eval-$split.out")"
+  note "eval $split: exit $rc in $(($(date +%s) - t)) s (of $share); $(cat "$LOGDIR/eval/$split".*tasks.jsonl 2>/dev/null | grep -c .) tasks judged; $(grep -m1 '^# ' "$LOGDIR/eval-$split.out")"
   grep '^|' "$LOGDIR/eval-$split.out" | tail -3
 done

@@ -444,6 +444,132 @@ DG_TEST(eval_table_reads_the_outputs_against_the_labels) {
   free(table);
 }
 
+/* Refinement tasks read against their priors: faster counts the outputs
+ * correct and at least EVAL_REFINE_GAIN times faster than their prior
+ * (an output as fast as its prior is not), 2x the prior those at least
+ * twice as fast, in the table and the JSON. */
+DG_TEST(eval_table_reads_refinements_against_their_priors) {
+  eval_task t[4];
+  memset(t, 0, sizeof t);
+  /* 1.02x (not faster), 1.5x, 3x, failed */
+  const double secs[] = {1e-6, 1e-6, 1e-6, 0}, prior[] = {1.02e-6, 1.5e-6, 3e-6, 2e-6};
+  for (int i = 0; i < 4; i++) {
+    t[i].spec = (char *)"w";
+    t[i].name = (char *)"refine/1/0";
+    snprintf(t[i].family, sizeof t[i].family, "gemm");
+    t[i].gate = secs[i] > 0 ? EVAL_PASSED : EVAL_GATE_NUMERIC;
+    t[i].secs = secs[i];
+    t[i].baseline_secs = 4e-6;
+    t[i].prior_secs = prior[i];
+  }
+  eval_result r = {t, 4, true, true, 3, 3, 0, 2, 1, 1.0};
+  CHECK(eval_task_vs_prior(&t[2]) == 3.0 && eval_task_vs_prior(&t[3]) == 0);
+  char *table = eval_result_table(&r, "m", "test");
+  CHECK_MSG(strstr(table, "4 refinement tasks, Correct@1 3 (75.0%)") &&
+                strstr(table, "2 (50.0%) correct and at least 1.03x faster than their prior, 1 (25.0%) at least 2x") &&
+                strstr(table, "| faster than the prior | 2x the prior | fast_2 |") &&
+                strstr(table, "| gemm | 4 | 75.0% | 50.0% | 25.0% | 75.0% |"),
+            "%s", table);
+  free(table);
+  char *json = eval_result_json(&r, "m", "test", 1, 0);
+  json_t *j = json_loads(json, 0, NULL);
+  CHECK(j);
+  CHECK_STREQ(json_string_value(json_object_get(j, "tasks_kind")), "refine");
+  CHECK_EQ(json_integer_value(json_object_get(j, "faster")), 2);
+  json_t *t1 = json_array_get(json_object_get(j, "tasks"), 1);
+  CHECK(json_real_value(json_object_get(t1, "vs_prior")) == 1.5);
+  CHECK_STREQ(json_string_value(json_object_get(t1, "task")), "refine/1/0");
+  json_decref(j);
+  free(json);
+}
+
+/* --refine: each refinement example of the tasks' workloads is a task
+ * named as the example (a workload with two priors is two tasks, a
+ * workload not among the tasks none); its files are SPLIT.refine.*; an
+ * interrupted run resumes by task name; a refinement line without its
+ * prior is refused with its place; with no example of the tasks'
+ * workloads there is no task. */
+DG_TEST(eval_cli_refine_tasks) {
+  dg_status st;
+  dg_func *f1 = wl_build(W1, &st);
+  CHECK(f1);
+  sched *bs = NULL;
+  CHECK_MSG(search_baseline_schedule(f1, NULL, &bs, &st), "%s", st.msg);
+  tsel_graph *g = tsel_lift(sched_get_trace(bs), W1, f1, NULL, &st);
+  CHECK(g);
+  char *g1 = tsel_print(g);
+  tsel_graph_free(g);
+  sched_free(bs);
+  char path[600], bad[600], graphs[600], args[2400], out_dir[700], tpath[800];
+  snprintf(path, sizeof path, "%s/refine.jsonl", dg_test_tmpdir());
+  snprintf(bad, sizeof bad, "%s/refine_bad.jsonl", dg_test_tmpdir());
+  snprintf(graphs, sizeof graphs, "%s/refine_graphs.jsonl", dg_test_tmpdir());
+  snprintf(out_dir, sizeof out_dir, "%s/evr", dg_test_tmpdir());
+  dg_str lines;
+  dg_str_init(&lines);
+  dg_str_printf(&lines,
+                "{\"task\":\"construct/1\",\"kind\":\"construct\",\"workload\":\"" W1 "\",\"target\":\"tsel 1\"}\n"
+                "{\"task\":\"refine/1/0\",\"kind\":\"refine\",\"workload\":\"" W1 "\",\"prior\":\"p0\",\"target\":\"t\"}\n"
+                "{\"task\":\"refine/2/0\",\"kind\":\"refine\",\"workload\":\"" W3 "\",\"prior\":\"p\",\"target\":\"t\"}\n"
+                "{\"task\":\"refine/1/1\",\"kind\":\"refine\",\"workload\":\"" W1 "\",\"prior\":\"p1\",\"target\":\"t\"}\n");
+  CHECK(dg_write_file_atomic(path, lines.s, lines.len, &st));
+  const char *bad_lines = "{\"task\":\"refine/1/0\",\"kind\":\"refine\",\"workload\":\"w\",\"target\":\"t\"}\n";
+  CHECK(dg_write_file_atomic(bad, bad_lines, strlen(bad_lines), &st));
+  json_t *a = json_pack("{s:s, s:s}", "workload", W1, "graph", g1);
+  char *la = json_dumps(a, JSON_COMPACT);
+  dg_str gl;
+  dg_str_init(&gl);
+  dg_str_printf(&gl, "%s\n", la);
+  CHECK(dg_write_file_atomic(graphs, gl.s, gl.len, &st));
+  char *out = NULL;
+  snprintf(args, sizeof args, "eval --workloads '%s;%s' --graphs %s --labels %s --refine --target c --out %s", W1, W2,
+           graphs, path, out_dir);
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "2 refinement tasks, Correct@1 2 (100.0%)") && strstr(out, "refine/1/1") &&
+                !strstr(out, "refine/2/0"),
+            "rc %d: %s", rc, out);
+  free(out);
+  char jpath[800];
+  snprintf(jpath, sizeof jpath, "%s/test.refine.json", out_dir);
+  json_t *j = json_load_file(jpath, 0, NULL);
+  CHECK_MSG(j, "no %s", jpath);
+  CHECK_STREQ(json_string_value(json_object_get(j, "tasks_kind")), "refine");
+  CHECK_STREQ(json_string_value(json_object_get(json_array_get(json_object_get(j, "tasks"), 1), "task")), "refine/1/1");
+  json_decref(j);
+  /* resumed after its first task, by name */
+  snprintf(tpath, sizeof tpath, "%s/test.refine.tasks.jsonl", out_dir);
+  size_t tn;
+  char *tasks_text = dg_read_file(tpath, &tn, &st);
+  CHECK_MSG(tasks_text, "%s", st.msg);
+  char *second = strchr(tasks_text, '\n');
+  CHECK(second);
+  CHECK(dg_write_file_atomic(tpath, tasks_text, (size_t)(second + 1 - tasks_text), &st));
+  free(tasks_text);
+  snprintf(args, sizeof args, "eval --workloads '%s;%s' --graphs %s --labels %s --refine --target c --out %s --resume",
+           W1, W2, graphs, path, out_dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "resuming: 1 of 2 tasks") && strstr(out, "refine/1/0  passed (resumed)") &&
+                strstr(out, "2 refinement tasks, Correct@1 2"),
+            "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args, "eval --workloads '%s' --graphs %s --labels %s --refine --target c --out %s", W1, graphs,
+           bad, out_dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc != 0 && strstr(out, "refine_bad.jsonl:1:1: not an example"), "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args, "eval --workloads '%s' --graphs %s --labels %s --refine --target c --out %s", W2, graphs,
+           path, out_dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 2 && strstr(out, "no refinement example of its workloads"), "rc %d: %s", rc, out);
+  free(out);
+  json_decref(a);
+  free(la);
+  dg_str_free(&gl);
+  dg_str_free(&lines);
+  free(g1);
+  ir_func_free(f1);
+}
+
 /* --labels: a split's construction examples label its tasks (refinement
  * lines passed over); --labelled keeps only the labelled tasks; a line
  * that is not an example is refused with its place; --labelled without
@@ -456,7 +582,8 @@ DG_TEST(eval_cli_labels) {
   snprintf(graphs, sizeof graphs, "%s/none.jsonl", dg_test_tmpdir());
   snprintf(out_dir, sizeof out_dir, "%s/evl", dg_test_tmpdir());
   const char *lines = "{\"kind\":\"construct\",\"workload\":\"" W2 "\",\"target\":\"tsel 1\"}\n"
-                      "{\"kind\":\"refine\",\"workload\":\"" W3 "\",\"target\":\"tsel 1\"}\n";
+                      "{\"kind\":\"refine\",\"task\":\"refine/3/0\",\"workload\":\"" W3
+                      "\",\"prior\":\"tsel 1\",\"target\":\"tsel 1\"}\n";
   CHECK(dg_write_file_atomic(path, lines, strlen(lines), &st));
   const char *bad_lines = "\n{\"kind\":\"construct\"}\n";
   CHECK(dg_write_file_atomic(bad, bad_lines, strlen(bad_lines), &st));
@@ -482,7 +609,7 @@ DG_TEST(eval_cli_labels) {
   snprintf(args, sizeof args, "eval --workloads '%s' --graphs %s --labels none --labelled --target c --out %s", W1,
            graphs, out_dir);
   rc = dg_test_run_dragon(args, NULL, &out);
-  CHECK_MSG(rc == 2 && strstr(out, "--labelled: no labels"), "rc %d: %s", rc, out);
+  CHECK_MSG(rc == 2 && strstr(out, "--labelled: no examples"), "rc %d: %s", rc, out);
   free(out);
   snprintf(args, sizeof args, "eval --workloads '%s' --graphs %s --labels %s --labelled --target c --out %s", W1,
            graphs, path, out_dir);
@@ -659,7 +786,8 @@ DG_TEST(gpu_optimize_and_eval_write_on_gpu) {
 
 /* On a GPU each labelled task's label is timed beside its output: with
  * the labels themselves as the outputs, every task passes, has its
- * label's time, and the table reads them against the search. */
+ * label's time, and the table reads them against the search; as
+ * refinement tasks, each prior is timed too. */
 DG_TEST(gpu_eval_times_the_labels) {
   dg_status st;
   if (!rt_cuda_available(&st)) {
@@ -717,6 +845,20 @@ DG_TEST(gpu_eval_times_the_labels) {
     json_t *t = json_array_get(json_object_get(j, "tasks"), (size_t)i);
     CHECK(json_real_value(json_object_get(t, "label_secs")) > 0 && json_real_value(json_object_get(t, "vs_label")) > 0);
   }
+  json_decref(j);
+  /* refinement tasks of the same workloads: each prior timed beside its output */
+  snprintf(args, sizeof args, "eval --workloads '%s' --graphs %s --refine --target cuda --out %s --quiet", specs.s,
+           path, out_dir);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "refinement tasks") && strstr(out, "Against the prior"), "rc %d: %s", rc, out);
+  free(out);
+  snprintf(jpath, sizeof jpath, "%s/test.refine.json", out_dir);
+  j = json_load_file(jpath, 0, &je);
+  CHECK_MSG(j, "%s", je.text);
+  json_t *rt = json_object_get(j, "tasks");
+  CHECK(json_array_size(rt) > 0);
+  for (size_t i = 0; i < json_array_size(rt); i++)
+    CHECK(json_real_value(json_object_get(json_array_get(rt, i), "prior_secs")) > 0);
   json_decref(j);
   dg_str_free(&graphs);
   dg_str_free(&specs);

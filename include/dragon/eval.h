@@ -182,17 +182,19 @@ void eval_pick_free(eval_pick *p);
  * every gate; fast_2 and fast_10 those that are also 2x / 10x faster than
  * the baseline (timed runs only). */
 
-/* Writes the first output for a kernel: the graph's text (caller frees),
- * or NULL with st set (the task then fails at the parse gate with st's
- * message); *tokens gets what it fed the model (0 for another writer). */
-typedef char *(*eval_writer_fn)(void *ctx, const dg_func *f, const char *spec,
+/* Writes the first output for a kernel (a refinement of prior where prior
+ * is not NULL): the graph's text (caller frees), or NULL with st set (the
+ * task then fails at the parse gate with st's message); *tokens gets what
+ * it fed the model (0 for another writer). */
+typedef char *(*eval_writer_fn)(void *ctx, const dg_func *f, const char *spec, const char *prior,
                                 uint64_t seed, int64_t *tokens, dg_status *st);
 
-/* Writes the first outputs of n kernels together (kernel i with seeds[i]):
- * texts[i] as eval_writer_fn gives kernel i alone, or NULL with sts[i];
- * tokens[i] what it fed the model. */
+/* Writes the first outputs of n kernels together (kernel i with seeds[i]
+ * and priors[i], priors NULL for none): texts[i] as eval_writer_fn gives
+ * kernel i alone, or NULL with sts[i]; tokens[i] what it fed the model. */
 typedef void (*eval_group_writer_fn)(void *ctx, const dg_func *const *f, const char *const *specs,
-                                     const uint64_t *seeds, int n, char **texts, int64_t *tokens, dg_status *sts);
+                                     const char *const *priors, const uint64_t *seeds, int n, char **texts,
+                                     int64_t *tokens, dg_status *sts);
 
 typedef struct {
   const char *const *specs; /* the tasks: canonical workload specs */
@@ -227,16 +229,31 @@ typedef struct {
    * output and the baseline in the same batch, so that the output's speed
    * is also read against the search's (not judged without a GPU) */
   const char *const *labels;
+  /* refinement tasks: priors[i], where priors is not NULL, is task i's
+   * prior graph (a correct, slower schedule of its workload), in its
+   * prompt; on the GPU it is timed beside the output, which is read
+   * against it (faster: at least EVAL_REFINE_GAIN times its speed) */
+  const char *const *priors;
+  /* the tasks' names where a workload is more than one task (refinement:
+   * its examples' names); NULL: each task is named by its spec */
+  const char *const *names;
 } eval_run_opts;
+
+/* A refinement counts as faster than its prior when it is at least this
+ * many times faster: the gain `dragon optimize` keeps a refinement for
+ * (eval_pick_opts.min_gain), above the repeats' noise. */
+#define EVAL_REFINE_GAIN 1.03
 
 typedef struct eval_task {
   char *spec;
+  char *name;              /* the task's name where it is not its spec (owned; NULL: the spec) */
   char family[64];
   eval_gate gate;          /* the first gate the output failed, or EVAL_PASSED */
   char reason[512];
   double secs;             /* the output's time; 0: not timed */
   double baseline_secs;    /* 0: not timed */
   double label_secs;       /* the search label's time beside it; 0: no label, or not timed */
+  double prior_secs;       /* a refinement's prior's time beside it; 0: none, or not timed */
   double t_write, t_check; /* seconds writing, checking and timing */
   int64_t tokens;
   char *graph;             /* the output as written (owned; NULL: none) */
@@ -246,7 +263,9 @@ typedef struct {
   eval_task *tasks;
   int n;
   bool timed;
+  bool refine; /* refinement tasks: each read against its prior */
   int correct, fast_2, fast_10;
+  int faster, faster_2; /* refinements correct and EVAL_REFINE_GAIN / 2x faster than their priors */
   double t_total;
 } eval_result;
 
@@ -257,6 +276,9 @@ void eval_result_free(eval_result *r);
 /* Against the search (tasks with a timed label): the label's time over the
  * output's where the output passed, else 0 (the output lost). */
 double eval_task_vs_label(const eval_task *t);
+/* A refinement against its prior: the prior's time over the output's
+ * where both were timed and the output passed, else 0. */
+double eval_task_vs_prior(const eval_task *t);
 /* The outcomes as JSON (every task; the totals; what was evaluated) and
  * as a Markdown table by family; where labels were timed, each family's
  * median speed against the search over its labelled tasks that passed,

@@ -130,16 +130,17 @@ typedef struct {
 double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const char *kernel_text,
                        const char *prior, int k, const train_decode_opts *o, uint64_t seed,
                        char **texts, cli_write_stats *ws, dg_str *errs);
-/* One graph for each of n kernels (no prior), kernel i with seeds[i], all
+/* One graph for each of n kernels, kernel i with seeds[i] (a refinement of
+ * priors[i] where priors and it are not NULL), all
  * in step on the calling thread (train_decode_jobs: a pass of the model
  * feeds every graph's next token; on the GPU, one cache and the writers on
  * every core); each is the graph cli_model_write gives that kernel and
  * seed. texts[i] NULL where decoding failed, why[i]
  * saying why; tokens[i] (tokens may be NULL) what graph i fed the model.
  * Thread-safe as cli_model_write. */
-void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *const *specs, const uint64_t *seeds,
-                          int n, const train_decode_opts *o, char **texts, int64_t *tokens, cli_write_stats *ws,
-                          dg_status *why);
+void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *const *specs,
+                          const char *const *priors, const uint64_t *seeds, int n, const train_decode_opts *o,
+                          char **texts, int64_t *tokens, cli_write_stats *ws, dg_status *why);
 
 /* The GPU measurement of a command that judges GPU schedules: --target
  * cuda (target "cuda": a GPU is required), c (none), or NULL (cuda where a

@@ -42,7 +42,7 @@ static void add_stats(writer_ctx *w, const cli_write_stats *ws) {
   pthread_mutex_unlock(&w->lock);
 }
 
-static char *write_one(void *ctx, const dg_func *f, const char *spec, uint64_t seed,
+static char *write_one(void *ctx, const dg_func *f, const char *spec, const char *prior, uint64_t seed,
                        int64_t *tokens, dg_status *st) {
   writer_ctx *w = ctx;
   if (w->graphs) {
@@ -58,7 +58,7 @@ static char *write_one(void *ctx, const dg_func *f, const char *spec, uint64_t s
   dg_str errs;
   dg_str_init(&errs);
   cli_write_stats ws = {0};
-  cli_model_write(w->model, f, spec, kernel_text, NULL, 1, w->dopts, seed, &text, &ws, &errs);
+  cli_model_write(w->model, f, spec, kernel_text, prior, 1, w->dopts, seed, &text, &ws, &errs);
   *tokens += ws.tokens;
   add_stats(w, &ws);
   if (!text) dg_fail(st, DG_ERR_RUNTIME, "%s", errs.len ? errs.s : "decoding failed");
@@ -68,11 +68,11 @@ static char *write_one(void *ctx, const dg_func *f, const char *spec, uint64_t s
 }
 
 /* The model's first outputs for a group of tasks, written in step. */
-static void write_group(void *ctx, const dg_func *const *f, const char *const *specs, const uint64_t *seeds, int n,
-                        char **texts, int64_t *tokens, dg_status *sts) {
+static void write_group(void *ctx, const dg_func *const *f, const char *const *specs, const char *const *priors,
+                        const uint64_t *seeds, int n, char **texts, int64_t *tokens, dg_status *sts) {
   writer_ctx *w = ctx;
   cli_write_stats ws = {0};
-  cli_model_write_each(w->model, f, specs, seeds, n, w->dopts, texts, tokens, &ws, sts);
+  cli_model_write_each(w->model, f, specs, priors, seeds, n, w->dopts, texts, tokens, &ws, sts);
   add_stats(w, &ws);
 }
 
@@ -111,13 +111,15 @@ static json_t *load_graphs(const char *path, dg_status *st) {
 
 /* --labels FILE (JSON lines, plain or zstd, as `dragon data build` writes
  * them): workload -> the construction target, its best measured
- * schedule's graph. Refinement lines are passed over; a line that is not
- * an example is refused naming file:line. */
-static json_t *load_labels(const char *path, dg_status *st) {
+ * schedule's graph; and into *refines the refinement examples in order
+ * ({task, workload, prior}: the refinement tasks). A line that is not an
+ * example is refused naming file:line. */
+static json_t *load_labels(const char *path, json_t **refines, dg_status *st) {
   size_t len;
   char *text = dg_read_text(path, 0, &len, st);
   if (!text) return NULL;
   json_t *map = json_object();
+  *refines = json_array();
   int line = 0;
   for (char *p = text, *nl; *p; p = nl ? nl + 1 : p + strlen(p)) {
     nl = strchr(p, '\n');
@@ -129,15 +131,22 @@ static json_t *load_labels(const char *path, dg_status *st) {
     const char *kind = j ? json_string_value(json_object_get(j, "kind")) : NULL;
     const char *w = j ? json_string_value(json_object_get(j, "workload")) : NULL;
     const char *g = j ? json_string_value(json_object_get(j, "target")) : NULL;
-    if (!kind || !w || !g) {
-      dg_fail(st, DG_ERR_PARSE, "%s:%d:%d: not an example (want kind, workload and target)%s%s", path,
-              line, j ? 1 : je.column, j ? "" : ": ", j ? "" : je.text);
+    const char *task = j ? json_string_value(json_object_get(j, "task")) : NULL;
+    const char *prior = j ? json_string_value(json_object_get(j, "prior")) : NULL;
+    bool refine = kind && strcmp(kind, "refine") == 0;
+    if (!kind || !w || !g || (refine && (!task || !prior))) {
+      dg_fail(st, DG_ERR_PARSE, "%s:%d:%d: not an example (want kind, workload and target; a refinement's task "
+              "and prior too)%s%s", path, line, j ? 1 : je.column, j ? "" : ": ", j ? "" : je.text);
       json_decref(j);
       json_decref(map);
+      json_decref(*refines);
+      *refines = NULL;
       free(text);
       return NULL;
     }
     if (strcmp(kind, "construct") == 0) json_object_set_new(map, w, json_string(g));
+    else if (refine) json_array_append_new(*refines, json_pack("{s:s, s:s, s:s}", "task", task, "workload", w,
+                                                               "prior", prior));
     json_decref(j);
   }
   free(text);
@@ -161,6 +170,8 @@ static bool keep_task(void *ctx, int i, const eval_task *t, dg_status *st) {
                         t->t_write, "check_s", t->t_check, "tokens", (json_int_t)t->tokens);
   if (t->graph) json_object_set_new(j, "graph", json_string(t->graph));
   if (t->label_secs > 0) json_object_set_new(j, "label_secs", json_real(t->label_secs));
+  if (t->prior_secs > 0) json_object_set_new(j, "prior_secs", json_real(t->prior_secs));
+  if (t->name) json_object_set_new(j, "task", json_string(t->name));
   char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
   json_decref(j);
   dg_str s;
@@ -173,10 +184,11 @@ static bool keep_task(void *ctx, int i, const eval_task *t, dg_status *st) {
 }
 
 /* The tasks an earlier run of this evaluation (the same key) judged, by
- * task index; a torn last line (a killed run) is not a task. Another
- * evaluation's file, a task of no workload of this one or a line that is
- * not a task is refused naming the file and line. */
-static eval_task **load_done(const char *path, const char *key, const char *const *specs, int n,
+ * task index (tasks named by ids[i]: a line's task name, else its
+ * workload); a torn last line (a killed run) is not a task. Another
+ * evaluation's file, a task not of this one or a line that is not a task
+ * is refused naming the file and line. */
+static eval_task **load_done(const char *path, const char *key, const char *const *ids, int n,
                              dg_status *st) {
   eval_task **done = dg_calloc((size_t)(n ? n : 1), sizeof *done);
   size_t len;
@@ -208,10 +220,12 @@ static eval_task **load_done(const char *path, const char *key, const char *cons
       ok = dg_fail(st, DG_ERR_USAGE, "%s:%d: written by another evaluation (%s, not %s): run without --resume",
                    path, line, k, key);
     } else {
+      const char *id = json_string_value(json_object_get(j, "task"));
+      if (!id) id = w;
       int i = 0;
-      while (i < n && strcmp(specs[i], w) != 0) i++;
+      while (i < n && strcmp(ids[i], id) != 0) i++;
       if (i == n) {
-        ok = dg_fail(st, DG_ERR_USAGE, "%s:%d: %s is not a task of this evaluation", path, line, w);
+        ok = dg_fail(st, DG_ERR_USAGE, "%s:%d: %s is not a task of this evaluation", path, line, id);
       } else if (!done[i]) {
         eval_task *t = dg_calloc(1, sizeof *t);
         t->spec = dg_strdup(w);
@@ -221,6 +235,7 @@ static eval_task **load_done(const char *path, const char *key, const char *cons
         t->secs = json_number_value(json_object_get(j, "secs"));
         t->baseline_secs = json_number_value(json_object_get(j, "baseline_secs"));
         t->label_secs = json_number_value(json_object_get(j, "label_secs"));
+        t->prior_secs = json_number_value(json_object_get(j, "prior_secs"));
         t->t_write = json_number_value(json_object_get(j, "write_s"));
         t->t_check = json_number_value(json_object_get(j, "check_s"));
         t->tokens = json_integer_value(json_object_get(j, "tokens"));
@@ -287,7 +302,7 @@ static bool plot_result(const eval_result *r, const char *dir, const char *split
           dg_str_printf(&pts, "speed\t%d\t%.5g\t%s\n", f, t->baseline_secs / t->secs, fam[f]);
       }
   }
-  char pts_path[1400];
+  char pts_path[1600];
   snprintf(pts_path, sizeof pts_path, "%s/%s.plot.tsv", dir, split);
   bool ok = dg_write_file_atomic(pts_path, pts.s ? pts.s : "", pts.len, st);
   for (int fmt = 0; ok && fmt < 2; fmt++) {
@@ -339,7 +354,7 @@ int cmd_eval(int argc, char **argv) {
   double temperature = 0, max_work = -1;
   int n_past = 0;
   bool quiet = false, no_guard = false, resume = false, unconstrained = false, write_gpu = false,
-       labelled_only = false;
+       labelled_only = false, refine = false;
   const char *write_on = NULL;
   const cli_opt opts[] = {
       {"--split", CLI_OPT_STR, &split_name, 0, 0, "the held-out split: val, test, heldout_shape or heldout_family (default test)"},
@@ -363,7 +378,10 @@ int cmd_eval(int argc, char **argv) {
       {"--labels", CLI_OPT_STR, &labels_path, 0, 0,
        "the search's labels: construction examples whose targets are timed beside the outputs on the GPU "
        "(default data/examples/SPLIT.jsonl.zst where it exists; none: no labels)"},
-      {"--labelled", CLI_OPT_FLAG, &labelled_only, 0, 0, "only the tasks that have a label"},
+      {"--labelled", CLI_OPT_FLAG, &labelled_only, 0, 0, "only the tasks that have a label (after --limit)"},
+      {"--refine", CLI_OPT_FLAG, &refine, 0, 0,
+       "refinement tasks: each refinement example of the tasks' workloads (in --labels) is a task, its prior in "
+       "the prompt and, on the GPU, timed beside the output; SPLIT.refine.* are written"},
       {"--out", CLI_OPT_STR, &out_dir, 0, 0, "where SPLIT.json and SPLIT.md go (default eval/MODEL)"},
       {"--resume", CLI_OPT_FLAG, &resume, 0, 0, "keep the tasks an interrupted run of the same evaluation judged (OUT/SPLIT.tasks.jsonl) and do the rest"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no line per task on stderr"},
@@ -376,7 +394,9 @@ int cmd_eval(int argc, char **argv) {
       "OUT/SPLIT.json (every task's gate, reason and times) and OUT/SPLIT.md (the\n"
       "table, also printed). On the GPU each labelled task's search label (its best\n"
       "measured schedule, --labels) is timed beside the output too: the output's speed\n"
-      "against the search's, per family. Refuses training workloads.",
+      "against the search's, per family. With --refine the split's refinement examples\n"
+      "are the tasks (the prior in the prompt, timed beside the output on the GPU).\n"
+      "Refuses training workloads.",
       opts, DG_ARRAY_LEN(opts), 0, 0};
   char **pos;
   int npos;
@@ -417,8 +437,8 @@ int cmd_eval(int argc, char **argv) {
   memset(&res, 0, sizeof res);
   char *json = NULL, *table = NULL;
   eval_task **done = NULL;
-  json_t *label_map = NULL;
-  const char **labels = NULL;
+  json_t *label_map = NULL, *refines = NULL;
+  const char **labels = NULL, **priors = NULL, **names = NULL;
 
   if (!(splits = data_splits_load(splits_path, &st))) goto fail;
   if (workloads) {
@@ -471,12 +491,34 @@ int cmd_eval(int argc, char **argv) {
     bool named = labels_path && strcmp(labels_path, "none") != 0;
     if (!labels_path) labels_path = access(default_labels, R_OK) == 0 ? default_labels : NULL;
     else if (!named) labels_path = NULL;
-    if (labelled_only && !labels_path) {
-      dg_fail(&st, DG_ERR_USAGE, "--labelled: no labels (%s does not exist; --labels FILE names them)",
-              default_labels);
+    if ((labelled_only || refine) && !labels_path) {
+      dg_fail(&st, DG_ERR_USAGE, "%s: no examples (%s does not exist; --labels FILE names them)",
+              refine ? "--refine" : "--labelled", default_labels);
       goto fail;
     }
-    if (labels_path && !(label_map = load_labels(labels_path, &st))) goto fail;
+    if (labels_path && !(label_map = load_labels(labels_path, &refines, &st))) goto fail;
+    if (refine) {
+      /* the refinement examples of the tasks' workloads, in the file's
+       * order: a workload is as many tasks as it has priors */
+      int m = 0;
+      char **rspecs = dg_calloc(json_array_size(refines) + 1, sizeof *rspecs);
+      priors = dg_calloc(json_array_size(refines) + 1, sizeof *priors);
+      names = dg_calloc(json_array_size(refines) + 1, sizeof *names);
+      for (size_t k = 0; k < json_array_size(refines); k++) {
+        json_t *e = json_array_get(refines, k);
+        const char *w = json_string_value(json_object_get(e, "workload"));
+        bool in = false;
+        for (int i = 0; i < n && !in; i++) in = strcmp(specs[i], w) == 0;
+        if (!in) continue;
+        rspecs[m] = dg_strdup(w);
+        priors[m] = json_string_value(json_object_get(e, "prior"));
+        names[m++] = json_string_value(json_object_get(e, "task"));
+      }
+      for (int i = 0; i < n; i++) free(specs[i]);
+      free(specs);
+      specs = rspecs;
+      n = m;
+    }
     labels = dg_calloc((size_t)(n ? n : 1), sizeof *labels);
     int kept = 0;
     for (int i = 0; i < n; i++) {
@@ -485,6 +527,7 @@ int cmd_eval(int argc, char **argv) {
         free(specs[i]);
         continue;
       }
+      if (refine) priors[kept] = priors[i], names[kept] = names[i];
       specs[kept] = specs[i];
       labels[kept++] = g;
     }
@@ -497,7 +540,8 @@ int cmd_eval(int argc, char **argv) {
   }
   if (n == 0) {
     dg_fail(&st, DG_ERR_USAGE, "no tasks: the split is empty or --workloads names none%s",
-            labelled_only ? " (with --labelled: none has a label)" : "");
+            refine ? " (with --refine: no refinement example of its workloads)"
+            : labelled_only ? " (with --labelled: none has a label)" : "");
     goto fail;
   }
 
@@ -535,7 +579,10 @@ int cmd_eval(int argc, char **argv) {
   char dir[1200], tasks_path[1600];
   if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);
   else snprintf(dir, sizeof dir, "eval/%s", name);
-  snprintf(tasks_path, sizeof tasks_path, "%s/%s.tasks.jsonl", dir, split_name);
+  /* the files' base name: SPLIT, or SPLIT.refine for refinement tasks */
+  char base[300];
+  snprintf(base, sizeof base, "%s%s", split_name, refine ? ".refine" : "");
+  snprintf(tasks_path, sizeof tasks_path, "%s/%s.tasks.jsonl", dir, base);
   if (!cli_out_dir(dir, &st)) goto fail;
   /* what identifies this evaluation: a resumed run must be the same one */
   char key[2600];
@@ -544,8 +591,9 @@ int cmd_eval(int argc, char **argv) {
            have_gpu ? "cuda" : "c", unconstrained ? -1 : !no_guard, (long long)max_tokens);
   /* the GPU's logits are bf16's: its graphs are another evaluation's */
   if (write_gpu) snprintf(key + strlen(key), sizeof key - strlen(key), " write=cuda");
+  if (refine) snprintf(key + strlen(key), sizeof key - strlen(key), " refine=1");
   if (resume) {
-    if (!(done = load_done(tasks_path, key, (const char *const *)specs, n, &st))) goto fail;
+    if (!(done = load_done(tasks_path, key, refine ? names : (const char *const *)specs, n, &st))) goto fail;
   } else if (unlink(tasks_path) != 0 && errno != ENOENT) {
     dg_fail(&st, DG_ERR_IO, "%s: %s", tasks_path, strerror(errno));
     goto fail;
@@ -569,7 +617,9 @@ int cmd_eval(int argc, char **argv) {
                       .done = done,
                       .on_task = keep_task,
                       .on_task_ctx = &kc,
-                      .labels = labels};
+                      .labels = labels,
+                      .priors = refine ? priors : NULL,
+                      .names = refine ? names : NULL};
   if (!eval_run(&eo, &res, &st)) goto fail;
   json = eval_result_json(&res, name, split_name, (uint64_t)seed, temperature);
   table = eval_result_table(&res, name, split_name);
@@ -591,15 +641,15 @@ int cmd_eval(int argc, char **argv) {
            "backtrack limit, %.1f s\n",
            (long long)w.ws.backtracks, (long long)w.ws.narrowed, w.ws.gave_up, w.ws.guard_secs);
   {
-    char name_json[300], name_md[300];
-    snprintf(name_json, sizeof name_json, "%s.json", split_name);
-    snprintf(name_md, sizeof name_md, "%s.md", split_name);
+    char name_json[320], name_md[320];
+    snprintf(name_json, sizeof name_json, "%s.json", base);
+    snprintf(name_md, sizeof name_md, "%s.md", base);
     if (!cli_write_in(dir, name_json, json, &st) || !cli_write_in(dir, name_md, table, &st))
       goto fail;
     dg_status pst;
-    if (!plot_result(&res, dir, split_name, name, &pst) && !quiet)
+    if (!plot_result(&res, dir, base, name, &pst) && !quiet)
       fprintf(stderr, "dragon eval: no plot: %s\n", pst.msg);
-    if (!quiet) fprintf(stderr, "wrote %s/%s.json, %s.md and its plot (%s.png, %s.svg)\n", dir, split_name, split_name, split_name, split_name);
+    if (!quiet) fprintf(stderr, "wrote %s/%s.json, %s.md and its plot (%s.png, %s.svg)\n", dir, base, base, base, base);
   }
   goto done;
 fail:
@@ -621,7 +671,10 @@ done:
   cli_model_close(&cm);
   json_decref(graphs);
   free(labels);
+  free(priors);
+  free(names);
   json_decref(label_map);
+  json_decref(refines);
   for (int i = 0; i < n; i++) free(specs[i]);
   free(specs);
   data_splits_free(splits);

@@ -375,9 +375,9 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
   return dg_now() - t0;
 }
 
-void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *const *specs, const uint64_t *seeds,
-                          int n, const train_decode_opts *o, char **texts, int64_t *tokens, cli_write_stats *ws,
-                          dg_status *why) {
+void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *const *specs,
+                          const char *const *priors, const uint64_t *seeds, int n, const train_decode_opts *o,
+                          char **texts, int64_t *tokens, cli_write_stats *ws, dg_status *why) {
   for (int i = 0; i < n; i++) {
     texts[i] = NULL;
     if (tokens) tokens[i] = 0;
@@ -404,7 +404,7 @@ void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *co
   for (int i = 0; i < n; i++) {
     char *kernel_text = ir_print(f[i]);
     dg_status st;
-    if (!train_prompt_encode(slot->tok, kernel_text, NULL, &ids[i], &st)) {
+    if (!train_prompt_encode(slot->tok, kernel_text, priors ? priors[i] : NULL, &ids[i], &st)) {
       dg_fail(&why[i], DG_ERR_INVALID, "the prompt: %.400s", st.msg);
     } else {
       guards[i] = (eval_guard){f[i], specs[i]};

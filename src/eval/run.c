@@ -47,7 +47,8 @@ static void write_task(const eval_run_opts *o, int i, written *w) {
   if (!f) return;
   w->built = true;
   double t0 = dg_now();
-  w->graph = o->write(o->write_ctx, f, o->specs[i], o->seed + (uint64_t)i, &w->tokens, &w->st);
+  w->graph = o->write(o->write_ctx, f, o->specs[i], o->priors ? o->priors[i] : NULL, o->seed + (uint64_t)i,
+                      &w->tokens, &w->st);
   w->t_write = dg_now() - t0;
   ir_func_free(f);
 }
@@ -72,6 +73,7 @@ static void write_group_on_thread(void *p, int g) {
   int lo = g * c->size, n = c->n_unwritten - lo < c->size ? c->n_unwritten - lo : c->size;
   dg_func **f = dg_calloc((size_t)n, sizeof *f);
   const char **specs = dg_calloc((size_t)n, sizeof *specs);
+  const char **priors = dg_calloc((size_t)n, sizeof *priors);
   uint64_t *seeds = dg_calloc((size_t)n, sizeof *seeds);
   char **texts = dg_calloc((size_t)n, sizeof *texts);
   int64_t *tokens = dg_calloc((size_t)n, sizeof *tokens);
@@ -85,10 +87,13 @@ static void write_group_on_thread(void *p, int g) {
     dg_func *k = wl_build(o->specs[i], &w->st);
     if (!k) continue;
     w->built = true;
+    priors[m] = o->priors ? o->priors[i] : NULL;
     f[m] = k, specs[m] = o->specs[i], seeds[m] = o->seed + (uint64_t)i, at[m++] = i;
   }
   double t0 = dg_now();
-  if (m > 0) o->write_group(o->write_ctx, (const dg_func *const *)f, specs, seeds, m, texts, tokens, sts);
+  if (m > 0)
+    o->write_group(o->write_ctx, (const dg_func *const *)f, specs, o->priors ? priors : NULL, seeds, m, texts,
+                   tokens, sts);
   double each = (dg_now() - t0) / (m ? m : 1); /* written together: the group's time shared */
   for (int r = 0; r < m; r++) {
     written *w = &c->w[at[r]];
@@ -100,6 +105,7 @@ static void write_group_on_thread(void *p, int g) {
   }
   free(f);
   free(specs);
+  free(priors);
   free(seeds);
   free(texts);
   free(tokens);
@@ -158,14 +164,15 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
   dg_func *f[EVAL_BATCH] = {0};
   char *base[EVAL_BATCH] = {0};
   /* each task's output and baseline, and its label where it has one */
-  eval_item items[3 * EVAL_BATCH];
-  eval_score sc[3 * EVAL_BATCH];
-  int at_item[EVAL_BATCH], at_label[EVAL_BATCH], n_items = 0;
+  eval_item items[4 * EVAL_BATCH];
+  eval_score sc[4 * EVAL_BATCH];
+  int at_item[EVAL_BATCH], at_label[EVAL_BATCH], at_prior[EVAL_BATCH], n_items = 0;
   bool ok = true;
   for (int k = 0; k < n && ok; k++) {
     int i = idx[k];
     eval_task *t = &tasks[i];
     t->spec = dg_strdup(o->specs[i]);
+    t->name = o->names && o->names[i] ? dg_strdup(o->names[i]) : NULL;
     family_of(t->spec, t->family, sizeof t->family);
     if (!(f[k] = wl_build(o->specs[i], st))) {
       ok = false;
@@ -187,6 +194,11 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
     if (o->labels && o->labels[i]) {
       at_label[k] = n_items;
       items[n_items++] = (eval_item){o->labels[i], "label", f[k], o->specs[i], NULL};
+    }
+    at_prior[k] = -1;
+    if (o->priors && o->priors[i]) {
+      at_prior[k] = n_items;
+      items[n_items++] = (eval_item){o->priors[i], "prior", f[k], o->specs[i], NULL};
     }
   }
   if (ok) {
@@ -231,6 +243,7 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
       /* a label that does not pass here (it was measured correct when it
        * was made) is no label of this run */
       t->label_secs = at_label[k] >= 0 && sc[at_label[k]].failed == EVAL_PASSED ? sc[at_label[k]].secs : 0;
+      t->prior_secs = at_prior[k] >= 0 && sc[at_prior[k]].failed == EVAL_PASSED ? sc[at_prior[k]].secs : 0;
       t->graph = w->graph;
       w->graph = NULL;
     }
@@ -241,7 +254,8 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
     free(base[k]);
     if (!ok) { /* the run stops before these: nothing of them is kept */
       free(tasks[idx[k]].spec);
-      tasks[idx[k]].spec = NULL;
+      free(tasks[idx[k]].name);
+      tasks[idx[k]].spec = tasks[idx[k]].name = NULL;
     }
   }
   return ok;
@@ -259,6 +273,7 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
   dg_status_ok(st);
   double t_start = dg_now();
   out->timed = o->gpu != NULL;
+  out->refine = o->priors != NULL;
   out->tasks = dg_calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *out->tasks);
   /* the outputs first, on threads, where asked; then each judged in order
    * (on the GPU with one writer: a group written as the judging reaches
@@ -328,9 +343,11 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
     if (resumed) {
       *t = *o->done[i];
       t->spec = dg_strdup(o->specs[i]);
+      t->name = o->names && o->names[i] ? dg_strdup(o->names[i]) : NULL;
       t->graph = o->done[i]->graph ? dg_strdup(o->done[i]->graph) : NULL;
     } else if (!batched) {
       t->spec = dg_strdup(o->specs[i]);
+      t->name = o->names && o->names[i] ? dg_strdup(o->names[i]) : NULL;
       family_of(t->spec, t->family, sizeof t->family);
       run_task(o, i, t, ahead ? &ahead[i] : NULL, st);
     }
@@ -348,10 +365,14 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
     double speedup = passed && t->secs > 0 && t->baseline_secs > 0 ? t->baseline_secs / t->secs : 0;
     out->fast_2 += speedup >= 2;
     out->fast_10 += speedup >= 10;
+    double gain = eval_task_vs_prior(t);
+    out->faster += gain >= EVAL_REFINE_GAIN;
+    out->faster_2 += gain >= 2;
     if (o->progress) {
-      fprintf(o->progress, "[%d/%d] %s  %s%s", i + 1, o->n, t->spec, eval_gate_name(t->gate),
+      fprintf(o->progress, "[%d/%d] %s  %s%s", i + 1, o->n, t->name ? t->name : t->spec, eval_gate_name(t->gate),
               resumed ? " (resumed)" : "");
       if (speedup > 0) fprintf(o->progress, "  %.2fx over the baseline", speedup);
+      if (gain > 0) fprintf(o->progress, ", %.2fx over the prior", gain);
       fprintf(o->progress, "  (%.1f s) | correct %d of %d\n", t->t_write + t->t_check,
               out->correct, i + 1);
       fflush(o->progress);
@@ -370,6 +391,7 @@ void eval_result_free(eval_result *r) {
   if (!r) return;
   for (int i = 0; i < r->n; i++) {
     free(r->tasks[i].spec);
+    free(r->tasks[i].name);
     free(r->tasks[i].graph);
   }
   free(r->tasks);
@@ -384,6 +406,10 @@ static double speedup_of(const eval_task *t) {
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
+}
+
+double eval_task_vs_prior(const eval_task *t) {
+  return t->prior_secs > 0 && t->gate == EVAL_PASSED && t->secs > 0 ? t->prior_secs / t->secs : 0;
 }
 
 double eval_task_vs_label(const eval_task *t) {
@@ -440,15 +466,24 @@ char *eval_result_json(const eval_result *r, const char *model, const char *spli
       json_object_set_new(j, "label_secs", json_real(t->label_secs));
       json_object_set_new(j, "vs_label", json_real(eval_task_vs_label(t)));
     }
+    if (t->name) json_object_set_new(j, "task", json_string(t->name));
+    if (t->prior_secs > 0) {
+      json_object_set_new(j, "prior_secs", json_real(t->prior_secs));
+      json_object_set_new(j, "vs_prior", json_real(eval_task_vs_prior(t)));
+    }
     json_array_append_new(tasks, j);
   }
-  json_t *root = json_pack("{s:s, s:s, s:I, s:f, s:b, s:i, s:i, s:f, s:o}", "model", model, "split",
-                           split, "seed", (json_int_t)seed, "temperature", temperature, "timed",
-                           r->timed, "tasks_n", r->n, "correct", r->correct, "seconds",
-                           r->t_total, "tasks", tasks);
+  json_t *root = json_pack("{s:s, s:s, s:s, s:I, s:f, s:b, s:i, s:i, s:f, s:o}", "model", model, "split",
+                           split, "tasks_kind", r->refine ? "refine" : "construct", "seed", (json_int_t)seed,
+                           "temperature", temperature, "timed", r->timed, "tasks_n", r->n, "correct",
+                           r->correct, "seconds", r->t_total, "tasks", tasks);
   if (r->timed) {
     json_object_set_new(root, "fast_2", json_integer(r->fast_2));
     json_object_set_new(root, "fast_10", json_integer(r->fast_10));
+    if (r->refine) {
+      json_object_set_new(root, "faster", json_integer(r->faster));
+      json_object_set_new(root, "faster_2", json_integer(r->faster_2));
+    }
     vs_label v = vs_label_of(r, NULL);
     if (v.labelled > 0) {
       json_object_set_new(root, "labelled", json_integer(v.labelled));
@@ -465,19 +500,23 @@ char *eval_result_json(const eval_result *r, const char *model, const char *spli
 
 static void table_row(dg_str *s, const char *name, const eval_result *r, const char *family,
                       bool labels) {
-  int n = 0, ok = 0, f2 = 0, f10 = 0, ns = 0;
+  int n = 0, ok = 0, f2 = 0, f10 = 0, ns = 0, g1 = 0, g2 = 0;
   double *sp = dg_calloc((size_t)(r->n ? r->n : 1), sizeof *sp);
   for (int i = 0; i < r->n; i++) {
     const eval_task *t = &r->tasks[i];
     if (family && strcmp(t->family, family) != 0) continue;
     n++;
     ok += t->gate == EVAL_PASSED;
-    double x = speedup_of(t);
+    double x = speedup_of(t), g = eval_task_vs_prior(t);
     f2 += x >= 2;
     f10 += x >= 10;
     if (x > 0) sp[ns++] = x;
+    g1 += g >= EVAL_REFINE_GAIN;
+    g2 += g >= 2;
   }
   dg_str_printf(s, "| %s | %d | %.1f%% |", name, n, n ? 100.0 * ok / n : 0.0);
+  if (r->timed && r->refine)
+    dg_str_printf(s, " %.1f%% | %.1f%% |", n ? 100.0 * g1 / n : 0.0, n ? 100.0 * g2 / n : 0.0);
   if (r->timed) {
     double med = median_ratio(sp, ns);
     dg_str_printf(s, " %.1f%% | %.1f%% | %s%.2fx |", n ? 100.0 * f2 / n : 0.0,
@@ -495,9 +534,14 @@ static void table_row(dg_str *s, const char *name, const eval_result *r, const c
 char *eval_result_table(const eval_result *r, const char *model, const char *split) {
   dg_str s;
   dg_str_init(&s);
-  dg_str_printf(&s, "# %s on %s: %d tasks, Correct@1 %d (%.1f%%)%s\n\n", model, split, r->n,
-                r->correct, r->n ? 100.0 * r->correct / r->n : 0.0,
+  dg_str_printf(&s, "# %s on %s: %d %stasks, Correct@1 %d (%.1f%%)%s\n\n", model, split, r->n,
+                r->refine ? "refinement " : "", r->correct, r->n ? 100.0 * r->correct / r->n : 0.0,
                 r->timed ? "" : "; not timed (checked in the C emulation)");
+  if (r->refine && r->timed)
+    dg_str_printf(&s, "Against the prior (timed beside the output in the same run): %d (%.1f%%) correct and at "
+                  "least %.2fx faster than their prior, %d (%.1f%%) at least 2x.\n\n", r->faster,
+                  r->n ? 100.0 * r->faster / r->n : 0.0, EVAL_REFINE_GAIN, r->faster_2,
+                  r->n ? 100.0 * r->faster_2 / r->n : 0.0);
   vs_label all = vs_label_of(r, NULL);
   bool labels = r->timed && all.labelled > 0;
   if (labels)
@@ -505,10 +549,14 @@ char *eval_result_table(const eval_result *r, const char *model, const char *spl
                   "%d labelled tasks: median %.2fx over the %d correct; %d (%.1f%%) correct and at least "
                   "0.9x the search's speed.\n\n", all.labelled, all.median, all.passed, all.near,
                   100.0 * all.near / all.labelled);
-  dg_str_puts(&s, r->timed ? "| family | tasks | Correct@1 | fast_2 | fast_10 | median speedup |"
-                           : "| family | tasks | Correct@1 |");
+  bool prior_cols = r->timed && r->refine;
+  dg_str_puts(&s, "| family | tasks | Correct@1 |");
+  if (prior_cols) dg_str_puts(&s, " faster than the prior | 2x the prior |");
+  if (r->timed) dg_str_puts(&s, " fast_2 | fast_10 | median speedup |");
   dg_str_puts(&s, labels ? " vs search (labelled) |\n" : "\n");
-  dg_str_puts(&s, r->timed ? "|---|---:|---:|---:|---:|---:|" : "|---|---:|---:|");
+  dg_str_puts(&s, "|---|---:|---:|");
+  if (prior_cols) dg_str_puts(&s, "---:|---:|");
+  if (r->timed) dg_str_puts(&s, "---:|---:|---:|");
   dg_str_puts(&s, labels ? "---:|\n" : "\n");
   /* the families in order of first appearance */
   for (int i = 0; i < r->n; i++) {
