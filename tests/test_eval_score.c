@@ -409,3 +409,74 @@ DG_TEST(eval_guard_blames_a_refused_init_block_on_the_thread_tile) {
   free(text);
   ir_func_free(f);
 }
+
+/* A gemm with n=1 (test split): its j tile is all ones, so the threads
+ * (16 of the i tile) below the block's 32 cannot be mended there; the
+ * guard blames the latest thread tile that can bring them in (t5, whose
+ * 256 has 32 among its divisors) with its thread factor narrowed to
+ * [32, 1024], not the latest thread tile (t6, which it would write again
+ * as it was: 65 refusals of one line until the guard's budget ran out). */
+DG_TEST(eval_guard_blames_a_thread_tile_that_can_mend_it) {
+  const char *spec = "gemm:m=256,n=1,k=128,trans_a=0,trans_b=0,dtype=f32";
+  char *text = gemm_tiling_graph(spec, "16 1 16 1 1", "1 1 1 1 1", "4 4 8", 4, 1024);
+  char *head = strdup(text);
+  *(strstr(head, "t14 ")) = 0; /* up to the thread bounds */
+  dg_status st;
+  dg_func *f = wl_build(spec, &st);
+  CHECK_MSG(f, "%s", st.msg);
+  eval_guard g = {f, spec};
+  int back_to = 0;
+  tsel_tile_narrowing nw = {0};
+  CHECK(!eval_guard_line(&g, head, strlen(head), false, &back_to, &nw));
+  CHECK_MSG(back_to == 5 && nw.factor == 2 && nw.lo == 32 && nw.hi == 1024, "t%d factor %d in [%lld, %lld]",
+            back_to, nw.factor, (long long)nw.lo, (long long)nw.hi);
+  tsel_graph *gr = tsel_parse(head, NULL, &st);
+  CHECK(gr);
+  CHECK_EQ(tsel_thread_decision(gr), 6); /* the latest thread tile, which cannot */
+  tsel_tile_narrowing tn;
+  CHECK_EQ(tsel_thread_blame(gr, 16, 32, 1024, &tn), 5);
+  /* no tile can bring 16 threads to 2,048 and more */
+  CHECK_EQ(tsel_thread_blame(gr, 16, 2048, 4096, &tn), 0);
+  tsel_graph_free(gr);
+  /* written again within the range, the bounds pass */
+  char *mended = gemm_tiling_graph(spec, "8 1 32 1 1", "1 1 1 1 1", "4 4 8", 4, 1024);
+  *(strstr(mended, "t14 ")) = 0;
+  back_to = 0;
+  CHECK(eval_guard_line(&g, mended, strlen(mended), false, &back_to, &nw));
+  free(mended);
+  free(head);
+  free(text);
+  ir_func_free(f);
+}
+
+/* Shared memory far past the limit (a batch_matmul of the test split,
+ * j = 197 a prime, its 197 threads in the j tile): capping the widest tile
+ * (j's) to shrink the stages would leave it below its own threads, so the
+ * cap goes to the next widest that keeps them (the i tile, whose thread
+ * factor is 1); the guard used to cap j's tile to 1 and then refuse its
+ * threads, back and forth until its budget ran out. */
+DG_TEST(eval_guard_caps_a_tile_that_keeps_its_threads) {
+  const char *spec = "gemm:m=176,n=197,k=96,trans_a=0,trans_b=0,dtype=f32";
+  char *text = gemm_tiling_graph(spec, "1 1 1 22 8", "1 1 197 1 1", "8 12 1", 4, 1024);
+  dg_status st;
+  tsel_graph *gr = tsel_parse(text, NULL, &st);
+  CHECK_MSG(gr, "%s", st.msg);
+  int64_t inner = 0, cap = 0;
+  CHECK_EQ(tsel_widest_tile(gr, &inner), 6);
+  CHECK_EQ(inner, 197);
+  CHECK_EQ(tsel_shared_blame(gr, 5000000, 49152, &cap), 5);
+  CHECK_EQ(cap, 1);
+  /* a little past the limit still: any cap on j's tile is below its 197 */
+  CHECK_EQ(tsel_shared_blame(gr, 50000, 49152, &cap), 5);
+  CHECK_EQ(cap, 173);
+  tsel_graph_free(gr);
+  free(text);
+  /* where the widest tile's threads fit under its cap, it is the one */
+  text = gemm_tiling_graph(spec, "1 1 1 22 8", "1 1 1 197 1", "8 12 1", 4, 1024);
+  gr = tsel_parse(text, NULL, &st);
+  CHECK_MSG(gr, "%s", st.msg);
+  CHECK_EQ(tsel_shared_blame(gr, 50000, 49152, &cap), 6);
+  CHECK_EQ(cap, 193);
+  tsel_graph_free(gr);
+  free(text);
+}

@@ -52,6 +52,13 @@ int tsel_last_decision(const tsel_graph *g);
  * the latest of equals, with that extent in *inner; 0 where no tile's is
  * above 1. What a buffer staged in shared memory grows with. */
 int tsel_widest_tile(const tsel_graph *g, int64_t *inner);
+/* Where a build needs `bytes` of shared memory past `limit`: the widest
+ * tile whose inner extent, capped to shrink it by limit / bytes (into
+ * *cap, at least 1), still holds its thread factor, the latest of equals
+ * (capping the tile that holds a block's threads below them would leave
+ * the block too few); else the widest tile with its cap; 0 where no tile
+ * has an inner extent above 1. */
+int tsel_shared_blame(const tsel_graph *g, int64_t bytes, int64_t limit, int64_t *cap);
 /* Which factor of tile edit `tile` (from 0) makes loops bound to
  * threadIdx, with its value in *value; -1 where none does. */
 int tsel_thread_factor(const tsel_graph *g, int tile, int64_t *value);
@@ -159,6 +166,13 @@ typedef struct {
   int factor;
   int64_t lo, hi;
 } tsel_tile_narrowing;
+/* Where a block runs on `threads` threads outside its bounds [lo, hi]:
+ * the latest tile whose thread factor can be written again to bring the
+ * block in, the others kept (its extent has a divisor in the range that
+ * does), with that factor and range in *narrow (src/tsel/blame.c); 0
+ * where no tile can (a tile of extent 1 never can: blaming it would have
+ * it written as it was). */
+int tsel_thread_blame(const tsel_graph *g, int64_t threads, int64_t lo, int64_t hi, tsel_tile_narrowing *narrow);
 /* Edit number `edit` is read under n (NULL lifts its narrowings; a second
  * cap keeps the smaller, a second range replaces the first);
  * unnarrow_after lifts those of the edits after `edit`. Shared with saved

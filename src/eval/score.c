@@ -255,31 +255,33 @@ bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed
    * as the init block of a decomposed reduction) is the thread tile's too */
   bool build_threads = build && strstr(sc.reason, "threads, outside its bounds");
   /* a build refused for shared memory: the widest tile (what the staged
-   * regions grow with), capped to shrink them by the bytes over the limit
-   * (tsel_tile_narrowing.cap) */
+   * regions grow with) that can keep its threads, capped to shrink them by
+   * the bytes over the limit (tsel_shared_blame, tsel_tile_narrowing.cap) */
   int64_t bytes = 0, limit = 0;
   bool shared = build && !build_threads && shared_excess(sc.reason, &bytes, &limit);
   if (threads || build) {
     ok = false;
     tsel_graph *gr = tsel_parse(text, NULL, &st);
-    int64_t inner = 0;
-    int widest = shared && gr ? tsel_widest_tile(gr, &inner) : 0;
+    int64_t cap = 0;
+    int widest = shared && gr ? tsel_shared_blame(gr, bytes, limit, &cap) : 0;
     if (gr && back_to && widest) {
       *back_to = widest;
-      int64_t c = (int64_t)((double)inner * (double)limit / (double)bytes);
-      if (narrow) narrow->cap = c >= 1 ? c : 1;
+      if (narrow) narrow->cap = cap;
     } else if (gr && back_to) {
-      *back_to = threads || build_threads ? tsel_thread_decision(gr) : tsel_last_decision(gr);
-      /* threads out of bounds: the blamed tile's thread factor written
-       * again within the range that brings them in, the block's other
-       * thread factors kept */
-      int64_t n = 0, lo = 0, hi = 0, f = 0;
-      int k = (threads || build_threads) && *back_to > 0 && thread_excess(thread_msg, &n, &lo, &hi)
-                  ? tsel_thread_factor(gr, *back_to, &f)
-                  : -1;
-      if (narrow && k >= 0 && f >= 1 && n % f == 0) {
-        int64_t others = n / f, flo = (lo + others - 1) / others, fhi = hi / others;
-        if (flo <= fhi) narrow->factor = k, narrow->lo = flo, narrow->hi = fhi;
+      /* threads out of bounds: the latest thread tile whose thread factor
+       * can be written again within the range that brings them in (the
+       * block's other thread factors kept), with that range; else the
+       * latest edit that chose the threads */
+      int64_t n = 0, lo = 0, hi = 0;
+      tsel_tile_narrowing tn;
+      int tile = (threads || build_threads) && thread_excess(thread_msg, &n, &lo, &hi)
+                     ? tsel_thread_blame(gr, n, lo, hi, &tn)
+                     : 0;
+      if (tile > 0) {
+        *back_to = tile;
+        if (narrow) narrow->factor = tn.factor, narrow->lo = tn.lo, narrow->hi = tn.hi;
+      } else {
+        *back_to = threads || build_threads ? tsel_thread_decision(gr) : tsel_last_decision(gr);
       }
     }
     tsel_graph_free(gr);

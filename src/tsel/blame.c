@@ -66,6 +66,42 @@ int tsel_thread_decision(const tsel_graph *g) {
   return best;
 }
 
+/* Whether the tile's thread factor k can be rewritten to a value in [lo,
+ * hi]: some divisor of the tile's extent (the product of its factors) is
+ * in the range. */
+static bool tile_can_meet(const tsel_edit *t, int k, int64_t lo, int64_t hi) {
+  const tsel_val *f = &t->args[1];
+  int64_t extent = 1;
+  for (int i = 0; i < f->n; i++) {
+    if (f->items[i].kind != TV_INT || f->items[i].i < 1 || f->items[i].i > (INT64_C(1) << 31)) return false;
+    extent *= f->items[i].i;
+    if (extent > (INT64_C(1) << 40)) return false;
+  }
+  (void)k;
+  if (lo < 1) lo = 1;
+  for (int64_t d = lo; d <= hi && d <= extent; d++)
+    if (extent % d == 0) return true;
+  return false;
+}
+
+int tsel_thread_blame(const tsel_graph *g, int64_t threads, int64_t lo, int64_t hi,
+                      tsel_tile_narrowing *narrow) {
+  if (narrow) memset(narrow, 0, sizeof *narrow);
+  /* the tiles the loops bound to threadIdx come from, latest first */
+  for (int tile = g->n_edits; tile >= 1; tile--) {
+    const tsel_edit *t = &g->edits[tile - 1];
+    if (t->op != TSEL_OP_TILE) continue;
+    int64_t f = 0;
+    int k = tsel_thread_factor(g, tile, &f);
+    if (k < 0 || f < 1 || threads % f != 0) continue;
+    int64_t others = threads / f, flo = (lo + others - 1) / others, fhi = hi / others;
+    if (flo > fhi || !tile_can_meet(t, k, flo, fhi)) continue;
+    if (narrow) narrow->factor = k, narrow->lo = flo, narrow->hi = fhi;
+    return tile;
+  }
+  return 0;
+}
+
 int tsel_widest_tile(const tsel_graph *g, int64_t *inner) {
   int best = 0;
   int64_t widest = 1;
@@ -83,6 +119,45 @@ int tsel_widest_tile(const tsel_graph *g, int64_t *inner) {
     if (ok && w > 1 && w >= widest) best = n, widest = w;
   }
   if (inner) *inner = best ? widest : 0;
+  return best;
+}
+
+/* A tile's inner extent (the product of its factors after the first),
+ * 0 where a factor is not a number or the product is past 2^40. */
+static int64_t inner_extent(const tsel_edit *e) {
+  if (e->op != TSEL_OP_TILE || e->n_args < 2 || e->args[1].kind != TV_LIST) return 0;
+  const tsel_val *f = &e->args[1];
+  if (f->n < 2) return 0;
+  int64_t w = 1;
+  for (int k = 1; k < f->n; k++) {
+    if (f->items[k].kind != TV_INT || f->items[k].i < 1 || f->items[k].i > (INT64_C(1) << 31)) return 0;
+    w *= f->items[k].i;
+    if (w > (INT64_C(1) << 40)) return 0;
+  }
+  return w;
+}
+
+int tsel_shared_blame(const tsel_graph *g, int64_t bytes, int64_t limit, int64_t *cap) {
+  *cap = 0;
+  if (bytes <= 0 || limit <= 0) return 0;
+  int best = 0;
+  int64_t widest = 1;
+  for (int n = 1; n <= g->n_edits; n++) {
+    int64_t w = inner_extent(&g->edits[n - 1]);
+    if (w <= 1 || w < widest) continue;
+    int64_t c = (int64_t)((double)w * (double)limit / (double)bytes), f = 1;
+    if (c < 1) c = 1;
+    if (tsel_thread_factor(g, n, &f) < 0 || f < 1) f = 1;
+    if (c < f) continue; /* capped, it could not keep its threads */
+    best = n, widest = w, *cap = c;
+  }
+  if (best) return best;
+  int64_t inner = 0;
+  best = tsel_widest_tile(g, &inner);
+  if (best) {
+    int64_t c = (int64_t)((double)inner * (double)limit / (double)bytes);
+    *cap = c >= 1 ? c : 1;
+  }
   return best;
 }
 
