@@ -181,9 +181,17 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
   search_postprocs pp = {0};
   int64_t planned = o->n_specs;
   bool ok = true;
+  /* the longest a round has taken (a workload's seconds over its rounds,
+   * its baseline and reference included): a workload is not begun in the
+   * budget's last seconds if they are fewer, since its first round would
+   * run past the budget (and past the window a process is given) */
+  double round_s = 0;
   for (int64_t i = 0; i < o->n_specs && ok; i++) {
-    if (deadline > 0 && dg_now() >= deadline) {
+    if (deadline > 0 && dg_now() + round_s >= deadline) {
       out->budget_hit = true;
+      if (o->progress && dg_now() < deadline)
+        fprintf(o->progress, "stopped with %.0f s left, less than a round takes (%.0f s)\n", deadline - dg_now(),
+                round_s);
       break;
     }
     const char *spec = o->specs[i];
@@ -266,6 +274,8 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
     bool labelled = res.trials >= o->trials_min || res.exhausted;
     if (labelled) out->labelled++;
     if (res.deadline_hit) out->budget_hit = true;
+    double per_round = res.rounds > 0 ? (dg_now() - tw) / (double)res.rounds : 0;
+    if (per_round > round_s) round_s = per_round;
     if (o->progress) {
       double el = dg_now() - t0;
       int64_t done = out->labelled + out->already;
