@@ -163,7 +163,7 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
   if (n == 0) return true;
   dg_func *f[EVAL_BATCH] = {0};
   char *base[EVAL_BATCH] = {0};
-  /* each task's output and baseline, and its label where it has one */
+  /* each task's output and baseline, its label and its prior where it has them */
   eval_item items[4 * EVAL_BATCH];
   eval_score sc[4 * EVAL_BATCH];
   int at_item[EVAL_BATCH], at_label[EVAL_BATCH], at_prior[EVAL_BATCH], n_items = 0;
