@@ -277,6 +277,19 @@ DG_TEST(optimize_cli_exported_model_directory) {
 #define W2 "gemv:n=2,k=8,dtype=f32"
 #define W3 "reduce_sum:m=7,n=2,dtype=f16"
 
+/* The untuned baseline of f as a graph (caller frees), NULL if it cannot
+ * be made. */
+static char *baseline_graph(const dg_func *f, const char *spec) {
+  dg_status st;
+  sched *bs = NULL;
+  if (!search_baseline_schedule(f, NULL, &bs, &st)) return NULL;
+  tsel_graph *g = tsel_lift(sched_get_trace(bs), spec, f, NULL, &st);
+  char *text = g ? tsel_print(g) : NULL;
+  tsel_graph_free(g);
+  sched_free(bs);
+  return text;
+}
+
 /* dragon eval on planted outputs: a correct graph counts as correct, a
  * graph for another workload fails at the header, a missing one at the
  * parse gate; the JSON and the table say so. Training workloads and the
@@ -285,13 +298,8 @@ DG_TEST(eval_cli_planted_outputs_counted) {
   dg_status st;
   dg_func *f1 = wl_build(W1, &st);
   CHECK(f1);
-  sched *bs = NULL;
-  CHECK_MSG(search_baseline_schedule(f1, NULL, &bs, &st), "%s", st.msg);
-  tsel_graph *g = tsel_lift(sched_get_trace(bs), W1, f1, NULL, &st);
-  CHECK(g);
-  char *g1 = tsel_print(g);
-  tsel_graph_free(g);
-  sched_free(bs);
+  char *g1 = baseline_graph(f1, W1);
+  CHECK(g1);
   json_t *a = json_pack("{s:s, s:s}", "workload", W1, "graph", g1);
   json_t *b = json_pack("{s:s, s:s}", "workload", W2, "graph", g1);
   char *la = json_dumps(a, JSON_COMPACT), *lb = json_dumps(b, JSON_COMPACT);
@@ -493,13 +501,8 @@ DG_TEST(eval_cli_refine_tasks) {
   dg_status st;
   dg_func *f1 = wl_build(W1, &st);
   CHECK(f1);
-  sched *bs = NULL;
-  CHECK_MSG(search_baseline_schedule(f1, NULL, &bs, &st), "%s", st.msg);
-  tsel_graph *g = tsel_lift(sched_get_trace(bs), W1, f1, NULL, &st);
-  CHECK(g);
-  char *g1 = tsel_print(g);
-  tsel_graph_free(g);
-  sched_free(bs);
+  char *g1 = baseline_graph(f1, W1);
+  CHECK(g1);
   char path[600], bad[600], graphs[600], args[2400], out_dir[700], tpath[800];
   snprintf(path, sizeof path, "%s/refine.jsonl", dg_test_tmpdir());
   snprintf(bad, sizeof bad, "%s/refine_bad.jsonl", dg_test_tmpdir());

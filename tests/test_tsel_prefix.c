@@ -1645,50 +1645,58 @@ DG_TEST(tsel_prefix_graphs_in_step_match_one_at_a_time) {
   int V = tok_vocab_size(fx.tok);
   dg_status st;
   nn_model m;
-  CHECK(random_model(&m, V, 77, &st));
   enum { N = 5 };
   uint64_t seeds[N] = {3, 1, 4, 15, 9};
-  for (int mode = 0; mode < 2; mode++) {
-    train_decode_opts o;
-    train_decode_opts_default(&o);
-    o.sample.max_tokens = 400;
-    o.explain = false;
-    o.unconstrained = mode == 1;
-    int calls = 0;
-    if (mode == 0) {
-      o.guard = parity_guard_fn;
-      o.guard_ctx = &calls;
+  /* random models are drawn until the guard takes lines back in the
+   * graphs (the tokenizer, and so what a model writes, follows the
+   * committed docs): every model drawn must match one at a time */
+  bool taken_back = false;
+  for (uint64_t mseed = 77; mseed < 77 + 16 && !taken_back; mseed++) {
+    if (mseed > 77) nn_model_free(&m);
+    CHECK(random_model(&m, V, mseed, &st));
+    for (int mode = 0; mode < 2; mode++) {
+      train_decode_opts o;
+      train_decode_opts_default(&o);
+      o.sample.max_tokens = 400;
+      o.explain = false;
+      o.unconstrained = mode == 1;
+      int calls = 0;
+      if (mode == 0) {
+        o.guard = parity_guard_fn;
+        o.guard_ctx = &calls;
+      }
+      char *texts[N];
+      train_decode_trace tr[N];
+      train_decode_stats ds[N];
+      dg_status es[N];
+      memset(tr, 0, sizeof tr);
+      CHECK_MSG(train_decode_graphs(&m, fx.tok, fx.mask, fx.prompt.data, (int)fx.prompt.len, fx.k, fx.spec,
+                                    TSEL_TARGET_CUDA, &o, N, seeds, texts, tr, ds, es, &st),
+                "%s", st.msg);
+      int backtracks = 0;
+      for (int i = 0; i < N; i++) {
+        train_decode_trace one = {0};
+        train_decode_stats d1;
+        train_decode_opts o1 = o;
+        o1.trace = &one;
+        char *g = train_decode_graph(&m, fx.tok, fx.mask, fx.prompt.data, (int)fx.prompt.len, fx.k, fx.spec,
+                                     TSEL_TARGET_CUDA, &o1, seeds[i], &d1, &st);
+        CHECK_MSG(g && texts[i], "graph %d: %s / %s", i, g ? "" : st.msg, texts[i] ? "" : es[i].msg);
+        if (g && texts[i]) CHECK_MSG(strcmp(g, texts[i]) == 0, "graph %d:\n%s\n---\n%s", i, g, texts[i]);
+        CHECK(one.n == tr[i].n && memcmp(one.ids, tr[i].ids, sizeof *one.ids * (size_t)one.n) == 0 &&
+              memcmp(one.sampled, tr[i].sampled, (size_t)one.n) == 0);
+        CHECK(d1.n_sampled == ds[i].n_sampled && d1.n_forced == ds[i].n_forced &&
+              d1.n_backtracks == ds[i].n_backtracks && d1.budget_completed == ds[i].budget_completed);
+        backtracks += d1.n_backtracks;
+        free(g);
+        free(texts[i]);
+        train_decode_trace_free(&one);
+        train_decode_trace_free(&tr[i]);
+      }
+      if (mode == 0) taken_back = backtracks >= N;
     }
-    char *texts[N];
-    train_decode_trace tr[N];
-    train_decode_stats ds[N];
-    dg_status es[N];
-    memset(tr, 0, sizeof tr);
-    CHECK_MSG(train_decode_graphs(&m, fx.tok, fx.mask, fx.prompt.data, (int)fx.prompt.len, fx.k, fx.spec,
-                                  TSEL_TARGET_CUDA, &o, N, seeds, texts, tr, ds, es, &st),
-              "%s", st.msg);
-    int backtracks = 0;
-    for (int i = 0; i < N; i++) {
-      train_decode_trace one = {0};
-      train_decode_stats d1;
-      train_decode_opts o1 = o;
-      o1.trace = &one;
-      char *g = train_decode_graph(&m, fx.tok, fx.mask, fx.prompt.data, (int)fx.prompt.len, fx.k, fx.spec,
-                                   TSEL_TARGET_CUDA, &o1, seeds[i], &d1, &st);
-      CHECK_MSG(g && texts[i], "graph %d: %s / %s", i, g ? "" : st.msg, texts[i] ? "" : es[i].msg);
-      if (g && texts[i]) CHECK_MSG(strcmp(g, texts[i]) == 0, "graph %d:\n%s\n---\n%s", i, g, texts[i]);
-      CHECK(one.n == tr[i].n && memcmp(one.ids, tr[i].ids, sizeof *one.ids * (size_t)one.n) == 0 &&
-            memcmp(one.sampled, tr[i].sampled, (size_t)one.n) == 0);
-      CHECK(d1.n_sampled == ds[i].n_sampled && d1.n_forced == ds[i].n_forced &&
-            d1.n_backtracks == ds[i].n_backtracks && d1.budget_completed == ds[i].budget_completed);
-      backtracks += d1.n_backtracks;
-      free(g);
-      free(texts[i]);
-      train_decode_trace_free(&one);
-      train_decode_trace_free(&tr[i]);
-    }
-    if (mode == 0) CHECK_MSG(backtracks >= N, "%d lines taken back in %d graphs", backtracks, N);
   }
+  CHECK_MSG(taken_back, "no random model had at least %d lines taken back in its %d graphs", N, N);
   /* jobs of two kernels, one prompt repeated, one prompt too long: each
    * graph is its kernel's graph written alone */
   decode_fixture fy;

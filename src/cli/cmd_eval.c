@@ -76,38 +76,73 @@ static void write_group(void *ctx, const dg_func *const *f, const char *const *s
   add_stats(w, &ws);
 }
 
-/* --graphs FILE: one {"workload", "graph"} object a line; errors name the
- * line. */
-static json_t *load_graphs(const char *path, dg_status *st) {
-  char *text = cli_read_text(path, st);
-  if (!text) return NULL;
-  json_t *map = json_object();
+/* Hands each object of a JSON-lines text (blank lines passed over) to
+ * take; a line that is not JSON, or that take refuses, fails naming
+ * path:line:column and what a line should be (want). */
+static bool each_json_line(const char *text, const char *path, const char *want,
+                           bool (*take)(void *ctx, json_t *j), void *ctx, dg_status *st) {
   int line = 0;
-  for (char *p = text, *nl; *p; p = nl ? nl + 1 : p + strlen(p)) {
+  for (const char *p = text, *nl; *p; p = nl ? nl + 1 : p + strlen(p)) {
     nl = strchr(p, '\n');
     line++;
     size_t n = nl ? (size_t)(nl - p) : strlen(p);
     if (n == 0) continue;
     json_error_t je;
     json_t *j = json_loadb(p, n, 0, &je);
-    const char *w = j ? json_string_value(json_object_get(j, "workload")) : NULL;
-    const char *g = j ? json_string_value(json_object_get(j, "graph")) : NULL;
-    if (!w || !g) {
-      dg_fail(st, DG_ERR_PARSE, "%s:%d:%d: want {\"workload\": SPEC, \"graph\": TSEL}%s%s", path,
-              line, j ? 1 : je.column, j ? "" : ": ", j ? "" : je.text);
-      json_decref(j);
-      json_decref(map);
-      free(text);
-      return NULL;
-    }
-    json_object_set_new(map, w, json_string(g));
+    bool ok = j && take(ctx, j);
     json_decref(j);
+    if (!ok)
+      return dg_fail(st, DG_ERR_PARSE, "%s:%d:%d: %s%s%s", path, line, j ? 1 : je.column, want, j ? "" : ": ",
+                     j ? "" : je.text);
+  }
+  return true;
+}
+
+/* A --graphs line: workload -> graph. */
+static bool take_graph(void *ctx, json_t *j) {
+  const char *w = json_string_value(json_object_get(j, "workload"));
+  const char *g = json_string_value(json_object_get(j, "graph"));
+  if (!w || !g) return false;
+  json_object_set_new(ctx, w, json_string(g));
+  return true;
+}
+
+/* --graphs FILE: one {"workload", "graph"} object a line; errors name the
+ * line. */
+static json_t *load_graphs(const char *path, dg_status *st) {
+  char *text = cli_read_text(path, st);
+  if (!text) return NULL;
+  json_t *map = json_object();
+  if (!each_json_line(text, path, "want {\"workload\": SPEC, \"graph\": TSEL}", take_graph, map, st)) {
+    json_decref(map);
+    map = NULL;
   }
   free(text);
   return map;
 }
 
 /* ---- the search's labels: a split's construction examples ---------------- */
+
+typedef struct {
+  json_t *map, *refines;
+} labels_ctx;
+
+/* An examples line: a construction's target into map, a refinement into
+ * refines; anything else is refused. */
+static bool take_example(void *ctx, json_t *j) {
+  labels_ctx *c = ctx;
+  const char *kind = json_string_value(json_object_get(j, "kind"));
+  const char *w = json_string_value(json_object_get(j, "workload"));
+  const char *g = json_string_value(json_object_get(j, "target"));
+  const char *task = json_string_value(json_object_get(j, "task"));
+  const char *prior = json_string_value(json_object_get(j, "prior"));
+  bool refine = kind && strcmp(kind, "refine") == 0;
+  if (!kind || !w || !g || (refine && (!task || !prior))) return false;
+  if (strcmp(kind, "construct") == 0) json_object_set_new(c->map, w, json_string(g));
+  else if (refine)
+    json_array_append_new(c->refines, json_pack("{s:s, s:s, s:s}", "task", task, "workload", w, "prior", prior));
+  return true;
+}
 
 /* --labels FILE (JSON lines, plain or zstd, as `dragon data build` writes
  * them): workload -> the construction target, its best measured
@@ -118,39 +153,16 @@ static json_t *load_labels(const char *path, json_t **refines, dg_status *st) {
   size_t len;
   char *text = dg_read_text(path, 0, &len, st);
   if (!text) return NULL;
-  json_t *map = json_object();
-  *refines = json_array();
-  int line = 0;
-  for (char *p = text, *nl; *p; p = nl ? nl + 1 : p + strlen(p)) {
-    nl = strchr(p, '\n');
-    line++;
-    size_t n = nl ? (size_t)(nl - p) : strlen(p);
-    if (n == 0) continue;
-    json_error_t je;
-    json_t *j = json_loadb(p, n, 0, &je);
-    const char *kind = j ? json_string_value(json_object_get(j, "kind")) : NULL;
-    const char *w = j ? json_string_value(json_object_get(j, "workload")) : NULL;
-    const char *g = j ? json_string_value(json_object_get(j, "target")) : NULL;
-    const char *task = j ? json_string_value(json_object_get(j, "task")) : NULL;
-    const char *prior = j ? json_string_value(json_object_get(j, "prior")) : NULL;
-    bool refine = kind && strcmp(kind, "refine") == 0;
-    if (!kind || !w || !g || (refine && (!task || !prior))) {
-      dg_fail(st, DG_ERR_PARSE, "%s:%d:%d: not an example (want kind, workload and target; a refinement's task "
-              "and prior too)%s%s", path, line, j ? 1 : je.column, j ? "" : ": ", j ? "" : je.text);
-      json_decref(j);
-      json_decref(map);
-      json_decref(*refines);
-      *refines = NULL;
-      free(text);
-      return NULL;
-    }
-    if (strcmp(kind, "construct") == 0) json_object_set_new(map, w, json_string(g));
-    else if (refine) json_array_append_new(*refines, json_pack("{s:s, s:s, s:s}", "task", task, "workload", w,
-                                                               "prior", prior));
-    json_decref(j);
+  labels_ctx c = {json_object(), json_array()};
+  if (!each_json_line(text, path, "not an example (want kind, workload and target; a refinement's task and prior too)",
+                      take_example, &c, st)) {
+    json_decref(c.map);
+    json_decref(c.refines);
+    c.map = c.refines = NULL;
   }
   free(text);
-  return map;
+  *refines = c.refines;
+  return c.map;
 }
 
 /* ---- resuming: OUT/SPLIT.tasks.jsonl, a line a judged task ----------------- */
