@@ -66,10 +66,10 @@ int tsel_thread_decision(const tsel_graph *g) {
   return best;
 }
 
-/* Whether the tile's thread factor k can be rewritten to a value in [lo,
+/* Whether a tile's thread factor can be rewritten to a value in [lo,
  * hi]: some divisor of the tile's extent (the product of its factors) is
  * in the range. */
-static bool tile_can_meet(const tsel_edit *t, int k, int64_t lo, int64_t hi) {
+static bool tile_can_meet(const tsel_edit *t, int64_t lo, int64_t hi) {
   const tsel_val *f = &t->args[1];
   int64_t extent = 1;
   for (int i = 0; i < f->n; i++) {
@@ -77,9 +77,10 @@ static bool tile_can_meet(const tsel_edit *t, int k, int64_t lo, int64_t hi) {
     extent *= f->items[i].i;
     if (extent > (INT64_C(1) << 40)) return false;
   }
-  (void)k;
   if (lo < 1) lo = 1;
-  for (int64_t d = lo; d <= hi && d <= extent; d++)
+  /* thread ranges are a few thousand wide at most; a wider one is read
+   * only to its first 2^16 */
+  for (int64_t d = lo; d <= hi && d <= extent && d - lo < (INT64_C(1) << 16); d++)
     if (extent % d == 0) return true;
   return false;
 }
@@ -95,31 +96,11 @@ int tsel_thread_blame(const tsel_graph *g, int64_t threads, int64_t lo, int64_t 
     int k = tsel_thread_factor(g, tile, &f);
     if (k < 0 || f < 1 || threads % f != 0) continue;
     int64_t others = threads / f, flo = (lo + others - 1) / others, fhi = hi / others;
-    if (flo > fhi || !tile_can_meet(t, k, flo, fhi)) continue;
+    if (flo > fhi || !tile_can_meet(t, flo, fhi)) continue;
     if (narrow) narrow->factor = k, narrow->lo = flo, narrow->hi = fhi;
     return tile;
   }
   return 0;
-}
-
-int tsel_widest_tile(const tsel_graph *g, int64_t *inner) {
-  int best = 0;
-  int64_t widest = 1;
-  for (int n = 1; n <= g->n_edits; n++) {
-    const tsel_edit *e = &g->edits[n - 1];
-    if (e->op != TSEL_OP_TILE || e->n_args < 2 || e->args[1].kind != TV_LIST) continue;
-    const tsel_val *f = &e->args[1];
-    int64_t w = 1;
-    bool ok = f->n >= 2;
-    for (int k = 1; k < f->n && ok; k++) {
-      ok = f->items[k].kind == TV_INT && f->items[k].i >= 1 && f->items[k].i <= (INT64_C(1) << 31);
-      if (ok) w *= f->items[k].i;
-      ok = ok && w <= (INT64_C(1) << 40);
-    }
-    if (ok && w > 1 && w >= widest) best = n, widest = w;
-  }
-  if (inner) *inner = best ? widest : 0;
-  return best;
 }
 
 /* A tile's inner extent (the product of its factors after the first),
@@ -135,6 +116,17 @@ static int64_t inner_extent(const tsel_edit *e) {
     if (w > (INT64_C(1) << 40)) return 0;
   }
   return w;
+}
+
+int tsel_widest_tile(const tsel_graph *g, int64_t *inner) {
+  int best = 0;
+  int64_t widest = 1;
+  for (int n = 1; n <= g->n_edits; n++) {
+    int64_t w = inner_extent(&g->edits[n - 1]);
+    if (w > 1 && w >= widest) best = n, widest = w;
+  }
+  if (inner) *inner = best ? widest : 0;
+  return best;
 }
 
 int tsel_shared_blame(const tsel_graph *g, int64_t bytes, int64_t limit, int64_t *cap) {
