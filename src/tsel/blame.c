@@ -66,17 +66,33 @@ int tsel_thread_decision(const tsel_graph *g) {
   return best;
 }
 
+/* The product of a tile's factors from the from-th on, 0 where one is not
+ * a number or the product is past 2^40. */
+static int64_t factors_product(const tsel_edit *e, int from) {
+  if (e->op != TSEL_OP_TILE || e->n_args < 2 || e->args[1].kind != TV_LIST) return 0;
+  const tsel_val *f = &e->args[1];
+  int64_t w = 1;
+  for (int k = from; k < f->n; k++) {
+    if (f->items[k].kind != TV_INT || f->items[k].i < 1 || f->items[k].i > (INT64_C(1) << 31)) return 0;
+    w *= f->items[k].i;
+    if (w > (INT64_C(1) << 40)) return 0;
+  }
+  return w;
+}
+
+/* A tile's inner extent (the product of its factors after the first;
+ * 0 for a tile of one factor). */
+static int64_t inner_extent(const tsel_edit *e) {
+  return e->op == TSEL_OP_TILE && e->n_args >= 2 && e->args[1].kind == TV_LIST && e->args[1].n >= 2
+             ? factors_product(e, 1)
+             : 0;
+}
+
 /* Whether a tile's thread factor can be rewritten to a value in [lo,
  * hi]: some divisor of the tile's extent (the product of its factors) is
  * in the range. */
 static bool tile_can_meet(const tsel_edit *t, int64_t lo, int64_t hi) {
-  const tsel_val *f = &t->args[1];
-  int64_t extent = 1;
-  for (int i = 0; i < f->n; i++) {
-    if (f->items[i].kind != TV_INT || f->items[i].i < 1 || f->items[i].i > (INT64_C(1) << 31)) return false;
-    extent *= f->items[i].i;
-    if (extent > (INT64_C(1) << 40)) return false;
-  }
+  int64_t extent = factors_product(t, 0);
   if (lo < 1) lo = 1;
   /* thread ranges are a few thousand wide at most; a wider one is read
    * only to its first 2^16 */
@@ -101,21 +117,6 @@ int tsel_thread_blame(const tsel_graph *g, int64_t threads, int64_t lo, int64_t 
     return tile;
   }
   return 0;
-}
-
-/* A tile's inner extent (the product of its factors after the first),
- * 0 where a factor is not a number or the product is past 2^40. */
-static int64_t inner_extent(const tsel_edit *e) {
-  if (e->op != TSEL_OP_TILE || e->n_args < 2 || e->args[1].kind != TV_LIST) return 0;
-  const tsel_val *f = &e->args[1];
-  if (f->n < 2) return 0;
-  int64_t w = 1;
-  for (int k = 1; k < f->n; k++) {
-    if (f->items[k].kind != TV_INT || f->items[k].i < 1 || f->items[k].i > (INT64_C(1) << 31)) return 0;
-    w *= f->items[k].i;
-    if (w > (INT64_C(1) << 40)) return 0;
-  }
-  return w;
 }
 
 int tsel_widest_tile(const tsel_graph *g, int64_t *inner) {
