@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dragon/codegen.h"
 #include "dragon/rt_cuda.h"
 #include "dragon/sched.h"
 #include "dragon/search.h"
@@ -311,6 +312,52 @@ DG_TEST(build_c_targets_compiled) {
   CHECK_MSG(rt_program_build(f, &o, &b, &st), "%s", st.msg);
   CHECK(b.fn && !b.ref_fn);
   rt_build_free(&b);
+  ir_func_free(ref);
+  ir_func_free(f);
+}
+
+/* The reference alone (what a measurement's expected outputs come from):
+ * its source holds no kernel, and its outputs are, bit for bit, those of
+ * the reference compiled beside the kernel; a kernel that does not verify
+ * is refused by name. */
+DG_TEST(build_reference_alone) {
+  dg_func *f = vadd(256, 1), *ref = vadd_plain();
+  CHECK(f && ref);
+  dg_status st;
+  char *src = codegen_emit_source(NULL, ref, &codegen_lang_c, &st);
+  CHECK_MSG(src, "%s", st.msg);
+  CHECK(strstr(src, CODEGEN_REFERENCE_FN) && !strstr(src, CODEGEN_KERNEL_FN));
+  free(src);
+  rt_cpu_kernel *rk = NULL;
+  CHECK_MSG(rt_reference_build(ref, &rk, &st), "%s", st.msg);
+  rt_build b;
+  rt_build_opts o = {.target = RT_BUILD_C, .compile = true, .reference = ref};
+  CHECK_MSG(rt_program_build(f, &o, &b, &st), "%s", st.msg);
+  rt_tensors alone, beside;
+  CHECK(rt_tensors_init(&alone, ref, &st) && rt_tensors_init(&beside, ref, &st));
+  rt_data_fill(&alone, 5, RT_DIST_UNIFORM);
+  rt_data_fill(&beside, 5, RT_DIST_UNIFORM);
+  rt_data_poison(&alone);
+  rt_data_poison(&beside);
+  rt_cpu_call(rk, alone.ref_args);
+  rt_cpu_call(b.ref_fn, beside.ref_args);
+  rt_cpu_call(b.fn, alone.args);
+  int out = -1;
+  for (int i = 0; i < alone.n; i++)
+    if (alone.t[i].is_output) out = i;
+  CHECK(out >= 0);
+  size_t bytes = (size_t)alone.t[out].numel * sizeof(double);
+  CHECK(memcmp(alone.ref_args[out], beside.ref_args[out], bytes) == 0);
+  rt_check chk;
+  rt_check_outputs(&alone, rt_check_reduce_len(ref), &chk);
+  CHECK_MSG(chk.pass, "%s", chk.first_bad);
+  rt_tensors_free(&alone);
+  rt_tensors_free(&beside);
+  rt_build_free(&b);
+  rt_cpu_free(rk);
+  ref->params[1]->name = "A"; /* two buffers named A */
+  CHECK(!rt_reference_build(ref, &rk, &st) && rk == NULL);
+  CHECK_MSG(strstr(st.msg, "buffer name A is used twice"), "%s", st.msg);
   ir_func_free(ref);
   ir_func_free(f);
 }

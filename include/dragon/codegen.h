@@ -135,8 +135,9 @@ char *codegen_emit(const dg_func *f, const dg_lang *lang,
                    const codegen_opts *o, dg_status *st);
 
 /* A whole translation unit: the preamble, `kernel` as CODEGEN_KERNEL_FN and
- * `reference` (may be NULL) in reference mode as CODEGEN_REFERENCE_FN. The
- * two must have the same parameters. Caller frees. */
+ * `reference` in reference mode as CODEGEN_REFERENCE_FN; either may be NULL
+ * (not both): a reference alone is what a measurement's expected outputs
+ * come from. The two must have the same parameters. Caller frees. */
 #define CODEGEN_KERNEL_FN "dg_kernel"
 #define CODEGEN_REFERENCE_FN "dg_reference"
 char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,

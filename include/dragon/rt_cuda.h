@@ -442,6 +442,10 @@ typedef struct {
 bool rt_program_build(const dg_func *scheduled, const rt_build_opts *o, rt_build *out,
                       dg_status *st);
 void rt_build_free(rt_build *b);
+/* `ref`'s float64 reference alone (CODEGEN_REFERENCE_FN), compiled as C:
+ * the expected outputs of a check, without compiling a kernel beside it
+ * (half the C compiler's work). Free *out with rt_cpu_free. */
+bool rt_reference_build(const dg_func *ref, rt_cpu_kernel **out, dg_status *st);
 
 /* The architecture a CUDA build compiles for when none is given: the
  * device's, "sm_%d%d" of rt_cuda_device_info, or the default (sm_90, the

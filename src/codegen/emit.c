@@ -1079,19 +1079,20 @@ static bool same_params(const dg_func *a, const dg_func *b) {
 
 char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,
                           const dg_lang *lang, dg_status *st) {
-  if (reference && !same_params(kernel, reference))
+  DG_ASSERT(kernel || reference);
+  if (kernel && reference && !same_params(kernel, reference))
     return dg_fail(st, DG_ERR_INVALID,
                    "codegen %s: kernel %s and its reference %s have different parameters",
                    lang->name, kernel->name, reference->name),
            NULL;
-  codegen_opts ko = {.fn_name = CODEGEN_KERNEL_FN};
-  char *k = codegen_emit(kernel, lang, &ko, st);
-  if (!k) return NULL;
-  char *r = NULL;
+  char *k = NULL, *r = NULL;
+  if (kernel) {
+    codegen_opts ko = {.fn_name = CODEGEN_KERNEL_FN};
+    if (!(k = codegen_emit(kernel, lang, &ko, st))) return NULL;
+  }
   if (reference) {
     codegen_opts ro = {.reference = true, .fn_name = CODEGEN_REFERENCE_FN};
-    r = codegen_emit(reference, lang, &ro, st);
-    if (!r) {
+    if (!(r = codegen_emit(reference, lang, &ro, st))) {
       free(k);
       return NULL;
     }
@@ -1099,8 +1100,10 @@ char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,
   dg_str out;
   dg_str_init(&out);
   dg_str_puts(&out, lang->preamble);
-  dg_str_putc(&out, '\n');
-  dg_str_puts(&out, k);
+  if (k) {
+    dg_str_putc(&out, '\n');
+    dg_str_puts(&out, k);
+  }
   if (r) {
     dg_str_putc(&out, '\n');
     dg_str_puts(&out, r);

@@ -21,6 +21,7 @@
  * architecture's resolution, which rt_cuda_device_info caches.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dragon/codegen.h"
@@ -163,6 +164,18 @@ bool rt_program_build(const dg_func *f, const rt_build_opts *o, rt_build *out, d
   if (!ok) return stop(out, RT_BUILD_COMPILE);
   out->stage = RT_BUILD_DONE;
   return true;
+}
+
+bool rt_reference_build(const dg_func *ref, rt_cpu_kernel **out, dg_status *st) {
+  *out = NULL;
+  dg_status_ok(st);
+  if (!ir_verify(ref, st)) return false;
+  char *src = codegen_emit_source(NULL, ref, &codegen_lang_c, st);
+  if (!src) return false;
+  const char *name = CODEGEN_REFERENCE_FN;
+  bool ok = rt_cpu_compile_many(src, &name, 1, out, st);
+  free(src);
+  return ok;
 }
 
 void rt_build_free(rt_build *b) {

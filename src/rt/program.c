@@ -63,11 +63,10 @@ bool rt_program_run_cuda(const dg_func *ref, const dg_func *f, uint64_t seed, in
   rt_data_fill(&ts, seed, rt_data_dist_for(ref));
   rt_data_poison(&ts);
   {
-    rt_build rb;
-    rt_build_opts ro = {.target = RT_BUILD_C, .compile = true, .reference = ref};
-    bool rok = rt_program_build(ref, &ro, &rb, st);
-    if (rok) rt_cpu_call(rb.ref_fn, ts.ref_args);
-    rt_build_free(&rb);
+    rt_cpu_kernel *rk = NULL;
+    bool rok = rt_reference_build(ref, &rk, st);
+    if (rok) rt_cpu_call(rk, ts.ref_args);
+    rt_cpu_free(rk);
     if (!rok) goto done;
   }
   snprintf(path, sizeof path, "/tmp/dragon-data-%ld-XXXXXX", (long)getpid());

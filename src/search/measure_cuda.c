@@ -60,17 +60,16 @@ static bool data_fill(const search_cuda_measure *m, const dg_func *f, const char
   if (!rt_tensors_init(&ts, f, st)) return false;
   rt_data_fill(&ts, m->seed, rt_data_dist_for(f));
   rt_data_poison(&ts);
-  rt_build b;
-  rt_build_opts bo = {.target = RT_BUILD_C, .compile = true, .reference = f};
+  rt_cpu_kernel *ref = NULL;
   double t0 = dg_now();
-  bool ok = rt_program_build(f, &bo, &b, st);
+  bool ok = rt_reference_build(f, &ref, st);
   double t1 = dg_now();
   if (ok) {
-    rt_cpu_call(b.ref_fn, ts.ref_args);
+    rt_cpu_call(ref, ts.ref_args);
     ok = rt_cuda_data_write(&ts, rt_check_reduce_len(f), path, st);
   }
   if (secs) secs[0] = t1 - t0, secs[1] = dg_now() - t1;
-  rt_build_free(&b);
+  rt_cpu_free(ref);
   rt_tensors_free(&ts);
   return ok;
 }
