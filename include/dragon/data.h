@@ -162,6 +162,7 @@ typedef struct {
    * worker's own seconds */
   double t_search, t_model, t_measure;
   double t_lower, t_compile, t_gpu_wait, t_compile_wait, t_worker;
+  double t_held; /* of the worker's seconds, those holding the GPU */
   double t_data_build, t_data_run; /* the float64 references: compiled, run (thread-s) */
   int64_t compiled, cached; /* candidates compiled; of them from the NVRTC cache */
   bool budget_hit;

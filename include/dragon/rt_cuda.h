@@ -235,6 +235,8 @@ typedef struct {
   bool data_cached;
   double setup_s;
   double worker_s;   /* the job in the worker, from decoding to replying */
+  double held_s;     /* of those, holding the GPU (gpu_lock.c): what the GPU
+                        itself costs a job, whatever other processes wait */
 } rt_cuda_result;
 
 typedef struct rt_cuda_ctx rt_cuda_ctx;

@@ -466,6 +466,7 @@ typedef struct search_cuda_measure {
     double t_gpu_wait;     /* waiting for a worker's result */
     double t_compile_wait; /* the GPU idle, waiting for a compile (or a workload's data) */
     double t_worker;       /* seconds in the worker's jobs, by its clock */
+    double t_held;         /* of those, holding the GPU: the GPU's own cost */
     double t_wall;         /* seconds in search_measure_cuda */
     double t_data;         /* of those, until the workloads' data (inputs, references)
                               was made: search_measure_cuda_many builds meanwhile */

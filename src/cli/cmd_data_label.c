@@ -182,10 +182,10 @@ int cmd_data_label(int argc, char **argv) {
              s.t_measure);
       if (o.on_gpu)
         printf(" (lowering %.1f and NVRTC %.1f thread-s; waiting for the GPU %.1f s, for a "
-               "compile %.1f s; GPU worker %.1f s; %lld compiled, %lld of them a source "
+               "compile %.1f s; GPU worker %.1f s, holding the GPU %.1f s; %lld compiled, %lld of them a source "
                "compiled before; references compiled in %.1f and run in %.1f thread-s)",
                s.t_lower, s.t_compile, s.t_gpu_wait, s.t_compile_wait, s.t_worker,
-               (long long)s.compiled, (long long)s.cached, s.t_data_build, s.t_data_run);
+               s.t_held, (long long)s.compiled, (long long)s.cached, s.t_data_build, s.t_data_run);
       printf("\n");
       if (s.failed) printf("first failure: %s\n", s.first_failure);
     }

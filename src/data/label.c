@@ -311,6 +311,7 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
     out->t_data_build = gm.stats.t_data_build;
     out->t_data_run = gm.stats.t_data_run;
     out->t_worker = gm.stats.t_worker;
+    out->t_held = gm.stats.t_held;
     out->compiled = gm.stats.compiled;
     out->cached = gm.stats.cached;
   }

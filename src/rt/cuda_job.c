@@ -14,7 +14,7 @@
 
 /* ---- messages ---------------------------------------------------------------- */
 
-enum { JOB_MAGIC = 0x31424a43 /* "CJB1" */, REPLY_MAGIC = 0x32525243 /* "CRR2" */ };
+enum { JOB_MAGIC = 0x31424a43 /* "CJB1" */, REPLY_MAGIC = 0x33525243 /* "CRR3" */ };
 
 void rt_cuda_job_encode(const rt_cuda_job *job, dg_str *out) {
   const rt_cuda_program *prog = job->prog;
@@ -139,6 +139,7 @@ static void result_encode(const rt_cuda_result *res, dg_str *out) {
   rt_wire_put_i32(out, res->data_cached);
   rt_wire_put_f64(out, res->setup_s);
   rt_wire_put_f64(out, res->worker_s);
+  rt_wire_put_f64(out, res->held_s);
 }
 
 static bool result_decode(const void *p, size_t n, rt_cuda_result *res) {
@@ -167,6 +168,7 @@ static bool result_decode(const void *p, size_t n, rt_cuda_result *res) {
   res->data_cached = rt_wire_get_i32(&r) != 0;
   res->setup_s = rt_wire_get_f64(&r);
   res->worker_s = rt_wire_get_f64(&r);
+  res->held_s = rt_wire_get_f64(&r);
   dg_arena_free(a);
   return ok && !r.bad && r.at == r.n;
 }
@@ -432,6 +434,7 @@ bool rt_cuda_job_handle(void *ctx, const void *job, size_t len, dg_str *reply) {
      * measure on it (gpu_lock.c) */
     if (worker_gpu_lock == -2) worker_gpu_lock = rt_gpu_lock_open(worker_ctx->cu, worker_ctx->dev);
     rt_gpu_lock(worker_gpu_lock);
+    double t_held = dg_now();
     if (d.job.data_path) {
       worker_ctx->cu->CtxSetCurrent(worker_ctx->ctx);
       job_cached(worker_ctx, &d, &res);
@@ -440,6 +443,7 @@ bool rt_cuda_job_handle(void *ctx, const void *job, size_t len, dg_str *reply) {
       rt_cuda_host_from_tensors(&d.prog, ts, host);
       rt_cuda_run(worker_ctx, &d.bin, &d.prog, host, &d.job.timing, &res);
     }
+    res.held_s = dg_now() - t_held;
     rt_gpu_unlock(worker_gpu_lock);
   }
   if (ts == &seeded) rt_cuda_data_seeded_free(&seeded);

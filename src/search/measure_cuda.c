@@ -430,6 +430,7 @@ static int take_result(round_run *rr, const rt_worker_result *wr) {
   search_cuda_measure *m = rr->m;
   m->stats.ran++;
   m->stats.t_worker += res.worker_s;
+  m->stats.t_held += res.held_s;
   if (res.fail != RT_FAIL_NONE) {
     char why[256];
     snprintf(why, sizeof why, "%s: %.200s", rt_fail_name(res.fail), res.reason);
