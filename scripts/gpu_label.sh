@@ -181,7 +181,7 @@ stamp=$(date -u +%Y%m%dT%H%M%SZ)
 rm -rf /tmp/label-all
 mkdir -p /tmp/label-all "$LOGDIR/shards"
 for ((g = 0; g < SHARDS; g++)); do
-  for f in workloads.jsonl records.jsonl baselines.jsonl; do
+  for f in workloads.jsonl records.jsonl baselines.jsonl exhausted.jsonl; do
     [ -f "/tmp/label-db$g/$f" ] || continue
     base=$(stat -c %s "/tmp/label-base/$f" 2>/dev/null || echo 0)
     tail -c +$((base + 1)) "/tmp/label-db$g/$f" >>"/tmp/label-all/$f"

@@ -241,3 +241,75 @@ DG_TEST(data_label_cli_merges_and_packs) {
   free(out);
   data_splits_free(t);
 }
+
+static bool copy_db_file(const char *from_dir, const char *to_dir, const char *name) {
+  char a[600], b[600];
+  snprintf(a, sizeof a, "%s/%s", from_dir, name);
+  snprintf(b, sizeof b, "%s/%s", to_dir, name);
+  dg_status st;
+  size_t len;
+  char *t = dg_read_file(a, &len, &st);
+  if (!t) return false;
+  bool ok = dg_write_file_atomic(b, t, len, &st);
+  free(t);
+  return ok;
+}
+
+/* A space smaller than trials_min is measured whole once and marked: a
+ * rerun skips it without searching. Without the mark (a database from
+ * before marks), --find-exhausted finds it again measuring nothing. */
+DG_TEST(data_label_cpu_marks_a_space_measured_whole) {
+  static const char *const tiny[] = {"bias_gelu:m=4,n=8,dtype=f32"};
+  dg_status st;
+  search_db *db;
+  CHECK(search_db_open(ldir("label_marks"), &db, &st));
+  data_label_opts o;
+  opts_for(&o, db, 1);
+  o.specs = tiny;
+  o.trials_min = o.trials_max = 64;
+  data_label_stats s;
+  CHECK_MSG(data_label_run(&o, &s, &st), "%s", st.msg);
+  CHECK_MSG(s.failed == 0, "%s", s.first_failure);
+  CHECK_EQ(s.labelled, 1);
+  char h[21];
+  snprintf(h, sizeof h, "%s", search_db_workload_hash(db, 0));
+  int64_t n = search_db_workload_trials(db, h);
+  CHECK(n > 0 && n < 64);
+  CHECK_EQ(search_db_workload_exhausted(db, h), n);
+  /* the rerun: skipped for its mark, nothing searched or measured */
+  CHECK(data_label_run(&o, &s, &st));
+  CHECK_EQ(s.already, 1);
+  CHECK_EQ(s.exhausted, 1);
+  CHECK_EQ(s.measured, 0);
+  CHECK(s.t_search == 0);
+  /* retried on request: searched, found nothing new, measured nothing */
+  o.retry_exhausted = true;
+  CHECK(data_label_run(&o, &s, &st));
+  CHECK_EQ(s.already, 0);
+  CHECK_EQ(s.measured, 0);
+  CHECK(s.t_search > 0);
+  search_db_close(db);
+  /* the same records without the marks file */
+  CHECK(dg_mkdirs(ldir("label_nomarks"), &st));
+  CHECK(copy_db_file(ldir("label_marks"), ldir("label_nomarks"), "workloads.jsonl"));
+  CHECK(copy_db_file(ldir("label_marks"), ldir("label_nomarks"), "records.jsonl"));
+  CHECK(copy_db_file(ldir("label_marks"), ldir("label_nomarks"), "baselines.jsonl"));
+  CHECK(search_db_open(ldir("label_nomarks"), &db, &st));
+  CHECK_EQ(search_db_workload_exhausted(db, h), -1);
+  opts_for(&o, db, 1);
+  o.specs = tiny;
+  o.trials_min = o.trials_max = 64;
+  o.find_exhausted = true;
+  CHECK(data_label_run(&o, &s, &st));
+  CHECK_EQ(s.exhausted, 1);
+  CHECK_EQ(s.measured, 0);
+  CHECK_EQ(search_db_workload_exhausted(db, h), n);
+  CHECK_EQ(search_db_workload_trials(db, h), n);
+  /* a workload never begun is left alone: not built into the database */
+  static const char *const other[] = {"softmax:m=8,n=32,dtype=f32"};
+  o.specs = other;
+  CHECK(data_label_run(&o, &s, &st));
+  CHECK_EQ(s.exhausted, 0);
+  CHECK_EQ(search_db_workload_count(db), 1);
+  search_db_close(db);
+}

@@ -229,3 +229,78 @@ DG_TEST(db_shard_refuses_corrupt_truncated_foreign) {
   expect_refused("v2", other_version, "version");
   expect_refused("headless", no_header, "header");
 }
+
+/* Exhausted marks: appended once per workload, read back on open, carried
+ * by shards and merges like records, refused read-only. */
+DG_TEST(db_exhausted_marks_roundtrip_and_merge) {
+  char h1[21], h2[21];
+  search_db *db = sample_db(sdir("marks_src"), h1, h2);
+  CHECK(db);
+  dg_status st;
+  CHECK_EQ(search_db_workload_exhausted(db, h1), -1);
+  CHECK(search_db_mark_exhausted(db, h1, 2, &st));
+  CHECK(search_db_mark_exhausted(db, h1, 7, &st)); /* the first mark stands */
+  CHECK_EQ(search_db_workload_exhausted(db, h1), 2);
+  CHECK_EQ(search_db_workload_exhausted(db, h2), -1);
+  CHECK_EQ(search_db_exhausted_count(db), 1);
+  search_db_close(db);
+  CHECK(search_db_open(sdir("marks_src"), &db, &st));
+  CHECK_EQ(search_db_workload_exhausted(db, h1), 2);
+  CHECK_EQ(search_db_exhausted_count(db), 1);
+  /* a shard carries the mark, with its workload's line */
+  const char *shard = sdir("marks.jsonl.zst");
+  int64_t n = 0;
+  CHECK(search_db_write_shard(db, NULL, shard, &n, &st));
+  CHECK_EQ(n, 6);
+  search_db *dst;
+  CHECK(search_db_open(sdir("marks_dst"), &dst, &st));
+  int64_t added = 0;
+  CHECK(search_db_merge_shard(dst, shard, &added, &st));
+  CHECK_EQ(added, 6);
+  CHECK_EQ(search_db_workload_exhausted(dst, h1), 2);
+  CHECK_EQ(search_db_workload_exhausted(dst, h2), -1);
+  CHECK(search_db_workload_spec(dst, h1));
+  /* a database that holds everything but a new mark: a shard of the mark */
+  CHECK(search_db_mark_exhausted(db, h2, 0, &st));
+  CHECK(search_db_write_shard(db, dst, sdir("marks2.jsonl.zst"), &n, &st));
+  CHECK_EQ(n, 1);
+  CHECK(search_db_merge_shard(dst, sdir("marks2.jsonl.zst"), &added, &st));
+  CHECK_EQ(added, 1);
+  CHECK_EQ(search_db_workload_exhausted(dst, h2), 0);
+  search_db_close(dst);
+  CHECK(search_db_open(sdir("marks_dst"), &dst, &st));
+  CHECK_EQ(search_db_exhausted_count(dst), 2);
+  /* database to database */
+  search_db *third;
+  CHECK(search_db_open(sdir("marks_third"), &third, &st));
+  CHECK(search_db_merge(third, dst, &added, &st));
+  CHECK_EQ(search_db_workload_exhausted(third, h1), 2);
+  CHECK_EQ(search_db_workload_exhausted(third, h2), 0);
+  search_db_close(third);
+  search_db_close(dst);
+  search_db_close(db);
+  /* read-only: read, never written */
+  search_db *ro;
+  CHECK(search_db_open_readonly(sdir("marks_src"), &ro, &st));
+  CHECK_EQ(search_db_workload_exhausted(ro, h2), 0);
+  CHECK(!search_db_mark_exhausted(ro, "123", 1, &st));
+  CHECK(strstr(st.msg, "read-only"));
+  search_db_close(ro);
+}
+
+/* A mark line without its count is skipped with a warning naming the line. */
+DG_TEST(db_exhausted_bad_line_is_skipped) {
+  dg_status st;
+  char path[600];
+  CHECK(dg_mkdirs(sdir("marks_bad"), &st));
+  snprintf(path, sizeof path, "%s/exhausted.jsonl", sdir("marks_bad"));
+  const char *text = "{\"workload\":\"1\",\"exhausted\":3}\n{\"workload\":\"2\"}\n"
+                     "{\"workload\":\"3\",\"exhausted\":-1}\n";
+  CHECK(dg_write_file_atomic(path, text, strlen(text), &st));
+  search_db *db;
+  CHECK(search_db_open_readonly(sdir("marks_bad"), &db, &st));
+  CHECK_EQ(search_db_exhausted_count(db), 1);
+  CHECK_EQ(search_db_workload_exhausted(db, "1"), 3);
+  CHECK_EQ(search_db_warning_count(db), 2);
+  search_db_close(db);
+}

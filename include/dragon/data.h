@@ -120,8 +120,10 @@ int64_t data_splits_moved(const data_splits *t, data_split from,
  * DefaultGPUSchedule) measured once and MetaSchedule's search with a cost
  * model shared across workloads and warm-started from the database, into
  * one database, within a wall-clock budget. A workload is labelled once it
- * has trials_min records and a baseline; a rerun skips those and resumes
- * the rest. */
+ * has trials_min records and a baseline, or once its search ran out of new
+ * kernels (marked in the database, search_db_mark_exhausted: its space was
+ * measured whole, or no design space yields a valid schedule); a rerun
+ * skips those and resumes the rest. */
 typedef struct search_db search_db;
 typedef struct dg_func dg_func;
 
@@ -145,12 +147,20 @@ typedef struct {
   int warm_records;    /* 20000: the cost model starts from the db's last records */
   const char *cost_model; /* or from this saved model (`dragon db model`), NULL: none */
   double compile_limit_s; /* 60: NVRTC seconds before a candidate is stopped */
+  bool retry_exhausted;   /* search the workloads marked exhausted again (after
+                             the design spaces grew) */
+  bool find_exhausted;    /* measure nothing: search each workload that has a
+                             baseline and fewer than trials_min records, and
+                             mark those with nothing new left (no GPU) */
   FILE *progress;      /* one line per workload; NULL: quiet */
 } data_label_opts;
 
 typedef struct {
   int64_t labelled;   /* workloads that reached trials_min in this run */
   int64_t already;    /* labelled before this run (skipped) */
+  int64_t exhausted;  /* of those, skipped for their mark: a space measured
+                         whole or with no valid schedule; find_exhausted: the
+                         workloads marked by this run */
   int64_t deferred;   /* above max_work */
   int64_t failed;     /* could not be built or searched (first_failure says why) */
   int64_t measured;   /* candidates measured in this run, baselines included */

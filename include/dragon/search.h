@@ -126,16 +126,29 @@ const search_record *search_db_baseline_at(const search_db *db, int i);
  * number of baseline records of the workload, failures included. */
 double search_db_baseline_secs(const search_db *db, const char *workload, int *n);
 
+/* Exhausted searches: a workload whose search ran out of new kernels
+ * (a small space, measured whole) is marked once, with its record count
+ * then, the build and the date (exhausted.jsonl: {"workload", "exhausted",
+ * "build", "date"}), so that a labelling run does not search it again to
+ * learn the same; the first mark of a workload stands. */
+bool search_db_mark_exhausted(search_db *db, const char *workload, int64_t kernels,
+                              dg_status *st);
+/* The workload's record count when its search ran out; -1 if unmarked. */
+int64_t search_db_workload_exhausted(const search_db *db, const char *workload);
+int search_db_exhausted_count(const search_db *db);
+
 /* Shards: a database's lines in one zstd-compressed JSON-lines file (with
  * zstd's content checksum), the form measured records are committed in: a
  * header {"t": "shard", "version": 1, "build": ..., "date": ..., counts},
- * then {"t": "workload", ...}, {"t": "record", ...} and {"t": "baseline",
- * ...} lines with the fields of the database files. */
+ * then {"t": "workload", ...}, {"t": "record", ...}, {"t": "baseline",
+ * ...} and {"t": "exhausted", ...} lines with the fields of the database
+ * files (the header counts "exhausted" lines where there are some). */
 
-/* Writes every record and baseline of db that `except` (may be NULL) does
- * not hold, with the workload line of each workload they name, to path
- * (atomically: temporary file, fsync, rename). *n_lines (may be NULL) gets
- * the records and baselines written; with none, no file is written. */
+/* Writes every record, baseline and exhausted mark of db that `except`
+ * (may be NULL) does not hold, with the workload line of each workload they
+ * name, to path (atomically: temporary file, fsync, rename). *n_lines (may
+ * be NULL) gets the lines written besides the workloads'; with none, no
+ * file is written. */
 bool search_db_write_shard(const search_db *db, const search_db *except, const char *path,
                            int64_t *n_lines, dg_status *st);
 /* Adds a shard's lines that db does not hold yet (appended to its files in
@@ -144,7 +157,8 @@ bool search_db_write_shard(const search_db *db, const search_db *except, const c
  * another version fail naming the file, adding nothing. *n_added (may be
  * NULL) gets the records and baselines added. */
 bool search_db_merge_shard(search_db *db, const char *path, int64_t *n_added, dg_status *st);
-/* Adds src's workloads, records and baselines that dst does not hold. */
+/* Adds src's workloads, records, baselines and exhausted marks that dst
+ * does not hold; *n_added counts all but the workloads. */
 bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_status *st);
 
 /* TVM's JSONDatabase files database_workload.json and
@@ -341,6 +355,9 @@ bool search_evolve_add_measured(search_evolve *ev, const sched_trace *trace, dou
  * nothing new was found (an empty round), -1 with st set when no design
  * space yields a schedule at all. */
 int search_evolve_generate(search_evolve *ev, int max, search_cand **out, dg_status *st);
+/* The words of generate's failure when every sample of every design space
+ * is refused (the same on every try: labelling marks such a workload). */
+#define SEARCH_NO_VALID_SCHEDULE "no design space yields a valid schedule"
 /* Measured seconds of the last round's candidates (>= SEARCH_FAILED_SECS:
  * failed): they join the measured pool and train the cost model. */
 bool search_evolve_notify(search_evolve *ev, const search_cand *c, const double *secs, int n,
@@ -397,6 +414,10 @@ typedef struct {
   /* Asked after each round whether to go on (NULL: until max_trials). */
   bool (*keep_going)(void *ctx, const search_tune_result *so_far);
   void *keep_going_ctx;
+  /* Measure nothing: stop at the first round that has candidates, so that
+   * the result's exhausted says whether the search has anything new left
+   * (labelling's search for spaces measured whole, without a GPU). */
+  bool probe_only;
 } search_tune_opts;
 
 void search_tune_opts_default(search_tune_opts *o);

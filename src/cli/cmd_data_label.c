@@ -22,7 +22,7 @@ int cmd_data_label(int argc, char **argv) {
   int64_t first = 0, skip = 0, trials_min = 64, trials_max = 192, threads = 0, population = 256;
   int64_t seed = 1, repeats = 3;
   double budget = 0, plateau = 0.02, max_work = -1, compile_limit = 5;
-  bool no_pipeline = false, quiet = false;
+  bool no_pipeline = false, quiet = false, retry_exhausted = false, find_exhausted = false;
   const cli_opt opts[] = {
       {"--db", CLI_OPT_STR, &db_dir, 0, 0, "tuning database directory (created if needed)"},
       {"--split", CLI_OPT_STR, &split_name, 0, 0, "which split to label (train, val, test, ...)"},
@@ -54,6 +54,12 @@ int cmd_data_label(int argc, char **argv) {
        "database's records"},
       {"--no-pipeline", CLI_OPT_FLAG, &no_pipeline, 0, 0,
        "leave out the software-pipeline sketches (default: kept where the lowering pipelines)"},
+      {"--retry-exhausted", CLI_OPT_FLAG, &retry_exhausted, 0, 0,
+       "search again the workloads marked exhausted (spaces measured whole, or with no valid "
+       "schedule), as after the design spaces grew"},
+      {"--find-exhausted", CLI_OPT_FLAG, &find_exhausted, 0, 0,
+       "measure nothing (no GPU): search each begun workload with fewer than --trials-min "
+       "records and mark those whose search has nothing new left"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no progress lines"},
   };
   const cli_spec spec = {
@@ -65,7 +71,8 @@ int cmd_data_label(int argc, char **argv) {
       "records): --trials-min measured candidates, more while rounds still improve,\n"
       "up to --trials-max. Every candidate is checked against the float64 reference\n"
       "and recorded as it is measured, naming the commit and the device. Stops at\n"
-      "--budget-s; a rerun skips labelled workloads and resumes the rest. Prints a\n"
+      "--budget-s; a rerun skips labelled workloads (and those whose search ran out\n"
+      "of new kernels, marked in the database) and resumes the rest. Prints a\n"
       "line per workload (trials, baseline, best, speedup, rate, time left).",
       opts,
       (int)DG_ARRAY_LEN(opts),
@@ -156,7 +163,9 @@ int cmd_data_label(int argc, char **argv) {
     o.plateau = plateau;
     o.budget_s = budget;
     o.max_work = max_work;
-    o.on_gpu = strcmp(target, "cuda") == 0;
+    o.on_gpu = strcmp(target, "cuda") == 0 && !find_exhausted;
+    o.retry_exhausted = retry_exhausted;
+    o.find_exhausted = find_exhausted;
     if (no_pipeline) o.no_software_pipeline = true;
     o.threads = (int)threads;
     o.population = (int)population;
@@ -172,12 +181,20 @@ int cmd_data_label(int argc, char **argv) {
     if (!data_label_run(&o, &s, &st)) {
       rc = cli_report("data label", &st);
     } else {
-      printf("labelled %lld workloads (%lld already labelled, %lld deferred, %lld failed); "
-             "%lld candidates measured in %.0f s (%.1f/s)%s\n",
-             (long long)s.labelled, (long long)s.already, (long long)s.deferred,
-             (long long)s.failed, (long long)s.measured, s.wall_s,
-             s.wall_s > 0 ? (double)s.measured / s.wall_s : 0,
-             s.budget_hit ? "; stopped at the budget" : "");
+      if (find_exhausted) {
+        printf("marked %lld workloads exhausted (%lld labelled before, %lld deferred, %lld "
+               "failed) in %.0f s\n",
+               (long long)s.exhausted, (long long)s.already, (long long)s.deferred,
+               (long long)s.failed, s.wall_s);
+      } else {
+        printf("labelled %lld workloads (%lld already labelled, %lld of them spaces measured "
+               "whole, %lld deferred, %lld failed); %lld candidates measured in %.0f s "
+               "(%.1f/s)%s\n",
+               (long long)s.labelled, (long long)s.already, (long long)s.exhausted,
+               (long long)s.deferred, (long long)s.failed, (long long)s.measured, s.wall_s,
+               s.wall_s > 0 ? (double)s.measured / s.wall_s : 0,
+               s.budget_hit ? "; stopped at the budget" : "");
+      }
       printf("time: search %.1f s, cost model %.1f s, measurement %.1f s", s.t_search, s.t_model,
              s.t_measure);
       if (o.on_gpu)

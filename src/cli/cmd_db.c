@@ -4,7 +4,7 @@
  *                  its trace JSON on the next line
  *   merge SRC...   adds the records of shards, directories of shards or
  *                  other databases (search_db_merge_shard, search_db_merge)
- *   pack --out F   the records and baselines not yet in the shards of
+ *   pack --out F   the records, baselines and marks not yet in the shards of
  *                  --except DIR, as one new shard (search_db_write_shard)
  *   model --out DIR    the cost model fitted on the database's last records
  *                  (search_cost_model_fit_db) and saved, for runs to start
@@ -132,10 +132,10 @@ static int db_merge(search_db *db, char **src, int n) {
     if (bad > 0) rc = CLI_ERROR;
     total += added;
   }
-  printf("merged: %lld records and baselines added; the database holds %d workloads, %d records, "
-         "%d baselines\n",
+  printf("merged: %lld records, baselines and exhausted marks added; the database holds %d "
+         "workloads, %d records, %d baselines, %d exhausted marks\n",
          (long long)total, search_db_workload_count(db), search_db_record_count(db),
-         search_db_baseline_count(db));
+         search_db_baseline_count(db), search_db_exhausted_count(db));
   return rc;
 }
 
@@ -195,7 +195,7 @@ static int db_pack(search_db *db, const char *out, const char *except) {
     rmdir(tmp);
   }
   if (!ok) return cli_report("db", &st);
-  if (n) printf("wrote %s: %lld records and baselines\n", out, (long long)n);
+  if (n) printf("wrote %s: %lld records, baselines and exhausted marks\n", out, (long long)n);
   else printf("nothing new to pack: no file written\n");
   return CLI_OK;
 }
@@ -226,12 +226,13 @@ int cmd_db(int argc, char **argv) {
       "              TVM's SaveJSON module; docs/search.md)\n"
       "  recall      the XGBoost cost model's top-1 / top-5 recall on held-out\n"
       "              records (every fifth of each workload)\n"
-      "  merge SRC   adds the workloads, records and baselines of each SRC (a shard\n"
-      "              *.jsonl.zst, a directory of shards, or a database directory)\n"
-      "              that the database lacks; an unreadable shard is reported and\n"
-      "              skipped (exit 1)\n"
-      "  pack        writes the records and baselines that the shards of --except\n"
-      "              lack as one new shard (zstd, checksummed; nothing when none)\n"
+      "  merge SRC   adds the workloads, records, baselines and exhausted marks of\n"
+      "              each SRC (a shard *.jsonl.zst, a directory of shards, or a\n"
+      "              database directory) that the database lacks; an unreadable\n"
+      "              shard is reported and skipped (exit 1)\n"
+      "  pack        writes the records, baselines and exhausted marks that the\n"
+      "              shards of --except lack as one new shard (zstd, checksummed;\n"
+      "              nothing when none)\n"
       "  model       fits the XGBoost cost model on the last --max-records records\n"
       "              (the warm start of `dragon data label`) and saves it to --out, for\n"
       "              labelling runs to load with --cost-model instead",

@@ -9,12 +9,14 @@
  * measured candidates, then more while the last round still improved the
  * best by more than `plateau`, up to trials_max. A workload is labelled
  * once it has trials_min records and a baseline, or once its search ran
- * out of new kernels (a small space, measured whole). A rerun skips the
- * first kind, finds nothing new for the second within a few empty rounds
- * (no measurement), and continues an unfinished one where it stopped (the
- * search resumes from its records), so a run stopped by its budget or
- * killed loses at most the candidate in flight (each record is appended
- * as it is measured).
+ * out of new kernels (a small space, measured whole; the database marks
+ * it, search_db_mark_exhausted, as it does a workload for which no design
+ * space yields a valid schedule). A rerun skips both kinds (the second
+ * cost seconds a workload to find nothing new again: a quarter of a
+ * window's labelling went to it before the mark), and continues an
+ * unfinished one where it stopped (the search resumes from its records),
+ * so a run stopped by its budget or killed loses at most the candidate in
+ * flight (each record is appended as it is measured).
  *
  * A workload whose float64 reference would take more than max_work
  * operations is deferred (counted, not tuned): the reference runs on the
@@ -207,6 +209,11 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
       continue;
     }
     char hash[21];
+    snprintf(hash, sizeof hash, "%llu", (unsigned long long)ir_func_hash(f));
+    if (o->find_exhausted && !search_db_workload_spec(o->db, hash)) {
+      ir_func_free(f); /* never begun: nothing to find (and nothing written) */
+      continue;
+    }
     if (!search_db_add_workload(o->db, spec, f, hash, st)) {
       ir_func_free(f);
       ok = false;
@@ -215,13 +222,19 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
     int n_base = 0;
     double base = search_db_baseline_secs(o->db, hash, &n_base);
     int64_t had = search_db_workload_trials(o->db, hash);
-    if (had >= o->trials_min && n_base > 0) {
+    bool marked = !o->retry_exhausted && search_db_workload_exhausted(o->db, hash) >= 0;
+    if ((had >= o->trials_min || marked) && n_base > 0) {
       out->already++;
+      if (had < o->trials_min && !o->find_exhausted) out->exhausted++;
+      ir_func_free(f);
+      continue;
+    }
+    if (o->find_exhausted && n_base == 0) { /* no baseline: not begun */
       ir_func_free(f);
       continue;
     }
     double tw = dg_now();
-    if (n_base == 0 && !measure_baseline(o, measure, mctx, device, f, hash, &base, st)) {
+    if (n_base == 0 && !o->find_exhausted && !measure_baseline(o, measure, mctx, device, f, hash, &base, st)) {
       ir_func_free(f);
       ok = false;
       break;
@@ -253,6 +266,7 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
     keep_ctx kc = {o};
     to.keep_going = keep_going;
     to.keep_going_ctx = &kc;
+    to.probe_only = o->find_exhausted;
     search_tune_result res;
     dg_status tst;
     if (!search_tune(o->db, &to, &res, &tst)) {
@@ -262,7 +276,18 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
         ok = false;
       } else {
         note_failure(out, spec, tst.msg);
+        /* every sample of every design space refused: the same next time */
+        if (strstr(tst.msg, SEARCH_NO_VALID_SCHEDULE)) {
+          if (!search_db_mark_exhausted(o->db, hash, res.trials, st)) ok = false;
+          else if (o->find_exhausted) out->exhausted++;
+        }
       }
+    }
+    /* a small space measured whole: a rerun would search it again only
+     * to find nothing new (seconds a workload, a quarter of a window) */
+    if (ok && res.exhausted && res.trials < o->trials_min) {
+      if (!search_db_mark_exhausted(o->db, hash, res.trials, st)) ok = false;
+      else if (o->find_exhausted) out->exhausted++;
     }
     out->measured += res.new_trials + (n_base == 0);
     out->t_search += res.t_sample;

@@ -75,9 +75,18 @@ typedef struct {
   char *path;
 } rec_table;
 
+/* A workload whose search ran out of new kernels (measured whole): its
+ * labelling is done though it has fewer records than asked for. */
+typedef struct {
+  char *workload, *build, *date;
+  int64_t kernels; /* its records when the search ran out */
+} db_mark;
+
 struct search_db {
   char *dir;
   char *wl_path;
+  char *marks_path;
+  DG_VEC(db_mark) marks; /* unique by workload; the first line stands */
   DG_VEC(db_workload) wls;
   int *wl_slots; /* open addressing over wls indices + 1, keyed by hash */
   size_t n_wl_slots;
@@ -239,6 +248,18 @@ static char *workload_line(const db_workload *w, const char *tag) {
   return line;
 }
 
+static char *mark_line(const db_mark *m, const char *tag) {
+  json_t *j = json_object();
+  if (tag) json_object_set_new(j, "t", json_string(tag));
+  json_object_set_new(j, "workload", json_string(m->workload));
+  json_object_set_new(j, "exhausted", json_integer((json_int_t)m->kernels));
+  json_object_set_new(j, "build", json_string(m->build));
+  json_object_set_new(j, "date", json_string(m->date));
+  char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER);
+  json_decref(j);
+  return line;
+}
+
 static void put_line(dg_str *out, char *line) {
   dg_str_puts(out, line);
   dg_str_putc(out, '\n');
@@ -357,6 +378,40 @@ static bool load_workload(search_db *db, json_t *j, const char *where, void *ctx
   db_workload w = {dg_strdup(hash), dg_strdup(spec), dg_strdup(kernel)};
   push_wl(db, w);
   if (ctx) put_line(ctx, workload_line(&w, NULL));
+  return true;
+}
+
+static const db_mark *find_mark(const search_db *db, const char *workload) {
+  for (size_t i = 0; i < db->marks.len; i++)
+    if (strcmp(db->marks.data[i].workload, workload) == 0) return &db->marks.data[i];
+  return NULL;
+}
+
+static void free_marks(search_db *db) {
+  for (size_t i = 0; i < db->marks.len; i++) {
+    free(db->marks.data[i].workload);
+    free(db->marks.data[i].build);
+    free(db->marks.data[i].date);
+  }
+  DG_VEC_FREE(&db->marks);
+}
+
+/* ctx: a dg_str collecting the lines of new marks (merges), or NULL. */
+static bool load_mark(search_db *db, json_t *j, const char *where, void *ctx) {
+  const char *wl = json_string_value(json_object_get(j, "workload"));
+  json_t *n = json_object_get(j, "exhausted");
+  const char *build = json_string_value(json_object_get(j, "build"));
+  const char *date = json_string_value(json_object_get(j, "date"));
+  if (!wl || !json_is_integer(n) || json_integer_value(n) < 0) {
+    warn(db, "%s: an exhausted line needs workload (a string) and exhausted (a count of records, "
+             ">= 0); skipped", where);
+    return false;
+  }
+  if (find_mark(db, wl)) return true;
+  db_mark m = {dg_strdup(wl), dg_strdup(build ? build : ""), dg_strdup(date ? date : ""),
+               (int64_t)json_integer_value(n)};
+  DG_VEC_PUSH(&db->marks, m);
+  if (ctx) put_line(ctx, mark_line(&m, NULL));
   return true;
 }
 
@@ -629,11 +684,13 @@ static bool open_db(const char *dir, bool readonly, search_db **out, dg_status *
   db->wl_path = join_path(dir, "workloads.jsonl");
   db->recs.path = join_path(dir, "records.jsonl");
   db->bases.path = join_path(dir, "baselines.jsonl");
+  db->marks_path = join_path(dir, "exhausted.jsonl");
   load_dest dr = {&db->recs, NULL, 0, 0}, dbase = {&db->bases, NULL, 0, 0};
   if ((!readonly && !take_lock(db, st)) ||
       !load_file(db, db->wl_path, load_workload, NULL, st) ||
       !load_file(db, db->recs.path, load_record_into, &dr, st) ||
-      !load_file(db, db->bases.path, load_record_into, &dbase, st)) {
+      !load_file(db, db->bases.path, load_record_into, &dbase, st) ||
+      !load_file(db, db->marks_path, load_mark, NULL, st)) {
     search_db_close(db);
     return false;
   }
@@ -658,8 +715,10 @@ void search_db_close(search_db *db) {
   free_wls(db);
   table_free(&db->recs);
   table_free(&db->bases);
+  free_marks(db);
   free(db->dir);
   free(db->wl_path);
+  free(db->marks_path);
   free(db);
 }
 
@@ -711,6 +770,38 @@ const char *search_db_workload_kernel(const search_db *db, const char *hash) {
   const db_workload *w = find_wl(db, hash);
   return w ? w->kernel : NULL;
 }
+
+/* ---- exhausted searches -------------------------------------------------- */
+
+bool search_db_mark_exhausted(search_db *db, const char *workload, int64_t kernels,
+                              dg_status *st) {
+  dg_status_ok(st);
+  if (find_mark(db, workload)) return true;
+  if (!writable(db, st)) return false;
+  char *date = now_iso();
+  db_mark m = {dg_strdup(workload), dg_strdup(search_build_id()), date,
+               kernels > 0 ? kernels : 0};
+  dg_str line;
+  dg_str_init(&line);
+  put_line(&line, mark_line(&m, NULL));
+  bool ok = dg_append_lines(db->marks_path, line.s, line.len, st);
+  dg_str_free(&line);
+  if (!ok) {
+    free(m.workload);
+    free(m.build);
+    free(m.date);
+    return false;
+  }
+  DG_VEC_PUSH(&db->marks, m);
+  return true;
+}
+
+int64_t search_db_workload_exhausted(const search_db *db, const char *workload) {
+  const db_mark *m = find_mark(db, workload);
+  return m ? m->kernels : -1;
+}
+
+int search_db_exhausted_count(const search_db *db) { return (int)db->marks.len; }
 
 /* ---- records and baselines ----------------------------------------------- */
 
@@ -900,9 +991,18 @@ bool search_db_write_shard(const search_db *db, const search_db *except, const c
   shard_entries(db, &db->recs, except ? &except->recs : NULL, "record", need_wl, &body, &n_rec);
   shard_entries(db, &db->bases, except ? &except->bases : NULL, "baseline", need_wl, &body,
                 &n_base);
-  if (n_lines) *n_lines = n_rec + n_base;
+  int64_t n_marks = 0;
+  for (size_t i = 0; i < db->marks.len; i++) {
+    const db_mark *m = &db->marks.data[i];
+    if (except && find_mark(except, m->workload)) continue;
+    put_line(&body, mark_line(m, "exhausted"));
+    n_marks++;
+    const db_workload *w = find_wl(db, m->workload);
+    if (w) need_wl[w - db->wls.data] = true;
+  }
+  if (n_lines) *n_lines = n_rec + n_base + n_marks;
   bool ok = true;
-  if (n_rec + n_base > 0) {
+  if (n_rec + n_base + n_marks > 0) {
     dg_str text;
     dg_str_init(&text);
     int64_t n_wl = 0;
@@ -912,6 +1012,9 @@ bool search_db_write_shard(const search_db *db, const search_db *except, const c
                           SHARD_VERSION, "build", search_build_id(), "date", date, "workloads",
                           (json_int_t)n_wl, "records", (json_int_t)n_rec, "baselines",
                           (json_int_t)n_base);
+    /* older shards have no such lines, and readers skip a type they do
+     * not know: the header names the count only where there are some */
+    if (n_marks) json_object_set_new(h, "exhausted", json_integer((json_int_t)n_marks));
     free(date);
     put_line(&text, json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER));
     json_decref(h);
@@ -962,6 +1065,7 @@ static bool shard_line(search_db *db, json_t *j, const char *where, void *ctx) {
   if (strcmp(t, "workload") == 0) return load_workload(db, j, where, NULL);
   if (strcmp(t, "record") == 0) return load_record_into(db, j, where, &m->dr);
   if (strcmp(t, "baseline") == 0) return load_record_into(db, j, where, &m->dbase);
+  if (strcmp(t, "exhausted") == 0) return load_mark(db, j, where, NULL);
   warn(db, "%s: unknown shard line type '%.40s'; skipped", where, t);
   return false;
 }
@@ -998,6 +1102,7 @@ bool search_db_merge_shard(search_db *db, const char *path, int64_t *n_added, dg
   free_wls(&scratch);
   table_free(&scratch.recs);
   table_free(&scratch.bases);
+  free_marks(&scratch);
   return ok;
 }
 
@@ -1035,10 +1140,11 @@ bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_
   dg_status_ok(st);
   if (n_added) *n_added = 0;
   if (!writable(dst, st)) return false;
-  dg_str wl, rec, base;
+  dg_str wl, rec, base, marks;
   dg_str_init(&wl);
   dg_str_init(&rec);
   dg_str_init(&base);
+  dg_str_init(&marks);
   for (size_t i = 0; i < src->wls.len; i++) {
     const db_workload *w = &src->wls.data[i];
     if (find_wl(dst, w->hash)) continue;
@@ -1049,6 +1155,14 @@ bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_
   int64_t added = 0;
   merge_table(&dst->recs, &src->recs, &rec, &added);
   merge_table(&dst->bases, &src->bases, &base, &added);
+  for (size_t i = 0; i < src->marks.len; i++) {
+    const db_mark *m = &src->marks.data[i];
+    if (find_mark(dst, m->workload)) continue;
+    db_mark c = {dg_strdup(m->workload), dg_strdup(m->build), dg_strdup(m->date), m->kernels};
+    DG_VEC_PUSH(&dst->marks, c);
+    put_line(&marks, mark_line(&c, NULL));
+    added++;
+  }
   /* a record whose workload no line names cannot be rebuilt: say so,
    * once per workload */
   for (size_t i = 0; i < src->recs.v.len; i++) {
@@ -1066,10 +1180,12 @@ bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_
   /* workloads first, so that a record's workload is on disk before it */
   bool ok = dg_append_lines(dst->wl_path, wl.s, wl.len, st) &&
             dg_append_lines(dst->recs.path, rec.s, rec.len, st) &&
-            dg_append_lines(dst->bases.path, base.s, base.len, st);
+            dg_append_lines(dst->bases.path, base.s, base.len, st) &&
+            dg_append_lines(dst->marks_path, marks.s, marks.len, st);
   dg_str_free(&wl);
   dg_str_free(&rec);
   dg_str_free(&base);
+  dg_str_free(&marks);
   return ok;
 }
 

@@ -572,7 +572,7 @@ int search_evolve_generate(search_evolve *ev, int max, search_cand **out, dg_sta
   if (inits.len == 0) {
     entries_free(&pop);
     dg_fail(st, DG_ERR_INVALID,
-            "evolutionary search: no design space yields a valid schedule (%lld of %lld rejected)",
+            "evolutionary search: " SEARCH_NO_VALID_SCHEDULE " (%lld of %lld rejected)",
             (long long)ev->stats.n_rejected, (long long)ev->stats.n_replayed);
     return -1;
   }

@@ -190,6 +190,10 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
     out->rounds++;
     out->best_before_round = out->best_secs;
     if (n == 0) continue;
+    if (o->probe_only) {
+      search_cands_free(c, n);
+      break;
+    }
     search_measure_result *res = dg_calloc((size_t)n, sizeof *res);
     double t0 = dg_now();
     if (first && o->progress) {
