@@ -401,3 +401,70 @@ DG_TEST(db_tune_command_killed_mid_round) {
       CHECK(search_db_record_at(db, i)->kernel_hash != search_db_record_at(db, j)->kernel_hash);
   search_db_close(db);
 }
+
+/* A records file large enough to be parsed on every core: the records
+ * come back in file order with their copies, each bad line is warned once,
+ * and a shard of it reads back the same (the threads build records, this
+ * thread files them in order). */
+DG_TEST(db_large_file_parsed_on_threads_in_order) {
+  dg_status st;
+  const char *dir = tdir("db_large");
+  CHECK(dg_mkdirs(dir, &st));
+  dg_str s;
+  dg_str_init(&s);
+  enum { N = 6000 };
+  for (int i = 0; i < N; i++) {
+    /* every 1000th line repeats the line before it (a copy); two bad lines */
+    int k = i % 1000 == 999 ? i - 1 : i;
+    if (i == 2500) dg_str_puts(&s, "not json at all\n");
+    if (i == 4000) dg_str_puts(&s, "{\"workload\":\"w1\",\"target\":\"cpu\"}\n");
+    dg_str_printf(&s,
+                  "{\"workload\":\"w%d\",\"trace\":[[[\"GetBlock\",[],[\"Z\",\"main\"],[\"b0\"]],"
+                  "[\"SamplePerfectTile\",[\"l1\"],[\"I\",%d,\"I\",4],[\"v%d\",\"v%d\"]],"
+                  "[\"EnterPostproc\",[],[],[]]],[]],\"run_secs\":[%d.5e-6],\"error\":null,"
+                  "\"target\":\"cuda\",\"date\":\"d\",\"kernel_hash\":\"%d\",\"build\":\"b\","
+                  "\"device\":\"g\"}\n",
+                  k % 7, k, k, k + 1, i + 1, k);
+  }
+  CHECK(s.len > (1u << 20));
+  char path[600];
+  snprintf(path, sizeof path, "%s/records.jsonl", dir);
+  CHECK(dg_write_file_atomic(path, s.s, s.len, &st));
+  dg_str_free(&s);
+  search_db *db;
+  CHECK(search_db_open_readonly(dir, &db, &st));
+  CHECK_EQ(search_db_warning_count(db), 3); /* the two bad lines, and the copies */
+  CHECK_EQ(search_db_record_count(db), N - N / 1000);
+  for (int i = 0, n = 0; i < N; i++) {
+    if (i % 1000 == 999) continue;
+    const search_record *r = search_db_record_at(db, n++);
+    char want[32];
+    snprintf(want, sizeof want, "w%d", i % 7);
+    CHECK_STREQ(r->workload, want);
+    CHECK_EQ((int64_t)r->kernel_hash, i);
+    /* the copy's time joins the record's: the median of its two */
+    if (i % 1000 == 998) {
+      CHECK_EQ(r->n_copies, 2);
+      CHECK(r->copies_secs > (i + 1) * 1e-6 && r->copies_secs < (i + 2.1) * 1e-6);
+    } else {
+      CHECK_EQ(r->n_copies, 1);
+    }
+  }
+  /* the same through a shard, read the same way */
+  const char *shard = tdir("large.jsonl.zst");
+  int64_t n = 0;
+  CHECK(search_db_write_shard(db, NULL, shard, &n, &st));
+  CHECK_EQ(n, N - N / 1000);
+  search_db *dst;
+  CHECK(search_db_open(tdir("db_large_dst"), &dst, &st));
+  int64_t added = 0;
+  CHECK(search_db_merge_shard(dst, shard, &added, &st));
+  CHECK_EQ(added, n);
+  for (int i = 0; i < search_db_record_count(db); i++) {
+    const search_record *a = search_db_record_at(db, i), *b = search_db_record_at(dst, i);
+    CHECK_STREQ(a->trace, b->trace);
+    CHECK(a->kernel_hash == b->kernel_hash);
+  }
+  search_db_close(dst);
+  search_db_close(db);
+}

@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "dragon/lower.h"
+#include "dragon/rt_cuda.h"
 
 typedef struct {
   char *hash, *spec, *kernel;
@@ -143,15 +144,19 @@ static void push_record(rec_table *t, db_record *r) {
   for (size_t i = 0; i < t->v.len; i++) insert_slot(t, (int)i);
 }
 
+/* Also called from the threads that parse a file's lines (parse_lines). */
+static pthread_mutex_t warn_mu = PTHREAD_MUTEX_INITIALIZER;
 static void warn(search_db *db, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void warn(search_db *db, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
+  pthread_mutex_lock(&warn_mu);
   fprintf(stderr, "warning: ");
   vfprintf(stderr, fmt, ap);
   fputc('\n', stderr);
-  va_end(ap);
   db->warnings++;
+  pthread_mutex_unlock(&warn_mu);
+  va_end(ap);
 }
 
 static char *join_path(const char *dir, const char *name) {
@@ -219,7 +224,9 @@ static char *record_line(const db_record *r, const char *tag) {
   json_t *j = json_object();
   if (tag) json_object_set_new(j, "t", json_string(tag));
   json_object_set_new(j, "workload", json_string(r->workload));
-  json_object_set_new(j, "trace", json_loads(r->trace, 0, NULL));
+  /* the trace is kept as its compact dump already: spliced in whole, not
+   * parsed and dumped again (two thirds of a merge's time went to that) */
+  json_object_set_new(j, "trace", json_null());
   json_t *secs = json_array();
   for (int i = 0; i < r->r.n_secs; i++) json_array_append_new(secs, json_real(r->secs[i]));
   json_object_set_new(j, "run_secs", r->r.n_secs ? secs : json_null());
@@ -234,7 +241,19 @@ static char *record_line(const db_record *r, const char *tag) {
   json_object_set_new(j, "device", json_string(r->device));
   char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(17));
   json_decref(j);
-  return line;
+  /* inside a JSON string every quote is escaped, so the first `,"trace":`
+   * is the key's */
+  static const char key[] = ",\"trace\":null";
+  char *at = strstr(line, key);
+  DG_ASSERT(at);
+  size_t head = (size_t)(at - line) + sizeof key - 5, tail = strlen(at + sizeof key - 1);
+  size_t tn = strlen(r->trace);
+  char *out = dg_malloc(head + tn + tail + 1);
+  memcpy(out, line, head);
+  memcpy(out + head, r->trace, tn);
+  memcpy(out + head + tn, at + sizeof key - 1, tail + 1);
+  free(line);
+  return out;
 }
 
 static char *workload_line(const db_workload *w, const char *tag) {
@@ -423,10 +442,8 @@ typedef struct {
   int64_t repeats; /* lines that repeat an earlier (workload, trace) */
 } load_dest;
 
-static bool load_record_into(search_db *db, json_t *j, const char *where, void *ctx) {
-  load_dest *d = ctx;
-  db_record *r = record_from_json(db, j, where);
-  if (!r) return false;
+/* A record built from its line (record_from_json) into d's table. */
+static void insert_record(load_dest *d, db_record *r) {
   int at = find_rec(d->t, r->workload, r->trace);
   if (at >= 0) {
     /* a repeated (workload, trace): the first line stands as the record,
@@ -436,21 +453,105 @@ static bool load_record_into(search_db *db, json_t *j, const char *where, void *
     if (r->r.n_secs > 0) DG_VEC_PUSH(&first->copies, search_record_secs(&r->r));
     d->repeats++;
     free_record(r);
-    return true;
+    return;
   }
   r->n_lines = 1;
   if (r->r.n_secs > 0) DG_VEC_PUSH(&r->copies, search_record_secs(&r->r));
   push_record(d->t, r);
   d->added++;
   if (d->out) put_line(d->out, record_line(r, NULL));
+}
+
+static bool load_record_into(search_db *db, json_t *j, const char *where, void *ctx) {
+  db_record *r = record_from_json(db, j, where);
+  if (!r) return false;
+  insert_record(ctx, r);
   return true;
 }
 
+/* How a file's lines are read: each JSON object to fn in order; where a
+ * line is a record (record_dest says into which table, from the object
+ * alone), it is built on the parsing threads and handed to rec_fn in order
+ * instead. */
+typedef struct {
+  line_fn fn;
+  load_dest *(*record_dest)(json_t *j, void *ctx); /* NULL: no record lines */
+  bool (*rec_fn)(search_db *db, db_record *r, load_dest *d, const char *where, void *ctx);
+  void *ctx;
+} line_reader;
+
+static load_dest *whole_file_dest(json_t *j, void *ctx) {
+  (void)j;
+  return ctx;
+}
+
+static bool insert_in_order(search_db *db, db_record *r, load_dest *d, const char *where,
+                            void *ctx) {
+  (void)db, (void)where, (void)ctx;
+  insert_record(d, r);
+  return true;
+}
+
+/* A line of a file being read: its text, and what the threads made of it. */
+typedef struct {
+  char *s;          /* NUL-terminated, leading blanks skipped */
+  int line;         /* 1-based */
+  json_t *j;        /* an object that is not a record */
+  db_record *rec;   /* a record, built */
+  load_dest *dest;  /* its table */
+  bool bad;         /* not a JSON object: bad_why says why */
+  char bad_why[160];
+} read_line;
+
+typedef struct {
+  search_db *db;
+  const char *name;
+  const line_reader *rd;
+  read_line *lines;
+  size_t n, per_task;
+} read_job;
+
+static void where_of(char *buf, size_t n, const char *name, int line) {
+  snprintf(buf, n, "%s:%d", name, line);
+}
+
+/* On a thread: lines [i * per_task, ...) parsed, their records built. */
+static void read_task(void *p, int i) {
+  read_job *r = p;
+  size_t lo = (size_t)i * r->per_task, hi = lo + r->per_task < r->n ? lo + r->per_task : r->n;
+  for (size_t k = lo; k < hi; k++) {
+    read_line *l = &r->lines[k];
+    json_error_t je;
+    json_t *j = json_loads(l->s, 0, &je);
+    if (!j || !json_is_object(j)) {
+      l->bad = true;
+      snprintf(l->bad_why, sizeof l->bad_why, "%s", j ? "other value" : je.text);
+      json_decref(j);
+      continue;
+    }
+    load_dest *d = r->rd->record_dest ? r->rd->record_dest(j, r->rd->ctx) : NULL;
+    if (d) {
+      char where[600];
+      where_of(where, sizeof where, r->name, l->line);
+      l->rec = record_from_json(r->db, j, where); /* NULL: warned, skipped */
+      l->dest = d;
+      json_decref(j);
+    } else {
+      l->j = j;
+    }
+  }
+}
+
+enum { PARALLEL_READ_BYTES = 1 << 20 }; /* smaller files are read on this thread */
+
 /* Parses the lines of text (len bytes, NUL-terminated at len) and hands
- * each JSON object to fn; where names file:line. Returns the offset past
- * the last complete line (a last line without a newline is torn). */
-static size_t parse_lines(search_db *db, const char *name, char *text, size_t len, line_fn fn,
-                          void *ctx) {
+ * each JSON object to the reader, in order; where names file:line. Large
+ * files are parsed on every core (records built there too), then handed
+ * over in order on this thread. Returns the offset past the last complete
+ * line (a last line without a newline is torn). */
+static size_t parse_lines(search_db *db, const char *name, char *text, size_t len,
+                          const line_reader *rd) {
+  DG_VEC(read_line) lines = {0};
   size_t pos = 0, good_end = 0;
   int line = 0;
   while (pos < len) {
@@ -458,26 +559,45 @@ static size_t parse_lines(search_db *db, const char *name, char *text, size_t le
     char *nl = memchr(text + pos, '\n', len - pos);
     if (!nl) break;
     *nl = 0;
-    char where[600];
-    snprintf(where, sizeof where, "%s:%d", name, line);
-    const char *s = text + pos;
+    char *s = text + pos;
     while (*s == ' ' || *s == '\t' || *s == '\r') s++;
     if (*s) {
-      json_error_t je;
-      json_t *j = json_loads(s, 0, &je);
-      if (!j || !json_is_object(j))
-        warn(db, "%s: not a JSON object (%s); skipped", where, j ? "other value" : je.text);
-      else
-        fn(db, j, where, ctx);
-      json_decref(j);
+      read_line l = {0};
+      l.s = s;
+      l.line = line;
+      DG_VEC_PUSH(&lines, l);
     }
     pos = (size_t)(nl - text) + 1;
     good_end = pos;
   }
+  read_job job = {db, name, rd, lines.data, lines.len, lines.len ? lines.len : 1};
+  int threads = len >= PARALLEL_READ_BYTES ? rt_cpu_count() : 1;
+  if (threads > 1 && lines.len > 1) {
+    size_t tasks = (size_t)threads * 8;
+    job.per_task = (lines.len + tasks - 1) / tasks;
+    int n_tasks = (int)((lines.len + job.per_task - 1) / job.per_task);
+    rt_tasks_free(rt_tasks_start(n_tasks, threads, read_task, &job));
+  } else if (lines.len > 0) {
+    read_task(&job, 0);
+  }
+  for (size_t k = 0; k < lines.len; k++) {
+    read_line *l = &lines.data[k];
+    char where[600];
+    where_of(where, sizeof where, name, l->line);
+    if (l->bad) {
+      warn(db, "%s: not a JSON object (%s); skipped", where, l->bad_why);
+    } else if (l->rec) {
+      if (!rd->rec_fn(db, l->rec, l->dest, where, rd->ctx)) free_record(l->rec);
+    } else if (l->j) {
+      rd->fn(db, l->j, where, rd->ctx);
+      json_decref(l->j);
+    }
+  }
+  DG_VEC_FREE(&lines);
   return good_end;
 }
 
-static bool load_file(search_db *db, const char *path, line_fn fn, void *ctx, dg_status *st) {
+static bool load_file(search_db *db, const char *path, const line_reader *rd, dg_status *st) {
   struct stat sb;
   if (stat(path, &sb) != 0) {
     if (errno == ENOENT) return true;
@@ -488,7 +608,7 @@ static bool load_file(search_db *db, const char *path, line_fn fn, void *ctx, dg
   size_t len;
   char *text = dg_read_file(path, &len, st);
   if (!text) return false;
-  size_t good_end = parse_lines(db, path, text, len, fn, ctx);
+  size_t good_end = parse_lines(db, path, text, len, rd);
   if (good_end < len) {
     int line = 1;
     for (size_t i = 0; i < good_end; i++) line += text[i] == '\n';
@@ -686,11 +806,13 @@ static bool open_db(const char *dir, bool readonly, search_db **out, dg_status *
   db->bases.path = join_path(dir, "baselines.jsonl");
   db->marks_path = join_path(dir, "exhausted.jsonl");
   load_dest dr = {&db->recs, NULL, 0, 0}, dbase = {&db->bases, NULL, 0, 0};
-  if ((!readonly && !take_lock(db, st)) ||
-      !load_file(db, db->wl_path, load_workload, NULL, st) ||
-      !load_file(db, db->recs.path, load_record_into, &dr, st) ||
-      !load_file(db, db->bases.path, load_record_into, &dbase, st) ||
-      !load_file(db, db->marks_path, load_mark, NULL, st)) {
+  line_reader wl_rd = {load_workload, NULL, NULL, NULL};
+  line_reader rec_rd = {load_record_into, whole_file_dest, insert_in_order, &dr};
+  line_reader base_rd = {load_record_into, whole_file_dest, insert_in_order, &dbase};
+  line_reader mark_rd = {load_mark, NULL, NULL, NULL};
+  if ((!readonly && !take_lock(db, st)) || !load_file(db, db->wl_path, &wl_rd, st) ||
+      !load_file(db, db->recs.path, &rec_rd, st) || !load_file(db, db->bases.path, &base_rd, st) ||
+      !load_file(db, db->marks_path, &mark_rd, st)) {
     search_db_close(db);
     return false;
   }
@@ -1063,11 +1185,33 @@ static bool shard_line(search_db *db, json_t *j, const char *where, void *ctx) {
     return false;
   }
   if (strcmp(t, "workload") == 0) return load_workload(db, j, where, NULL);
-  if (strcmp(t, "record") == 0) return load_record_into(db, j, where, &m->dr);
-  if (strcmp(t, "baseline") == 0) return load_record_into(db, j, where, &m->dbase);
+  /* record and baseline lines go to shard_record, built on the parsing
+   * threads (shard_dest) */
   if (strcmp(t, "exhausted") == 0) return load_mark(db, j, where, NULL);
   warn(db, "%s: unknown shard line type '%.40s'; skipped", where, t);
   return false;
+}
+
+/* A shard's record and baseline lines: their tables. */
+static load_dest *shard_dest(json_t *j, void *ctx) {
+  shard_ctx *m = ctx;
+  const char *t = json_string_value(json_object_get(j, "t"));
+  if (!t) return NULL;
+  if (strcmp(t, "record") == 0) return &m->dr;
+  if (strcmp(t, "baseline") == 0) return &m->dbase;
+  return NULL;
+}
+
+static bool shard_record(search_db *db, db_record *r, load_dest *d, const char *where, void *ctx) {
+  (void)db;
+  shard_ctx *m = ctx;
+  if (!m->header_seen) {
+    if (m->err.code == DG_OK)
+      dg_fail(&m->err, DG_ERR_PARSE, "%s: a shard begins with its header line", where);
+    return false;
+  }
+  insert_record(d, r);
+  return true;
 }
 
 bool search_db_merge_shard(search_db *db, const char *path, int64_t *n_added, dg_status *st) {
@@ -1086,7 +1230,8 @@ bool search_db_merge_shard(search_db *db, const char *path, int64_t *n_added, dg
   scratch.lock_fd = -1;
   shard_ctx m = {{&scratch.recs, NULL, 0, 0}, {&scratch.bases, NULL, 0, 0}, 0, {0}};
   dg_status_ok(&m.err);
-  size_t end = parse_lines(&scratch, path, text, len, shard_line, &m);
+  line_reader rd = {shard_line, shard_dest, shard_record, &m};
+  size_t end = parse_lines(&scratch, path, text, len, &rd);
   free(text);
   db->warnings += scratch.warnings;
   bool ok = true;
