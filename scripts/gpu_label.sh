@@ -17,8 +17,9 @@
 #   WINDOW    seconds the whole script may take (the call's limit less the
 #             machine's start): the labelling gets what is left of it
 #             after the gates, the cost model and the base database, less
-#             30 s for a workload that runs past its budget and PACK_S
-#             (default 45) for the pack; overrides BUDGET
+#             15 s for the rounds that end past the budget (within a
+#             compile of it) and PACK_S (default 30) for the pack (5-6 s
+#             in the windows of 2026-12-06); overrides BUDGET
 #   SPLIT     the split to label (default train)
 #   PER_GPU   labelling processes per GPU (default 8): they share the GPU
 #             (its workers take turns, one measurement at a time) and the
@@ -155,9 +156,10 @@ SHARDS=${SHARDS:-$((NGPU * ${PER_GPU:-8}))}
 THREADS=${THREADS:-$((3 * $(nproc) / (2 * SHARDS)))}
 [ "$THREADS" -ge 1 ] || THREADS=1
 if [ -n "${WINDOW:-}" ]; then
-  # after the labelling: a process past its budget is stopped 30 s later,
-  # and the packing takes a few seconds (its reserve: PACK_S, default 45)
-  BUDGET=$((WINDOW - ($(date +%s) - t_script) - 30 - ${PACK_S:-45}))
+  # after the labelling: a round ends within a compile of the budget (no
+  # candidate is built past it), a process past it is stopped 15 s later,
+  # and the packing takes a few seconds (its reserve: PACK_S, default 30)
+  BUDGET=$((WINDOW - ($(date +%s) - t_script) - 15 - ${PACK_S:-30}))
   note "budget: $BUDGET s of labelling left in a window of $WINDOW s"
   [ "$BUDGET" -ge 30 ] || { note "no time left to label"; SHARDS=0; }
 fi
@@ -166,7 +168,7 @@ for ((g = 0; g < SHARDS; g++)); do
   rm -rf "/tmp/label-db$g"
   cp -a /tmp/label-base "/tmp/label-db$g"
   # shellcheck disable=SC2086
-  CUDA_VISIBLE_DEVICES=$((g % NGPU)) timeout -s INT -k 10 $((BUDGET + 30)) "$DRAGON" data label \
+  CUDA_VISIBLE_DEVICES=$((g % NGPU)) timeout -s INT -k 10 $((BUDGET + 15)) "$DRAGON" data label \
     --db "/tmp/label-db$g" --split "$SPLIT" --shard "$g/$SHARDS" \
     --budget-s "$BUDGET" --target cuda --threads "$THREADS" ${LABEL_ARGS:-} \
     >"$LOGDIR/label$g.out" 2>"$LOGDIR/label$g.log" &

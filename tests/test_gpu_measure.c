@@ -317,3 +317,63 @@ DG_TEST(search_cuda_measure_many_data_fails) {
   ir_func_free(gmm);
   free(saved);
 }
+
+/* Past the measurement's deadline nothing is built: every candidate comes
+ * back not_measured, and the tuner records none of them and stops. */
+DG_TEST(search_cuda_measure_deadline_builds_nothing_past_it) {
+  dg_status st;
+  if (!rt_nvrtc_available(&st)) {
+    SKIP("NVRTC is not here: %s", st.msg);
+  }
+  search_cuda_measure m;
+  CHECK_MSG(measure_open(&m, &st), "%s", st.msg);
+  m.deadline = dg_now() - 1;
+  dg_func *f = NULL;
+  enum { N = 3 };
+  search_cand *c = cands_of("GMM", "GMM/0", N, false, &f);
+  CHECK(c != NULL);
+  search_measure_result out[N];
+  search_measure_cuda(&m, f, c, N, out, NULL);
+  for (int i = 0; i < N; i++) {
+    CHECK(out[i].not_measured);
+    CHECK_EQ(out[i].n_secs, 0);
+    CHECK(strstr(out[i].error, "deadline"));
+  }
+  CHECK_EQ(m.stats.lowered, 0);
+  CHECK_EQ(m.stats.compiled, 0);
+  CHECK_EQ(m.stats.ran, 0);
+  /* the tuner: nothing recorded, the deadline said, the search not
+   * taken for exhausted */
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/deadline_db", dg_test_tmpdir());
+  search_db *db;
+  CHECK(search_db_open(dir, &db, &st));
+  search_space_opts so = {0};
+  search_postprocs pp = {0};
+  search_tune_opts to;
+  search_tune_opts_default(&to);
+  to.spec = "GMM/0";
+  to.f = f;
+  to.max_trials = 8;
+  to.space = search_space_cuda;
+  to.space_ctx = &so;
+  to.postproc = search_postproc_cuda;
+  to.postproc_ctx = &pp;
+  to.measure = search_measure_cuda;
+  to.measure_ctx = &m;
+  to.target = "cuda";
+  to.is_gpu = true;
+  to.evolve.population_size = 16;
+  to.evolve.num_trials_per_iter = 4;
+  search_tune_result res;
+  CHECK_MSG(search_tune(db, &to, &res, &st), "%s", st.msg);
+  CHECK(res.deadline_hit);
+  CHECK(!res.exhausted);
+  CHECK_EQ(res.rounds, 1);
+  CHECK_EQ(res.trials, 0);
+  CHECK_EQ(search_db_record_count(db), 0);
+  search_db_close(db);
+  search_cuda_measure_free(&m);
+  search_cands_free(c, N);
+  ir_func_free(f);
+}

@@ -371,6 +371,9 @@ typedef struct {
   double secs[8]; /* repeats, seconds */
   int n_secs;     /* 0: failed */
   char error[256];
+  /* never built: the measurement's deadline came first (n_secs 0). Not a
+   * result: the tuner records nothing and the search may draw it again. */
+  bool not_measured;
 } search_measure_result;
 
 /* Where a measurement hands each candidate's result the moment it is
@@ -471,6 +474,11 @@ typedef struct search_cuda_measure {
   /* NVRTC seconds a candidate may take before its compilation is stopped
    * (it then fails, "stopped after ..."); 0: no limit */
   double compile_limit_s;
+  /* dg_now() after which no candidate is built (0: none): the ones not
+   * begun come back not_measured, those begun are measured, so that a
+   * round ends within a compile of the deadline (a labelling window's
+   * end) */
+  double deadline;
   /* Set by init: the GPU that measures ("NVIDIA H200 sm_90 driver 13000"),
    * recorded with every record; the architecture compiled for ("sm_90"). */
   char device[160];

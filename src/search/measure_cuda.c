@@ -299,6 +299,7 @@ static void fail(search_measure_result *r, const char *why) {
 typedef struct {
   dg_str msg;        /* the encoded job; empty: it failed before the GPU */
   char error[256];   /* why, then */
+  bool skipped;      /* not built: the deadline had passed */
   bool lowered, compiled;
   double t_lower, t_compile;
 } cand_job;
@@ -312,6 +313,7 @@ typedef struct {
   cand_job *jobs; /* (n) jobs[i] written by candidate i's thread only */
   double compile_limit_s;
   const char *arch; /* search_cuda_measure.arch */
+  double deadline;  /* search_cuda_measure.deadline */
 } round_ctx;
 
 /* On a thread: build (lower, verify, emit, compile) and encode candidate i. */
@@ -319,6 +321,10 @@ static void cand_prepare(void *p, int i) {
   round_ctx *r = p;
   cand_job *j = &r->jobs[i];
   int c = r->idx[i];
+  if (r->deadline > 0 && dg_now() >= r->deadline) {
+    j->skipped = true;
+    return;
+  }
   dg_status st;
   rt_build b;
   rt_build_opts bo = {.target = RT_BUILD_CUDA,
@@ -379,6 +385,12 @@ static int resolve(round_run *rr, int i) {
 static int hand_over(round_run *rr, int i) {
   search_cuda_measure_state *s = rr->m->state;
   cand_job *j = &rr->r->jobs[i];
+  if (j->skipped) {
+    search_measure_result *o = result_of(rr, i);
+    o->not_measured = true;
+    set_error(o->error, sizeof o->error, "not measured: the deadline came first");
+    return resolve(rr, i);
+  }
   if (j->msg.len == 0 || !s->pool) {
     fail(result_of(rr, i), j->msg.len == 0 ? j->error : rr->pool_err);
     return resolve(rr, i);
@@ -471,8 +483,15 @@ static void run_round(search_cuda_measure *m, const search_cand *cand, const cha
   dg_status st;
   dg_status_ok(&st);
   int reps = m->repeats < 1 ? 1 : m->repeats > 8 ? 8 : m->repeats;
-  round_ctx r = {cand, paths, idx, m->seed, {1, reps, true, m->timeout_s}, NULL, m->compile_limit_s,
-                 m->arch[0] ? m->arch : NULL};
+  round_ctx r = {cand,
+                 paths,
+                 idx,
+                 m->seed,
+                 {1, reps, true, m->timeout_s},
+                 NULL,
+                 m->compile_limit_s,
+                 m->arch[0] ? m->arch : NULL,
+                 m->deadline};
   r.jobs = dg_calloc((size_t)n, sizeof *r.jobs);
   for (int i = 0; i < n; i++) dg_str_init(&r.jobs[i].msg);
   round_run rr = {m,

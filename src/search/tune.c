@@ -81,7 +81,7 @@ typedef struct {
 
 static void record_result(void *ctx, int i, const search_measure_result *res) {
   round_sink *rs = ctx;
-  if (rs->written[i] || !rs->ok) return;
+  if (rs->written[i] || !rs->ok || res->not_measured) return;
   rs->written[i] = true;
   char *json = sched_trace_to_json(rs->cand[i].trace);
   search_record r = {rs->hash,
@@ -213,15 +213,28 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
       *st = rs.st;
       ok = false;
     }
+    /* what the deadline left unbuilt is neither recorded nor known to the
+     * search: a later round (or run) may draw it again */
     double *secs = dg_malloc(sizeof(double) * (size_t)n);
-    for (int i = 0; i < n; i++) secs[i] = mean_secs(&res[i]);
-    if (ok) ok = search_evolve_notify(ev, c, secs, n, st);
+    search_cand *done = dg_malloc(sizeof *done * (size_t)n);
+    int n_done = 0;
+    for (int i = 0; i < n; i++) {
+      if (res[i].not_measured) {
+        out->deadline_hit = true;
+        continue;
+      }
+      done[n_done] = c[i];
+      secs[n_done++] = mean_secs(&res[i]);
+    }
+    if (ok) ok = search_evolve_notify(ev, done, secs, n_done, st);
+    free(done);
     free(secs);
     free(res);
     search_cands_free(c, n);
     if (o->progress) print_round(o, out, ev, t_start, t_round, t_measure, start_trials);
+    if (out->deadline_hit) break; /* the measurement's own deadline came */
   }
-  out->exhausted = ok && search_evolve_stopped(ev);
+  out->exhausted = ok && !out->deadline_hit && search_evolve_stopped(ev);
   const search_evolve_stats *s = search_evolve_get_stats(ev);
   out->t_sample = s->t_sample + s->t_evolve;
   out->t_model = s->t_model;
