@@ -1,9 +1,9 @@
 /* fuzz_db.c: libFuzzer target for the tuning database loader
  * (search_db_open, search_db_open_readonly; src/search/db.c).
  *
- * The first byte of an input is a mode, the rest is split at its first two
- * NUL bytes into workloads.jsonl, records.jsonl and baselines.jsonl of a
- * scratch database directory. Mode bit 0: open it for writing (else
+ * The first byte of an input is a mode, the rest is split at its first three
+ * NUL bytes into workloads.jsonl, records.jsonl, baselines.jsonl and
+ * exhausted.jsonl of a scratch database directory. Mode bit 0: open it for writing (else
  * read-only); bit 1: also write it as a shard and merge that into an empty
  * database. Nothing may crash or leak; a read-only open changes no byte of
  * the files; the best records come back valid and in order; a record
@@ -22,7 +22,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char *const db_files[] = {"workloads.jsonl", "records.jsonl", "baselines.jsonl",
-                                    "writer.lock"};
+                                       "exhausted.jsonl", "writer.lock"};
+enum { DB_DATA_FILES = 4 }; /* the files an input fills */
 
 
 /* The loader's warnings (thousands a second) go to /dev/null while an
@@ -61,11 +62,11 @@ static void db_clear_dir(const char *dir) {
   }
 }
 
-/* The three files' bytes, concatenated with their lengths. */
+/* The data files' bytes, concatenated with their lengths. */
 static char *db_snapshot(const char *dir, size_t *n) {
   dg_str s;
   dg_str_init(&s);
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < DB_DATA_FILES; i++) {
     char *p = db_path_in(dir, db_files[i]);
     size_t len = 0;
     char *t = dg_read_file(p, &len, NULL);
@@ -115,8 +116,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int mode = data[0];
   db_clear_dir(dir);
   const uint8_t *p = data + 1, *end = data + size;
-  for (int i = 0; i < 3; i++) {
-    const uint8_t *nul = i < 2 ? memchr(p, 0, (size_t)(end - p)) : NULL;
+  for (int i = 0; i < DB_DATA_FILES; i++) {
+    const uint8_t *nul = i < DB_DATA_FILES - 1 ? memchr(p, 0, (size_t)(end - p)) : NULL;
     const uint8_t *stop = nul ? nul : end;
     char *fp = db_path_in(dir, db_files[i]);
     FILE *f = fopen(fp, "wb");
@@ -166,7 +167,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     unlink(shard);
     int64_t lines = 0;
     DG_ASSERT(search_db_write_shard(db, NULL, shard, &lines, &st));
-    DG_ASSERT(lines == search_db_record_count(db) + search_db_baseline_count(db));
+    DG_ASSERT(lines == search_db_record_count(db) + search_db_baseline_count(db) +
+                           search_db_exhausted_count(db));
     if (lines > 0) {
       db_clear_dir(other);
       search_db *m;
@@ -177,6 +179,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       DG_ASSERT(added == lines);
       DG_ASSERT(search_db_record_count(m) == search_db_record_count(db));
       DG_ASSERT(search_db_baseline_count(m) == search_db_baseline_count(db));
+      DG_ASSERT(search_db_exhausted_count(m) == search_db_exhausted_count(db));
       search_db_close(m);
     }
   }

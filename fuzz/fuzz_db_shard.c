@@ -4,7 +4,7 @@
  * An input that begins with zstd's frame magic is the shard file as it is
  * (the stream checks: truncation, corruption, checksums); anything else is
  * compressed first, so that the fuzzer works on the lines (header,
- * version, workload, record and baseline lines, their fields). The shard
+ * version, workload, record, baseline and exhausted lines, their fields). The shard
  * is merged into an empty database. Nothing may crash or leak; a refused
  * shard carries a message and adds nothing; an accepted one adds what it
  * says, and the database reopens with the same workloads, records and
@@ -23,7 +23,7 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static const char *const dbshard_files[] = {"workloads.jsonl", "records.jsonl", "baselines.jsonl",
-                                    "writer.lock"};
+                                            "exhausted.jsonl", "writer.lock"};
 
 
 /* The loader's warnings (thousands a second) go to /dev/null while an
@@ -81,18 +81,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   int64_t added = -1;
   bool ok = search_db_merge_shard(db, shard, &added, &st);
   int nw = search_db_workload_count(db), nr = search_db_record_count(db),
-      nb = search_db_baseline_count(db);
+      nb = search_db_baseline_count(db), nm = search_db_exhausted_count(db);
   if (!ok) {
     DG_ASSERT(st.code != DG_OK && st.msg[0]);
-    DG_ASSERT(added == 0 && nw == 0 && nr == 0 && nb == 0);
+    DG_ASSERT(added == 0 && nw == 0 && nr == 0 && nb == 0 && nm == 0);
   } else {
-    DG_ASSERT(added == nr + nb);
+    DG_ASSERT(added == nr + nb + nm);
   }
   search_db_close(db);
   DG_ASSERT(search_db_open_readonly(dir, &db, &st));
   DG_ASSERT(search_db_warning_count(db) == 0);
   DG_ASSERT(search_db_workload_count(db) == nw && search_db_record_count(db) == nr &&
-            search_db_baseline_count(db) == nb);
+            search_db_baseline_count(db) == nb && search_db_exhausted_count(db) == nm);
   search_db_close(db);
   dbshard_loud(saved);
   return 0;

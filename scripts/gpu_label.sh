@@ -39,6 +39,10 @@
 #             --max-work 1e10": 64 measured candidates a workload, the policy
 #             bench/RESULTS.md's label-quality curve and trial costs chose for
 #             the train split; references above 1e10 operations deferred)
+#   PLAN      a plan compiled ahead on a machine without a GPU (`dragon data
+#             plan --out DIR`, DIR carried): the workloads it holds take
+#             its compilations and measure its candidates as their first
+#             round (scripts/plan_ahead.sh makes one)
 #   DG_COMMIT the commit being run, where the tree has no git (recorded in
 #             every record by a binary built here)
 #   GPU_TESTS=1 first run the gpu_ tests ($BUILD/dragon_tests, carried or
@@ -149,6 +153,14 @@ if [ -f "$COST_MODEL/data.bin" ]; then
   LABEL_ARGS="${LABEL_ARGS:-} --cost-model $COST_MODEL"
 else
   note "cost model: none could be fitted; each process warm-starts its own"
+fi
+if [ -n "${PLAN:-}" ]; then
+  if [ -d "$PLAN" ]; then
+    note "plan: $PLAN ($(ls "$PLAN" | wc -l) files, $(du -sh "$PLAN" | cut -f1))"
+    LABEL_ARGS="${LABEL_ARGS:-} --plan $PLAN"
+  else
+    note "plan: $PLAN is not here; labelling without one"
+  fi
 fi
 NGPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)
 [ "$NGPU" -ge 1 ] || { note "no GPU"; exit 1; }

@@ -790,6 +790,9 @@ DG_TEST(rel_cc_stale_dirs_removed) {
 #define LLVMFuzzerTestOneInput fuzz_one_cost_model
 #include "../fuzz/fuzz_cost_model.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_one_plan
+#include "../fuzz/fuzz_plan.c"
+#undef LLVMFuzzerTestOneInput
 
 /* Every input in tests/fuzz/NAME/ through the fuzzer's own function, each
  * in a child process (with its scratch files in the test's directory): it
@@ -844,3 +847,4 @@ DG_TEST(rel_fuzz_hf_tokenizer_inputs) { replay("hf_tokenizer", fuzz_one_hf_token
 DG_TEST(rel_fuzz_db_inputs) { replay("db", fuzz_one_db); }
 DG_TEST(rel_fuzz_db_shard_inputs) { replay("db_shard", fuzz_one_db_shard); }
 DG_TEST(rel_fuzz_cost_model_inputs) { replay("cost_model", fuzz_one_cost_model); }
+DG_TEST(rel_fuzz_plan_inputs) { replay("plan", fuzz_one_plan); }

@@ -126,6 +126,7 @@ int64_t data_splits_moved(const data_splits *t, data_split from,
  * skips those and resumes the rest. */
 typedef struct search_db search_db;
 typedef struct dg_func dg_func;
+typedef struct data_plan data_plan; /* below */
 
 typedef struct {
   search_db *db;
@@ -149,6 +150,9 @@ typedef struct {
   double compile_limit_s; /* 60: NVRTC seconds before a candidate is stopped */
   bool retry_exhausted;   /* search the workloads marked exhausted again (after
                              the design spaces grew) */
+  const data_plan *plan;  /* compiled ahead (plan.c): a workload it holds that has
+                             no record yet measures its planned candidates as
+                             its first round, their compilations taken (GPU) */
   bool find_exhausted;    /* measure nothing: search each workload that has a
                              baseline and fewer than trials_min records, and
                              mark those with nothing new left (no GPU) */
@@ -175,6 +179,7 @@ typedef struct {
   double t_held; /* of the worker's seconds, those holding the GPU */
   double t_data_build, t_data_run; /* the float64 references: compiled, run (thread-s) */
   int64_t compiled, cached; /* candidates compiled; of them from the NVRTC cache */
+  int64_t planned, planned_cands; /* workloads begun from the plan, their candidates */
   bool budget_hit;
   char first_failure[256];
 } data_label_stats;
@@ -185,6 +190,81 @@ void data_label_opts_default(data_label_opts *o);
 bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *st);
 /* Operations of f's float64 reference, estimated (statements executed). */
 double data_label_work(const dg_func *f);
+
+/* ---- a labelling round compiled ahead (plan.c) ---- */
+
+/* Plans: the first round of the workloads a labelling run would begin next,
+ * drawn by the search and compiled by NVRTC for the GPU's architecture on a
+ * machine without a GPU, in a directory of part files that the GPU
+ * machine's run takes (`data label --plan DIR`: the compilations go into
+ * its NVRTC cache, the traces are its first round). plan.c says more. */
+typedef struct {
+  char *trace;           /* compact trace JSON, postprocessing included */
+  uint64_t kernel_hash;  /* ir_func_hash of the scheduled kernel */
+  char *source;          /* the CUDA source NVRTC compiled */
+  unsigned char *image;  /* what it gave (a cubin) */
+  size_t image_len;
+} data_plan_cand;
+
+typedef struct {
+  char workload[21];   /* decimal hash */
+  char arch[16];       /* compiled for: "sm_90" */
+  char date[32];
+  char *spec, *build;  /* build: the planner's search_build_id */
+  int n;
+  data_plan_cand *cands;
+} data_plan_entry;
+
+typedef struct data_plan data_plan;
+
+/* Every part file (plan-*.zst) of dir; with missing_ok a missing dir is an
+ * empty plan. A part that does not read is refused naming the file and
+ * the byte. A workload in two parts: the first stands. */
+data_plan *data_plan_load(const char *dir, bool missing_ok, dg_status *st);
+/* The same reading of one part file's unpacked bytes, added to into. */
+bool data_plan_parse(const char *name, const void *bytes, size_t len, data_plan *into,
+                     dg_status *st);
+void data_plan_free(data_plan *p);
+int data_plan_count(const data_plan *p);
+const data_plan_entry *data_plan_at(const data_plan *p, int i);
+const data_plan_entry *data_plan_find(const data_plan *p, const char *workload);
+size_t data_plan_bytes(const data_plan *p); /* the part files' sizes */
+/* One part file of entries, written whole (temporary file, rename). */
+bool data_plan_write(const char *path, const data_plan_entry *const *e, int n, dg_status *st);
+
+typedef struct {
+  search_db *db;          /* the committed records: what is begun is not planned */
+  const char *const *specs; /* the split's workloads, in labelling order */
+  int64_t n_specs;
+  const char *out_dir;    /* the plan's directory (created; a rerun adds to it) */
+  int64_t trials_min;     /* 64: the first round's candidates */
+  int population;         /* 256 */
+  uint64_t seed;
+  int threads;            /* searching and compiling; 0: every core */
+  const char *cost_model; /* the saved cost model (`dragon db model`); NULL: none */
+  const char *arch;       /* "sm_90" */
+  double compile_limit_s; /* 5, as the labeller's */
+  double budget_s;        /* wall seconds (0: none) */
+  double max_work;        /* workloads past it are left out, as the labeller defers them */
+  int64_t max_bytes;      /* the plan's size on disk at most (16 MiB: what a GPU call can take) */
+  int flush_every;        /* workloads a part file (8) */
+  bool no_software_pipeline;
+  FILE *progress;
+} data_plan_opts;
+
+void data_plan_opts_default(data_plan_opts *o);
+
+typedef struct {
+  int64_t planned, already, deferred, failed;
+  int64_t cands, not_compiled;  /* candidates kept; those that did not build here */
+  int64_t bytes, files;         /* the plan's part files (those before this run included) */
+  int64_t pending_bytes;        /* (run state) the unflushed entries' estimate */
+  double wall_s, t_search, t_compile;
+  bool budget_hit, full;
+  char first_failure[256];
+} data_plan_stats;
+
+bool data_plan_run(const data_plan_opts *o, data_plan_stats *out, dg_status *st);
 
 /* ---- examples ---- */
 

@@ -83,6 +83,11 @@ bool rt_nvrtc_compile_within(const char *src, const char *name, const char *arch
  * kept. The counts since the start or the last clear: */
 void rt_nvrtc_cache_stats(int64_t *hits, int64_t *misses);
 void rt_nvrtc_cache_clear(void);
+/* Puts a compilation made elsewhere (a plan compiled ahead on another
+ * machine, data_plan) in the cache, as if this process had made it: the
+ * same source, name and architecture then take its image. Nothing where
+ * the cache is off or holds the source already. */
+void rt_nvrtc_cache_put(const char *src, const char *name, const char *arch, const rt_cubin *img);
 /* Turns the cache on or off (over DRAGON_NVRTC_CACHE); returns whether it
  * was on. */
 bool rt_nvrtc_cache_set(bool on);

@@ -350,6 +350,9 @@ void search_evolve_free(search_evolve *ev);
  * measured set and its trace the pool PickBestFromDatabase draws from. */
 bool search_evolve_add_measured(search_evolve *ev, const sched_trace *trace, double secs,
                                 uint64_t kernel_hash, dg_status *st);
+/* Whether a kernel (ir_func_hash) was measured: in the database's records
+ * the search was seeded with, or notified since. */
+bool search_evolve_measured(const search_evolve *ev, uint64_t kernel_hash);
 /* One round (GenerateMeasureCandidates): up to max new candidates into
  * *out (caller frees with search_cands_free). Returns the count; 0 when
  * nothing new was found (an empty round), -1 with st set when no design
@@ -419,8 +422,18 @@ typedef struct {
   void *keep_going_ctx;
   /* Measure nothing: stop at the first round that has candidates, so that
    * the result's exhausted says whether the search has anything new left
-   * (labelling's search for spaces measured whole, without a GPU). */
+   * (labelling's search for spaces measured whole, without a GPU). That
+   * round's candidates go to probe (may be NULL) before they are freed:
+   * a plan compiled ahead (data_plan_run). */
   bool probe_only;
+  void (*probe)(void *ctx, const search_cand *c, int n);
+  void *probe_ctx;
+  /* A first round chosen beforehand (a plan compiled ahead, measured on
+   * another machine): compact trace JSONs, each replayed on f exactly; the
+   * kernels measured already are left out, and the search draws its own
+   * rounds after it. NULL: none. */
+  const char *const *planned;
+  int n_planned;
 } search_tune_opts;
 
 void search_tune_opts_default(search_tune_opts *o);
@@ -433,6 +446,7 @@ struct search_tune_result {
   double best_before_round; /* best_secs before the last round */
   bool deadline_hit;   /* stopped by opts.deadline */
   bool exhausted;      /* the search stopped early: rounds found nothing new */
+  int planned;         /* of the planned traces, measured as the first round */
   double t_sample, t_model, t_measure, t_total;
 };
 

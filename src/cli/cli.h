@@ -171,6 +171,18 @@ struct search_db;
 int cli_merge_shards(struct search_db *db, const char *path, const char *cmd, int64_t *added,
                      int *n_ok, dg_status *st);
 
+/* The workloads of a split (split_arg.c): the split file's order, after
+ * skip, every S-th from the R-th (shard "R/S", NULL: all), at most first
+ * (0: all). Prints the error and returns CLI_USAGE or CLI_ERROR; on CLI_OK
+ * *specs (freed with free()) point into *t (data_splits_free). */
+typedef struct {
+  const char *splits_path, *split, *shard;
+  int64_t skip, first;
+} cli_split_args;
+struct data_splits;
+int cli_split_specs(const char *cmd, const cli_split_args *a, struct data_splits **t,
+                    const char ***specs, int64_t *n);
+
 int cmd_workloads(int argc, char **argv);
 int cmd_schedule(int argc, char **argv);
 int cmd_check(int argc, char **argv);
@@ -192,6 +204,7 @@ int cmd_data_label(int argc, char **argv);
 int cmd_data_build(int argc, char **argv);
 int cmd_data_card(int argc, char **argv);
 int cmd_data_pretrain(int argc, char **argv);
+int cmd_data_plan(int argc, char **argv);
 
 /* Runs a gnuplot script (plot.c); false with st when gnuplot is missing
  * or refuses it. */

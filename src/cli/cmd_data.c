@@ -208,6 +208,7 @@ int cmd_data(int argc, char **argv) {
       {"build", cmd_data_build, "construction and refinement examples from the committed records"},
       {"card", cmd_data_card, "the dataset card: counts, speedups, provenance, and its plot"},
       {"pretrain", cmd_data_pretrain, "structure examples: design-space samples of the training split, no measurement"},
+      {"plan", cmd_data_plan, "the next workloads' first labelling round compiled ahead, without a GPU"},
   };
   if (argc >= 2)
     for (size_t i = 0; i < DG_ARRAY_LEN(subs); i++)

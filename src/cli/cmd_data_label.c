@@ -19,6 +19,7 @@
 int cmd_data_label(int argc, char **argv) {
   const char *splits_path = DATA_SPLIT_FILE, *split_name = "train", *db_dir = NULL;
   const char *target = "cuda", *shard = NULL, *records = NULL, *cost_model = NULL;
+  const char *plan_dir = NULL;
   int64_t first = 0, skip = 0, trials_min = 64, trials_max = 192, threads = 0, population = 256;
   int64_t seed = 1, repeats = 3;
   double budget = 0, plateau = 0.02, max_work = -1, compile_limit = 5;
@@ -54,6 +55,9 @@ int cmd_data_label(int argc, char **argv) {
        "database's records"},
       {"--no-pipeline", CLI_OPT_FLAG, &no_pipeline, 0, 0,
        "leave out the software-pipeline sketches (default: kept where the lowering pipelines)"},
+      {"--plan", CLI_OPT_STR, &plan_dir, 0, 0,
+       "a plan compiled ahead (`dragon data plan`): a workload it holds takes its compilations "
+       "and measures its candidates as the first round"},
       {"--retry-exhausted", CLI_OPT_FLAG, &retry_exhausted, 0, 0,
        "search again the workloads marked exhausted (spaces measured whole, or with no valid "
        "schedule), as after the design spaces grew"},
@@ -84,31 +88,13 @@ int cmd_data_label(int argc, char **argv) {
   if (rc == -1) return CLI_OK;
   if (rc != CLI_OK) return rc;
   free(pos);
-  data_split which;
   if (!db_dir) {
     fprintf(stderr, "dragon data label: --db DIR is required\n");
-    return CLI_USAGE;
-  }
-  if (!data_split_from_name(split_name, strlen(split_name), &which)) {
-    fprintf(stderr, "dragon data label: --split: '%s' is not a split (", split_name);
-    for (int s = 0; s < DATA_SPLIT_COUNT; s++)
-      fprintf(stderr, "%s%s", s ? ", " : "", data_split_name((data_split)s));
-    fprintf(stderr, ")\n");
     return CLI_USAGE;
   }
   if (strcmp(target, "cuda") != 0 && strcmp(target, "cpu") != 0) {
     fprintf(stderr, "dragon data label: --target: '%s' is not cuda or cpu\n", target);
     return CLI_USAGE;
-  }
-  long rank = 0, size = 1;
-  if (shard) {
-    char *end;
-    rank = strtol(shard, &end, 10);
-    if (end == shard || *end != '/' || (size = strtol(end + 1, &end, 10)) < 1 || *end ||
-        rank < 0 || rank >= size) {
-      fprintf(stderr, "dragon data label: --shard: '%s' is not R/S with 0 <= R < S\n", shard);
-      return CLI_USAGE;
-    }
   }
   if (trials_max < trials_min) {
     fprintf(stderr, "dragon data label: --trials-max %lld is below --trials-min %lld\n",
@@ -122,20 +108,23 @@ int cmd_data_label(int argc, char **argv) {
                     "must not be negative\n");
     return CLI_USAGE;
   }
+  cli_split_args sa = {splits_path, split_name, shard, skip, first};
+  data_splits *t;
+  const char **specs;
+  int64_t n_specs;
+  rc = cli_split_specs("data label", &sa, &t, &specs, &n_specs);
+  if (rc != CLI_OK) return rc;
   dg_status st;
-  data_splits *t = data_splits_load(splits_path, &st);
-  if (!t) return cli_report("data label", &st);
-  DG_VEC(const char *) specs = {0};
-  int64_t k = 0;
-  for (int64_t i = data_splits_next(t, which, 0); i >= 0; i = data_splits_next(t, which, i + 1)) {
-    int64_t at = k++;
-    if (at < skip || (at - skip) % size != rank) continue;
-    DG_VEC_PUSH(&specs, data_splits_at(t, i)->spec);
-    if (first > 0 && (int64_t)specs.len >= first) break;
+  data_plan *plan = NULL;
+  if (plan_dir && !(plan = data_plan_load(plan_dir, false, &st))) {
+    free(specs);
+    data_splits_free(t);
+    return cli_report("data label", &st);
   }
   search_db *db;
   if (!search_db_open(db_dir, &db, &st)) {
-    DG_VEC_FREE(&specs);
+    data_plan_free(plan);
+    free(specs);
     data_splits_free(t);
     return cli_report("data label", &st);
   }
@@ -156,8 +145,9 @@ int cmd_data_label(int argc, char **argv) {
     data_label_opts o;
     data_label_opts_default(&o);
     o.db = db;
-    o.specs = specs.data;
-    o.n_specs = (int64_t)specs.len;
+    o.specs = specs;
+    o.n_specs = n_specs;
+    o.plan = plan;
     o.trials_min = trials_min;
     o.trials_max = trials_max;
     o.plateau = plateau;
@@ -175,8 +165,9 @@ int cmd_data_label(int argc, char **argv) {
     o.cost_model = cost_model;
     o.progress = quiet ? NULL : stderr;
     if (!quiet)
-      fprintf(stderr, "labelling %zu %s workloads of %s (shard %ld/%ld) on %s, %s\n", specs.len,
-              split_name, splits_path, rank, size, target, search_build_id());
+      fprintf(stderr, "labelling %lld %s workloads of %s (shard %s) on %s, %s%s%s\n",
+              (long long)n_specs, split_name, splits_path, shard ? shard : "0/1", target,
+              search_build_id(), plan ? "; a plan compiled ahead: " : "", plan ? plan_dir : "");
     data_label_stats s;
     if (!data_label_run(&o, &s, &st)) {
       rc = cli_report("data label", &st);
@@ -194,6 +185,10 @@ int cmd_data_label(int argc, char **argv) {
                (long long)s.deferred, (long long)s.failed, (long long)s.measured, s.wall_s,
                s.wall_s > 0 ? (double)s.measured / s.wall_s : 0,
                s.budget_hit ? "; stopped at the budget" : "");
+        if (plan)
+          printf("plan: %lld workloads begun from it, %lld of its candidates measured (%d "
+                 "workloads planned)\n",
+                 (long long)s.planned, (long long)s.planned_cands, data_plan_count(plan));
       }
       printf("time: search %.1f s, cost model %.1f s, measurement %.1f s", s.t_search, s.t_model,
              s.t_measure);
@@ -208,7 +203,8 @@ int cmd_data_label(int argc, char **argv) {
     }
   }
   search_db_close(db);
-  DG_VEC_FREE(&specs);
+  data_plan_free(plan);
+  free(specs);
   data_splits_free(t);
   return rc;
 }

@@ -276,6 +276,22 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
       to.evolve.init_min_unmeasured = o->population / 2;
     to.seed = o->seed + (uint64_t)i;
     to.deadline = deadline;
+    /* a plan compiled ahead: its compilations in the NVRTC cache, its
+     * candidates the first round */
+    const data_plan_entry *pe = o->plan && o->on_gpu && had == 0 ? data_plan_find(o->plan, hash) : NULL;
+    const char **plan_traces = NULL;
+    if (pe && strcmp(pe->arch, gm.arch) == 0) {
+      plan_traces = dg_malloc(sizeof *plan_traces * (size_t)(pe->n ? pe->n : 1));
+      for (int c = 0; c < pe->n; c++) {
+        const data_plan_cand *pc = &pe->cands[c];
+        rt_cubin img = {(char *)pc->image, pc->image_len, false, {0}, (char *)"", 0};
+        snprintf(img.arch, sizeof img.arch, "%s", pe->arch);
+        rt_nvrtc_cache_put(pc->source, "cand", pe->arch, &img);
+        plan_traces[c] = pc->trace;
+      }
+      to.planned = plan_traces;
+      to.n_planned = pe->n;
+    }
     keep_ctx kc = {o};
     to.keep_going = keep_going;
     to.keep_going_ctx = &kc;
@@ -301,6 +317,11 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
     if (ok && res.exhausted && res.trials < o->trials_min) {
       if (!search_db_mark_exhausted(o->db, hash, res.trials, st)) ok = false;
       else if (o->find_exhausted) out->exhausted++;
+    }
+    free(plan_traces);
+    if (res.planned > 0) {
+      out->planned++;
+      out->planned_cands += res.planned;
     }
     out->measured += res.new_trials + (n_base == 0);
     out->t_search += res.t_sample;

@@ -186,6 +186,32 @@ bool rt_nvrtc_compile_cached(const char *src, const char *name, const char *arch
   return ok;
 }
 
+void rt_nvrtc_cache_put(const char *src, const char *name, const char *arch, const rt_cubin *img) {
+  if (!name || !*name) name = "kernel";
+  size_t n = strlen(src);
+  uint64_t h = key_hash(src, n, name, arch);
+  pthread_mutex_lock(&cache.mu);
+  if (enabled_locked() && !find_locked(h, src, n, name, arch)) {
+    entry *e = dg_calloc(1, sizeof *e);
+    e->hash = h;
+    e->src = dg_malloc(n + 1);
+    memcpy(e->src, src, n + 1);
+    e->src_len = n;
+    e->name = dg_strdup(name);
+    e->arch = dg_strdup(arch);
+    e->size = img->size;
+    e->image = dg_malloc(img->size ? img->size : 1);
+    memcpy(e->image, img->image, img->size);
+    e->is_ptx = img->is_ptx;
+    e->log = dg_strdup(img->log ? img->log : "");
+    e->bytes = sizeof *e + n + img->size + strlen(e->log);
+    push_front(e);
+    cache.bytes += e->bytes;
+    evict_locked();
+  }
+  pthread_mutex_unlock(&cache.mu);
+}
+
 void rt_nvrtc_cache_stats(int64_t *hits, int64_t *misses) {
   pthread_mutex_lock(&cache.mu);
   if (hits) *hits = cache.hits;

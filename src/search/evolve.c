@@ -331,6 +331,10 @@ static bool score_all(search_evolve *ev, ev_entries *v, size_t from, dg_status *
 
 /* ---- the measured pool ------------------------------------------------------ */
 
+bool search_evolve_measured(const search_evolve *ev, uint64_t kernel_hash) {
+  return hset_has(&ev->measured, kernel_hash);
+}
+
 bool search_evolve_add_measured(search_evolve *ev, const sched_trace *trace, double secs,
                                 uint64_t kernel_hash, dg_status *st) {
   dg_status_ok(st);

@@ -66,6 +66,34 @@ static bool seed_from_db(search_db *db, search_evolve *ev, const dg_func *f, con
   return true;
 }
 
+/* The planned first round: each trace replayed exactly on f, those that do
+ * not replay or whose kernel was measured already (a rerun) left out.
+ * Returns the count (*out freed with search_cands_free). */
+static int planned_round(const search_tune_opts *o, const search_evolve *ev, search_cand **out) {
+  *out = dg_calloc((size_t)(o->n_planned > 0 ? o->n_planned : 1), sizeof **out);
+  int n = 0;
+  for (int i = 0; i < o->n_planned; i++) {
+    dg_status st;
+    sched_trace *t = sched_trace_from_json(o->planned[i], &st);
+    if (!t) continue;
+    sched *s = sched_new(o->f, 0);
+    if (sched_replay(s, t, false, false, &st)) {
+      uint64_t h = ir_func_hash(sched_func(s));
+      bool dup = search_evolve_measured(ev, h);
+      for (int k = 0; k < n && !dup; k++) dup = (*out)[k].hash == h;
+      if (!dup) {
+        (*out)[n].trace = t;
+        (*out)[n].func = ir_func_clone(sched_func(s));
+        (*out)[n++].hash = h;
+        t = NULL;
+      }
+    }
+    sched_free(s);
+    sched_trace_free(t);
+  }
+  return n;
+}
+
 /* The sink of one round: each result becomes a record the moment it is
  * final. */
 typedef struct {
@@ -182,7 +210,22 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
       fprintf(o->progress, "round 1: sampling the first population...\n");
       fflush(o->progress);
     }
-    int n = search_evolve_generate(ev, want, &c, st);
+    int n = -1;
+    if (first && o->n_planned > 0) {
+      n = planned_round(o, ev, &c);
+      for (int i = want; i < n; i++) { /* more than the trials left */
+        sched_trace_free(c[i].trace);
+        ir_func_free(c[i].func);
+      }
+      if (n > want) n = want;
+      out->planned = n;
+      if (n == 0) {
+        free(c);
+        c = NULL;
+        n = -1; /* nothing planned is left: the search's own round */
+      }
+    }
+    if (n < 0) n = search_evolve_generate(ev, want, &c, st);
     if (n < 0) {
       ok = false;
       break;
@@ -191,6 +234,7 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
     out->best_before_round = out->best_secs;
     if (n == 0) continue;
     if (o->probe_only) {
+      if (o->probe) o->probe(o->probe_ctx, c, n);
       search_cands_free(c, n);
       break;
     }
