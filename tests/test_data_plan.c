@@ -176,6 +176,34 @@ DG_TEST(data_plan_compiles_the_first_round_ahead) {
   CHECK_EQ(h1, h0 + 1);
   CHECK(got.size == e->cands[0].image_len && memcmp(got.image, e->cands[0].image, got.size) == 0);
   rt_cubin_free(&got);
+  /* the labeller's build of each planned trace (measure_cuda.c's) takes
+   * the plan's image: the same source, no compilation */
+  rt_nvrtc_cache_clear();
+  for (int i = 0; i < e->n; i++) {
+    rt_cubin pi = {(char *)e->cands[i].image, e->cands[i].image_len, false, "sm_90", (char *)"", 0};
+    rt_nvrtc_cache_put(e->cands[i].source, "cand", "sm_90", &pi);
+  }
+  dg_func *f = wl_build(e->spec, &st);
+  CHECK(f);
+  rt_nvrtc_cache_stats(&h0, NULL);
+  for (int i = 0; i < e->n; i++) {
+    sched_trace *t = sched_trace_from_json(e->cands[i].trace, &st);
+    sched *sc = t ? sched_new(f, 0) : NULL;
+    CHECK(sc && sched_replay(sc, t, false, false, &st));
+    CHECK(ir_func_hash(sched_func(sc)) == e->cands[i].kernel_hash);
+    rt_build_opts bo = {.target = RT_BUILD_CUDA, .arch = "sm_90", .compile_limit_s = 5,
+                        .compile = true, .name = "cand"};
+    rt_build b;
+    CHECK_MSG(rt_program_build(sched_func(sc), &bo, &b, &st), "%s", st.msg);
+    CHECK(b.bin.size == e->cands[i].image_len &&
+          memcmp(b.bin.image, e->cands[i].image, b.bin.size) == 0);
+    rt_build_free(&b);
+    sched_free(sc);
+    sched_trace_free(t);
+  }
+  rt_nvrtc_cache_stats(&h1, NULL);
+  CHECK_EQ(h1, h0 + e->n);
+  ir_func_free(f);
   rt_nvrtc_cache_clear();
   data_plan_free(p);
   /* a rerun plans nothing new */
