@@ -506,6 +506,9 @@ bool data_plan_run(const data_plan_opts *o, data_plan_stats *out, dg_status *st)
     compile_job job = {k.c, o, dg_calloc((size_t)k.n, sizeof(rt_build)),
                        dg_calloc((size_t)k.n, sizeof(bool))};
     int threads = o->threads > 0 ? o->threads : rt_cpu_count();
+    /* NVRTC serialises the compilations of one process: each compiling
+     * thread gets a compiler process of its own, as on the GPU machine */
+    rt_nvrtc_set_processes(threads);
     rt_tasks_free(rt_tasks_start(k.n, threads < k.n ? threads : k.n, compile_one, &job));
     out->t_compile += dg_now() - tc;
     data_plan_entry *e = dg_calloc(1, sizeof *e);
