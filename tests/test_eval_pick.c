@@ -290,6 +290,42 @@ static char *baseline_graph(const dg_func *f, const char *spec) {
   return text;
 }
 
+/* --no-numbers: the build gate is the last (the note says so, and the
+ * tasks file names another evaluation). */
+DG_TEST(eval_cli_no_numbers_stops_at_the_build) {
+  dg_status st;
+  dg_func *f1 = wl_build(W1, &st);
+  CHECK(f1);
+  char *g1 = baseline_graph(f1, W1);
+  CHECK(g1);
+  json_t *a = json_pack("{s:s, s:s}", "workload", W1, "graph", g1);
+  char *la = json_dumps(a, JSON_COMPACT);
+  char path[600], args[1600], out_dir[700];
+  snprintf(path, sizeof path, "%s/graphs_nn.jsonl", dg_test_tmpdir());
+  snprintf(out_dir, sizeof out_dir, "%s/ev_nn", dg_test_tmpdir());
+  dg_str file;
+  dg_str_init(&file);
+  dg_str_printf(&file, "%s\n", la);
+  CHECK(dg_write_file_atomic(path, file.s, file.len, &st));
+  snprintf(args, sizeof args, "eval --workloads '%s' --graphs %s --target c --out %s --quiet --no-numbers",
+           W1, path, out_dir);
+  char *out = NULL;
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "stopped after the build gate") && strstr(out, "1 tasks"),
+            "rc %d: %s", rc, out);
+  free(out);
+  char tpath[800];
+  snprintf(tpath, sizeof tpath, "%s/test.tasks.jsonl", out_dir);
+  char *t = dg_read_file(tpath, NULL, &st);
+  CHECK(t && strstr(t, "gates=build"));
+  free(t);
+  dg_str_free(&file);
+  free(la);
+  json_decref(a);
+  free(g1);
+  ir_func_free(f1);
+}
+
 /* dragon eval on planted outputs: a correct graph counts as correct, a
  * graph for another workload fails at the header, a missing one at the
  * parse gate; the JSON and the table say so. Training workloads and the

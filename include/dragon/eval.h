@@ -148,6 +148,10 @@ typedef struct {
    * judges samples and needs the baseline only for its time (dragon eval
    * without a GPU); then false when no sample passes */
   bool no_baseline;
+  /* without a GPU: stop each sample after the build gate (no numbers in
+   * the C emulation): what the decoding gets through, quickly; a sample
+   * that passes then passed no numeric check */
+  bool no_numbers;
 } eval_pick_opts;
 
 typedef struct {
@@ -237,6 +241,9 @@ typedef struct {
   /* the tasks' names where a workload is more than one task (refinement:
    * its examples' names); NULL: each task is named by its spec */
   const char *const *names;
+  /* without a GPU: every task stops after the build gate (eval_pick_opts'
+   * no_numbers); "passed" is then no Correct@1 */
+  bool no_numbers;
 } eval_run_opts;
 
 /* A refinement counts as faster than its prior when it is at least this

@@ -365,6 +365,7 @@ int cmd_eval(int argc, char **argv) {
   int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048;
   double temperature = 0, max_work = -1;
   int n_past = 0;
+  bool no_numbers = false;
   bool quiet = false, no_guard = false, resume = false, unconstrained = false, write_gpu = false,
        labelled_only = false, refine = false;
   const char *write_on = NULL;
@@ -384,6 +385,9 @@ int cmd_eval(int argc, char **argv) {
       {"--max-tokens", CLI_OPT_INT, &max_tokens, 16, 1 << 16, "tokens per graph at most (default 2048)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
+      {"--no-numbers", CLI_OPT_FLAG, &no_numbers, 0, 0,
+       "with --target c: stop each task after the build gate, no numeric check (what the "
+       "decoding gets through, quickly; \"passed\" is then no Correct@1)"},
       {"--write", CLI_OPT_STR, &write_on, 0, 0, "where the model writes: cuda (the GPU's KV cache, every task a row; the default where the checks run on a GPU) or cpu (every core)"},
       {"--unconstrained", CLI_OPT_FLAG, &unconstrained, 0, 0, "decode without the grammar and type mask (and so without the guard; for comparison)"},
       {"--splits", CLI_OPT_STR, &splits_path, 0, 0, "the splits file (default " DATA_SPLIT_FILE ")"},
@@ -601,6 +605,8 @@ int cmd_eval(int argc, char **argv) {
   snprintf(key, sizeof key, "writer=%s seed=%lld temperature=%.17g target=%s guard=%d max_tokens=%lld",
            graphs_path ? graphs_path : cm.path, (long long)seed, temperature,
            have_gpu ? "cuda" : "c", unconstrained ? -1 : !no_guard, (long long)max_tokens);
+  /* a build-gate-only run is another evaluation */
+  if (no_numbers && !have_gpu) snprintf(key + strlen(key), sizeof key - strlen(key), " gates=build");
   /* the GPU's logits are bf16's: its graphs are another evaluation's */
   if (write_gpu) snprintf(key + strlen(key), sizeof key - strlen(key), " write=cuda");
   if (refine) snprintf(key + strlen(key), sizeof key - strlen(key), " refine=1");
@@ -631,7 +637,8 @@ int cmd_eval(int argc, char **argv) {
                       .on_task_ctx = &kc,
                       .labels = labels,
                       .priors = refine ? priors : NULL,
-                      .names = refine ? names : NULL};
+                      .names = refine ? names : NULL,
+                      .no_numbers = no_numbers};
   if (!eval_run(&eo, &res, &st)) goto fail;
   json = eval_result_json(&res, name, split_name, (uint64_t)seed, temperature);
   table = eval_result_table(&res, name, split_name);
@@ -644,6 +651,8 @@ int cmd_eval(int argc, char **argv) {
     free(table);
     table = dg_str_take(&t);
   }
+  if (no_numbers && !have_gpu)
+    printf("(--no-numbers: each task stopped after the build gate; \"passed\" is not Correct@1)\n");
   fputs(table, stdout);
   if (!graphs)
     printf("\ndecoding: %lld tokens; the line guard %s\n", (long long)w.ws.tokens,

@@ -73,7 +73,7 @@ bool eval_pick_best(const char *const *samples, int n, const char *prior,
   eval_score_opts eo;
   memset(&eo, 0, sizeof eo);
   eo.kernel = o->kernel;
-  eo.last = timed ? EVAL_GATE_MEASURE : EVAL_GATE_NUMERIC;
+  eo.last = timed ? EVAL_GATE_MEASURE : o->no_numbers ? EVAL_GATE_BUILD : EVAL_GATE_NUMERIC;
   eo.compile = timed;
   eo.gpu = o->gpu;
   eval_score *sc = dg_calloc((size_t)n_items, sizeof *sc);

@@ -132,7 +132,8 @@ static void run_task(const eval_run_opts *o, int i, eval_task *t, written *ahead
     snprintf(t->reason, sizeof t->reason, "no graph: %.480s", ahead->st.msg);
   } else {
     /* the baseline only for its time: without a GPU it is not scored */
-    eval_pick_opts po = {f, o->specs[i], o->gpu, 0, o->threads, o->gpu == NULL};
+    eval_pick_opts po = {f, o->specs[i], o->gpu, 0, o->threads, o->gpu == NULL,
+                         o->no_numbers && !o->gpu};
     eval_pick p;
     const char *one[] = {graph};
     dg_status pst;
