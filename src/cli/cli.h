@@ -170,6 +170,9 @@ char *cli_read_text(const char *path, dg_status *st);
 struct search_db;
 int cli_merge_shards(struct search_db *db, const char *path, const char *cmd, int64_t *added,
                      int *n_ok, dg_status *st);
+/* The labelling commands' --records (NULL: nothing): merged into db as
+ * above, a line on stderr unless quiet. CLI_OK, or the error reported. */
+int cli_merge_records(struct search_db *db, const char *records, const char *cmd, bool quiet);
 
 /* The workloads of a split (split_arg.c): the split file's order, after
  * skip, every S-th from the R-th (shard "R/S", NULL: all), at most first

@@ -128,19 +128,7 @@ int cmd_data_label(int argc, char **argv) {
     data_splits_free(t);
     return cli_report("data label", &st);
   }
-  rc = CLI_OK;
-  if (records) {
-    int64_t added = 0;
-    int n_shards = 0;
-    int bad = cli_merge_shards(db, records, "data label", &added, &n_shards, &st);
-    if (bad < 0) {
-      rc = cli_report("data label", &st);
-    } else if (!quiet) {
-      fprintf(stderr, "records: %d shards of %s merged (%lld records and baselines new to the "
-              "database)%s\n", n_shards, records, (long long)added,
-              bad ? ", some shards skipped (above)" : "");
-    }
-  }
+  rc = cli_merge_records(db, records, "data label", quiet);
   if (rc == CLI_OK) {
     data_label_opts o;
     data_label_opts_default(&o);

@@ -92,12 +92,7 @@ int cmd_data_plan(int argc, char **argv) {
     data_splits_free(t);
     return cli_report("data plan", &st);
   }
-  if (records) {
-    int64_t added = 0;
-    int n_shards = 0;
-    if (cli_merge_shards(db, records, "data plan", &added, &n_shards, &st) < 0)
-      rc = cli_report("data plan", &st);
-  }
+  rc = cli_merge_records(db, records, "data plan", quiet);
   if (rc == CLI_OK && !rt_nvrtc_available(&st)) rc = cli_report("data plan", &st);
   if (rc == CLI_OK) {
     data_plan_opts o;

@@ -33,6 +33,19 @@ static void merge_one(search_db *db, const char *path, const char *cmd, int64_t 
   }
 }
 
+int cli_merge_records(search_db *db, const char *records, const char *cmd, bool quiet) {
+  if (!records) return CLI_OK;
+  int64_t added = 0;
+  int n_shards = 0;
+  dg_status st;
+  int bad = cli_merge_shards(db, records, cmd, &added, &n_shards, &st);
+  if (bad < 0) return cli_report(cmd, &st);
+  if (!quiet)
+    fprintf(stderr, "records: %d shards of %s merged (%lld lines new to the database)%s\n",
+            n_shards, records, (long long)added, bad ? ", some shards skipped (above)" : "");
+  return CLI_OK;
+}
+
 int cli_merge_shards(search_db *db, const char *path, const char *cmd, int64_t *added, int *n_ok,
                      dg_status *st) {
   dg_status_ok(st);

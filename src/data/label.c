@@ -32,6 +32,7 @@
 #include <malloc.h>
 #include <string.h>
 
+#include "data/data_impl.h"
 #include "dragon/data.h"
 #include "dragon/lower.h"
 #include "dragon/rt_cuda.h"
@@ -78,6 +79,25 @@ static double stmt_work(const dg_stmt *s, double outer) {
 double data_label_work(const dg_func *f) { return stmt_work(f->body, 1); }
 
 /* ---- one workload --------------------------------------------------------- */
+
+void data_label_search(search_tune_opts *to, const char *spec, const dg_func *f, int64_t i,
+                       search_space_opts *so, search_postprocs *pp, search_cost_model *model,
+                       int population, int threads, uint64_t seed) {
+  search_tune_opts_default(to);
+  to->spec = spec;
+  to->f = f;
+  to->space = search_space_cuda;
+  to->space_ctx = so;
+  to->postproc = search_postproc_cuda;
+  to->postproc_ctx = pp;
+  to->model = model;
+  to->is_gpu = true;
+  to->evolve.population_size = population;
+  to->evolve.threads = threads;
+  if (to->evolve.init_min_unmeasured > population / 2)
+    to->evolve.init_min_unmeasured = population / 2;
+  to->seed = seed + (uint64_t)i;
+}
 
 typedef struct {
   const data_label_opts *o;
@@ -253,28 +273,15 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
       break;
     }
     search_tune_opts to;
-    search_tune_opts_default(&to);
-    to.spec = spec;
-    to.f = f;
+    data_label_search(&to, spec, f, i, &so, &pp, model, o->population, o->threads, o->seed);
     to.max_trials = o->trials_max;
-    to.space = search_space_cuda;
-    to.space_ctx = &so;
-    to.postproc = search_postproc_cuda;
-    to.postproc_ctx = &pp;
     to.measure = measure;
     to.measure_ctx = mctx;
-    to.model = model;
     to.target = o->on_gpu ? "cuda" : "cpu";
     to.device = device;
-    to.is_gpu = true;
-    to.evolve.population_size = o->population;
     /* the C emulation measures a candidate in a second or more: smaller
      * rounds, so that the budget is checked often */
     if (!o->on_gpu) to.evolve.num_trials_per_iter = 16;
-    to.evolve.threads = o->threads;
-    if (to.evolve.init_min_unmeasured > o->population / 2)
-      to.evolve.init_min_unmeasured = o->population / 2;
-    to.seed = o->seed + (uint64_t)i;
     to.deadline = deadline;
     /* a plan compiled ahead: its compilations in the NVRTC cache, its
      * candidates the first round */

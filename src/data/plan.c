@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "data/data_impl.h"
 #include "dragon/data.h"
 #include "dragon/lower.h"
 #include "dragon/rt_cuda.h"
@@ -464,24 +465,11 @@ bool data_plan_run(const data_plan_opts *o, data_plan_stats *out, dg_status *st)
     }
     /* the first round, as the labeller would draw it, measuring nothing */
     search_tune_opts to;
-    search_tune_opts_default(&to);
-    to.spec = spec;
-    to.f = f;
+    data_label_search(&to, spec, f, i, &so, &pp, model, o->population, o->threads, o->seed);
     to.max_trials = o->trials_min;
-    to.space = search_space_cuda;
-    to.space_ctx = &so;
-    to.postproc = search_postproc_cuda;
-    to.postproc_ctx = &pp;
     to.measure = search_measure_cpu;
     to.measure_ctx = &cm;
-    to.model = model;
     to.target = "cuda";
-    to.is_gpu = true;
-    to.evolve.population_size = o->population;
-    to.evolve.threads = o->threads;
-    if (to.evolve.init_min_unmeasured > o->population / 2)
-      to.evolve.init_min_unmeasured = o->population / 2;
-    to.seed = o->seed + (uint64_t)i;
     to.probe_only = true;
     probe_catch k = {NULL, 0};
     to.probe = catch_round;
