@@ -470,7 +470,7 @@ DG_TEST(tsel_prefix_refuses_faults_at_their_first_byte) {
       {"t1 block \"Z\"\nt2 cache_read t1 0 shar|d []\n", "unknown storage scope"},
       {"t1 block \"|W\"\n", "has no block"},
       {"t1 block \"Z\" func=\"|x\"\n", "no function"},
-      {"t1 block \"Z\"\nt2 annotate t1 \"meta_schedule.cooperative_fetch|\" 2\n", "write the alias"},
+      {"t1 block \"Z\"\nt2 annotate t1 \"meta_schedule.|cooperative_fetch\" 2\n", "write the alias"},
       {"t1 block \"Z\"\nt2 annotate t1 tilin|x \"S\"\n", "unknown annotation alias"},
       /* tensor intrinsics: registered names, byte by byte */
       {"t1 block \"Z\"\nt2 loops t1 x4\nt3 tensorize t2.3 \"wmma_sync_16x16x16_f16f16f3|3\"\n",
@@ -488,10 +488,9 @@ DG_TEST(tsel_prefix_refuses_faults_at_their_first_byte) {
       {"t1 block \"Z\"\nt2 loops t1 x4\nt3 tile t2.1 [1 1 1 1 128] max=128| max=128\n", "given twice"},
       {"t1 block \"Z\"\nt2 loops t1 | x4\n", "expected a single space"},
       {"t1 block \"Z\"|\t\n", "trailing space"},
-      {"t1 block \"Z\"\nt2 annotate t1 \"k\" [[] |]\n", "space before ']'"},
-      {"t1 block \"Z\"\nt2 annotate t1 \"k\" [1 |]\n", "space before ']'"},
-      {"t1 block \"Z\"\nt2 annotate t1 \"k\" \"\\|q\"\n", "unknown escape"},
-      {"t1 block \"Z\"\nt2 annotate t1 \"k\" 1.|e5\n", "expected digits after '.'"},
+      {"t1 block \"Z\"\nt2 annotate t1 \"software_pipeline_stage\" [1 |]\n", "space before ']'"},
+      {"t1 block \"Z\"\nt2 annotate t1 tiling \"\\|q\"\n", "unknown escape"},
+      {"t1 sample [1 2] =1 probs=[1.|e5 0.5]\n", "expected digits after '.'"},
       {"t1 block \"Z\"\nt|3 loops t1 x4\n", "expected edit id t2"},
       /* why and expect lines */
       {"t1 postproc default\nwhy t|9: x\n", "why names t9"},
@@ -507,7 +506,10 @@ DG_TEST(tsel_prefix_refuses_faults_at_their_first_byte) {
   reads_whole(k, gmm, "t1 block \"Z\"\nt2 loops t1 x4\nt3 split t2.1 [_ 3 5]\nt4 postproc\n");
   reads_whole(k, gmm,
               "t1 block \"Z\"\nt2 postproc\nt3 loops t1 x4\nt4 vectorize t3.3\nwhy t4: vectors\nexpect p1: fast\n");
-  reads_whole(k, gmm, "t1 block \"Z\"\nt2 annotate t1 \"k\" [[] 1 [\"a\\n\" [2.5 _]] true]\nt3 postproc default\n");
+  reads_whole(k, gmm,
+              "t1 block \"Z\"\nt2 annotate t1 \"software_pipeline_stage\" [0 0 2]\nt3 annotate t1 "
+              "\"warp_execution\" 1\nt4 annotate t1 tx_lo 32\nt5 sample [1 2 4] =2\nt6 annotate t1 coop t5\n"
+              "t7 postproc default\n");
   reads_whole(k, gmm, "t1 sample [1 2 4] =4 probs=[0.5 0.25 0.25]\nt2 postproc default\nwhy t1 t2: ok\n");
   /* every registered intrinsic, where a name is taken; "" as an annotation's value; any string elsewhere */
   for (int i = 0; i < intrin_count(); i++) {
@@ -521,7 +523,7 @@ DG_TEST(tsel_prefix_refuses_faults_at_their_first_byte) {
   }
   reads_whole(k, gmm,
               "t1 block \"Z\"\nt2 annotate t1 tensorize_as \"\"\nt3 annotate t1 tensorize_init \"\"\n"
-              "t4 annotate t1 \"k\" \"cit t2\"\nt5 annotate t1 tensorize_as [\"x\"]\nt6 postproc default\n");
+              "t4 annotate t1 tiling \"cit t2\"\nt5 postproc default\n");
   ir_func_free(k);
 }
 
@@ -537,9 +539,17 @@ DG_TEST(tsel_prefix_refuses_only_documented_narrowings) {
       "t1 block \"Z\"\nt2 r|aw \"PadEinsum\" [t1] [] x1\nt3 postproc default\n",
       "t1 block \"Z\"\n|why t1: early\nt2 postproc default\n",
       "t1 block \"Z\"\nt2 postproc\nt3 p|ostproc default\n",
-      "t1 block \"Z\"\nt2 annotate t1 \"k\" 0|7\nt3 postproc default\n",
-      "t1 block \"Z\"\nt2 annotate t1 \"k\" -0|\nt3 postproc default\n",
-      "t1 block \"Z\"\nt2 annotate t1 \"k\" \"\\x|63\"\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 \"warp_execution\" 0|7\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 \"warp_execution\" -|0\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 tiling \"\\x|63\"\nt3 postproc default\n",
+      /* annotations MetaSchedule does not write: another key, a value of
+       * another kind than its key's */
+      "t1 block \"Z\"\nt2 annotate t1 \"|k\" 1\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 \"warp_execution\" 1|.5\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 tx_lo |\"32\"\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 tiling |3\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 \"software_pipeline_stage\" [0 |\"a\"]\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 tensorize_as |[\"x\"]\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 tensorize t1 \"wmma|\\x5ffill_16x16x16_f32\"\nt3 postproc default\n",
       "t1 sample [1 2 2|] =1\nt2 postproc default\n",
       "t1 block \"Z\"\nt2 loops t1 x4\nt3 thread_split t2.1 [32 204|8] =32\nt4 postproc default\n",
@@ -882,6 +892,18 @@ static bool narrowed(const char *text) {
         for (int b = 0; b < a; b++) n |= c->items[a].i == c->items[b].i;
         n |= e->op == TSEL_OP_THREAD_SPLIT && (c->items[a].i < 1 || c->items[a].i > 1024);
       }
+    }
+    /* an annotation MetaSchedule does not write: another key, or a value
+     * of another kind than its key's */
+    if (e->op == TSEL_OP_ANNOTATE && e->n_args >= 3) {
+      const tsel_val *key = &e->args[1], *v = &e->args[2];
+      tsel_ann_kind kind = tsel_ann_value_kind(key->s);
+      bool ints = v->kind == TV_LIST;
+      for (int a = 0; ints && a < v->n; a++) ints = v->items[a].kind == TV_INT;
+      n |= (key->kind == TV_STR && kind == TSEL_ANN_ANY) ||
+           (kind == TSEL_ANN_INT && v->kind != TV_INT && v->kind != TV_REF) ||
+           ((kind == TSEL_ANN_STR || kind == TSEL_ANN_INTRIN) && v->kind != TV_STR) ||
+           (kind == TSEL_ANN_INTS && !ints);
     }
     for (int k = 0; k < e->n_kws; k++)
       n |= (strcmp(e->kws[k].key, "unit") == 0 || strcmp(e->kws[k].key, "nopred") == 0) &&

@@ -73,18 +73,47 @@ bool tsel_op_from_name(const char *s, size_t n, int *op) {
 static const struct {
   const char *alias, *key;
   bool intrin;
+  tsel_ann_kind kind;
 } ann_aliases[] = {
-    {"tiling", "meta_schedule.tiling_structure", false},
-    {"coop", "meta_schedule.cooperative_fetch", false},
-    {"tx_lo", "meta_schedule.thread_extent_low_inclusive", false},
-    {"tx_hi", "meta_schedule.thread_extent_high_inclusive", false},
-    {"unroll_explicit", "meta_schedule.unroll_explicit", false},
-    {"unroll_implicit", "meta_schedule.unroll_implicit", false},
-    {"auto_unroll", "pragma_auto_unroll_max_step", false},
-    {"unroll_pragma", "pragma_unroll_explicit", false},
-    {"tensorize_as", "meta_schedule.auto_tensorize", true},
-    {"tensorize_init", "meta_schedule.auto_tensorize_init", true},
+    {"tiling", "meta_schedule.tiling_structure", false, TSEL_ANN_STR},
+    {"coop", "meta_schedule.cooperative_fetch", false, TSEL_ANN_INT},
+    {"tx_lo", "meta_schedule.thread_extent_low_inclusive", false, TSEL_ANN_INT},
+    {"tx_hi", "meta_schedule.thread_extent_high_inclusive", false, TSEL_ANN_INT},
+    {"unroll_explicit", "meta_schedule.unroll_explicit", false, TSEL_ANN_INT},
+    {"unroll_implicit", "meta_schedule.unroll_implicit", false, TSEL_ANN_INT},
+    {"auto_unroll", "pragma_auto_unroll_max_step", false, TSEL_ANN_INT},
+    {"unroll_pragma", "pragma_unroll_explicit", false, TSEL_ANN_INT},
+    {"tensorize_as", "meta_schedule.auto_tensorize", true, TSEL_ANN_INTRIN},
+    {"tensorize_init", "meta_schedule.auto_tensorize_init", true, TSEL_ANN_INTRIN},
 };
+
+/* The keys without an alias that MetaSchedule's rules and postprocessors
+ * write (dragon's rule_mlt.c, rule_mlt_tc.c, postproc_unroll.c; TVM's CPU
+ * rules), each with the one kind of value they write. */
+static const struct {
+  const char *key;
+  tsel_ann_kind kind;
+} ann_keys[] = {
+    {"double_buffer_scope", TSEL_ANN_INT},
+    {"meta_schedule.parallel", TSEL_ANN_INT},
+    {"meta_schedule.vectorize", TSEL_ANN_INT},
+    {"software_pipeline_async_stages", TSEL_ANN_INTS},
+    {"software_pipeline_order", TSEL_ANN_INTS},
+    {"software_pipeline_stage", TSEL_ANN_INTS},
+    {"tirx.manifest_shared_memory_local_stage", TSEL_ANN_INT},
+    {"warp_execution", TSEL_ANN_INT},
+};
+
+int tsel_ann_key_count(void) { return (int)DG_ARRAY_LEN(ann_keys); }
+const char *tsel_ann_key_at(int i) { return ann_keys[i].key; }
+
+tsel_ann_kind tsel_ann_value_kind(const char *word) {
+  for (size_t i = 0; i < DG_ARRAY_LEN(ann_aliases); i++)
+    if (strcmp(ann_aliases[i].alias, word) == 0) return ann_aliases[i].kind;
+  for (size_t i = 0; i < DG_ARRAY_LEN(ann_keys); i++)
+    if (strcmp(ann_keys[i].key, word) == 0) return ann_keys[i].kind;
+  return TSEL_ANN_ANY;
+}
 
 const char *tsel_ann_alias(const char *key) {
   for (size_t i = 0; i < DG_ARRAY_LEN(ann_aliases); i++)

@@ -172,11 +172,12 @@ typedef struct {
 enum { PM_HEADER, PM_ID, PM_OP, PM_ARGS, PM_LINE, PM_WHY, PM_EXPECT, PM_TEXT };
 enum { LX_AFTER, LX_START, LX_VSTART, LX_ISTART, LX_IAFTER, LX_WORD, LX_NUM, LX_STR };
 enum { AT_TOP, AT_KW, AT_ITEM };
-enum { LK_NONE, LK_FACTORS, LK_TILE, LK_CANDS, LK_BLOCKS, LK_FLOATS, LK_VALUES };
+enum { LK_NONE, LK_FACTORS, LK_TILE, LK_CANDS, LK_BLOCKS, LK_FLOATS, LK_VALUES, LK_INTS };
 enum { NP_SIGN, NP_INT, NP_DOT, NP_FRAC, NP_E, NP_ESIGN, NP_EXP, NP_I, NP_IN, NP_INF };
 /* What a string must be: anything; a kernel block name; the kernel's
- * function name; an annotation key; a tensor intrinsic's name (INTRIN0:
- * or "", an annotation's value). */
+ * function name; an annotation key MetaSchedule writes in full
+ * (tsel_ann_key_at); a tensor intrinsic's name (INTRIN0: or "", an
+ * annotation's value). */
 enum { SM_ANY, SM_NAMES, SM_EXACT, SM_KEY, SM_INTRIN, SM_INTRIN0 };
 enum {
   S_REF = 1, S_INT = 2, S_FLOAT = 4, S_STR = 8, S_BOOL = 16, S_NONE = 32, S_WORD = 64, S_COUNT = 128,
@@ -194,6 +195,7 @@ typedef struct {
   uint8_t alt;        /* which positional alternative the top-level scalar is */
   uint8_t n_args, kws; /* positional operands read; keywords given (bits) */
   bool intrin_key;    /* annotate: the key's value names a tensor intrinsic */
+  uint8_t ann;        /* annotate: the kind of value the key takes (tsel_ann_kind) */
   bool tail;          /* fuse_bind: the axis was written */
   uint8_t blen;
   char buf[MAX_WORD]; /* op name, word or number being read */
@@ -971,9 +973,26 @@ static bool pos_vexp(const P *p, const S *s, int alt, vexp *v) {
       v->words = ((1u << 10) - 1) << W_ALIAS;
       v->sm = SM_KEY;
       break;
-    case 'v':
-      value_vexp(v, 0);
-      if (L->intrin_key) v->sm = SM_INTRIN0;
+    case 'v': /* what the key takes (annotations MetaSchedule writes) */
+      switch (L->ann) {
+        case TSEL_ANN_INT:
+          v->sh = S_INT | S_REF;
+          v->ref = 'V';
+          any_int(v);
+          break;
+        case TSEL_ANN_STR: v->sh = S_STR; break;
+        case TSEL_ANN_INTRIN:
+          v->sh = S_STR;
+          v->sm = SM_INTRIN0;
+          break;
+        case TSEL_ANN_INTS:
+          v->sh = S_LIST;
+          v->lk = LK_INTS;
+          break;
+        default:
+          value_vexp(v, 0);
+          if (L->intrin_key) v->sm = SM_INTRIN0;
+      }
       break;
     case 'f': v->sh = S_LIST; v->lk = LK_FACTORS; break;
     case 'c':
@@ -1112,6 +1131,10 @@ static void item_vexp(const P *p, const S *s, vexp *v) {
     case LK_BLOCKS: v->sh = S_REF; v->ref = 'B'; break;
     case LK_FLOATS: v->sh = S_FLOAT; break;
     case LK_VALUES: value_vexp(v, L->depth); break;
+    case LK_INTS:
+      v->sh = S_INT;
+      any_int(v);
+      break;
     default: DG_UNREACHABLE();
   }
 }
@@ -1264,7 +1287,13 @@ static void apply_top(P *p, S *s, int alt, const pval *v) {
     else L->loops_prod *= x;
   }
   if (code == 'a' && L->op == TSEL_OP_FUSE_BIND) L->tail = true;
-  if (code == 'k') L->intrin_key = v->shape == S_WORD && tsel_ann_names_intrin(word_name(v->word));
+  if (code == 'k') {
+    L->intrin_key = v->shape == S_WORD && tsel_ann_names_intrin(word_name(v->word));
+    char t[MAX_SBUF + 1];
+    memcpy(t, L->sbuf, L->slen); /* a string key: the string just read */
+    t[L->slen] = 0;
+    L->ann = (uint8_t)tsel_ann_value_kind(v->shape == S_WORD ? word_name(v->word) : t);
+  }
   if (code == 'c') L->tile_last = L->last;
   L->n_args++;
 }
@@ -1556,7 +1585,9 @@ static bool num_byte(P *p, S *s, unsigned c) {
 
 /* ---- strings ----------------------------------------------------------------------------------- */
 
-static bool sm_named(int sm) { return sm == SM_NAMES || sm == SM_EXACT || sm == SM_INTRIN || sm == SM_INTRIN0; }
+static bool sm_named(int sm) {
+  return sm == SM_NAMES || sm == SM_EXACT || sm == SM_KEY || sm == SM_INTRIN || sm == SM_INTRIN0;
+}
 
 /* Whether the string read so far begins (whole: is) a name its mode allows. */
 static bool name_prefix(const P *p, const S *s, bool whole) {
@@ -1573,6 +1604,15 @@ static bool name_prefix(const P *p, const S *s, bool whole) {
   if (L->sm == SM_EXACT) {
     const char *k = p->sh->k->name;
     return whole ? strlen(k) == L->slen && memcmp(k, L->sbuf, L->slen) == 0 : str_has_prefix(k, L->sbuf, L->slen);
+  }
+  if (L->sm == SM_KEY) { /* a few keys: each is tried */
+    for (int i = 0; i < tsel_ann_key_count(); i++) {
+      const char *k = tsel_ann_key_at(i);
+      if (whole ? strlen(k) == L->slen && memcmp(k, L->sbuf, L->slen) == 0
+                : str_has_prefix(k, L->sbuf, L->slen))
+        return true;
+    }
+    return false;
   }
   const pshared *sh = p->sh;
   int lo = 0, hi = sh->n_names;
@@ -1661,12 +1701,6 @@ static bool str_byte(P *p, S *s, unsigned c) {
   if (c == '"') { /* the end */
     if (L->raw.need) return false;
     if (sm_named(L->sm) && !name_prefix(p, s, true)) return false;
-    if (L->sm == SM_KEY && !L->sover) {
-      char t[MAX_SBUF + 1];
-      memcpy(t, L->sbuf, L->slen);
-      t[L->slen] = 0;
-      if (strlen(t) == L->slen && tsel_ann_alias(t)) return false;
-    }
     pval x = {.shape = S_STR, .ref = -1};
     apply_value(p, s, L->alt, &x);
     return true;
@@ -2390,6 +2424,8 @@ static bool complete_string(P *p, S *t, dg_str *out) {
         if (str_has_prefix(p->sh->names[i], L->sbuf, L->slen)) m = p->sh->names[i];
     for (int i = 0; (L->sm == SM_INTRIN || L->sm == SM_INTRIN0) && i < intrin_count() && !m; i++)
       if (str_has_prefix(intrin_at(i)->name, L->sbuf, L->slen)) m = intrin_at(i)->name;
+    for (int i = 0; L->sm == SM_KEY && i < tsel_ann_key_count() && !m; i++)
+      if (str_has_prefix(tsel_ann_key_at(i), L->sbuf, L->slen)) m = tsel_ann_key_at(i);
     if (!m) return false;
     dg_str r;
     dg_str_init(&r);

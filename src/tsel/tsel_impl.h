@@ -154,6 +154,19 @@ const char *tsel_ann_full(const char *alias);      /* NULL if not an alias */
 /* Whether the annotation an alias stands for takes a tensor intrinsic's
  * name (tensorize_as, tensorize_init). */
 bool tsel_ann_names_intrin(const char *alias);
+/* What an annotation's value is by its key (an alias, or a key written in
+ * full): the kinds MetaSchedule writes; ANY for a key it never writes. */
+typedef enum {
+  TSEL_ANN_ANY,    /* any value */
+  TSEL_ANN_INT,    /* an integer, or a handle of a sampled one */
+  TSEL_ANN_STR,    /* a string */
+  TSEL_ANN_INTRIN, /* a tensor intrinsic's name */
+  TSEL_ANN_INTS,   /* a list of integers */
+} tsel_ann_kind;
+tsel_ann_kind tsel_ann_value_kind(const char *key);
+/* The keys without an alias that MetaSchedule writes, sorted. */
+int tsel_ann_key_count(void);
+const char *tsel_ann_key_at(int i);
 
 /* A keyword of an edit, or NULL. */
 const tsel_kw *tsel_edit_kw(const tsel_edit *e, const char *key);
