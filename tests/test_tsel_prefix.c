@@ -489,7 +489,7 @@ DG_TEST(tsel_prefix_refuses_faults_at_their_first_byte) {
       {"t1 block \"Z\"\nt2 loops t1 | x4\n", "expected a single space"},
       {"t1 block \"Z\"|\t\n", "trailing space"},
       {"t1 block \"Z\"\nt2 annotate t1 \"software_pipeline_stage\" [1 |]\n", "space before ']'"},
-      {"t1 block \"Z\"\nt2 annotate t1 tiling \"\\|q\"\n", "unknown escape"},
+      {"t1 block \"Z\"\nt2 block \"|\\q\"\n", "unknown escape"},
       {"t1 sample [1 2] =1 probs=[1.|e5 0.5]\n", "expected digits after '.'"},
       {"t1 block \"Z\"\nt|3 loops t1 x4\n", "expected edit id t2"},
       /* why and expect lines */
@@ -523,7 +523,7 @@ DG_TEST(tsel_prefix_refuses_faults_at_their_first_byte) {
   }
   reads_whole(k, gmm,
               "t1 block \"Z\"\nt2 annotate t1 tensorize_as \"\"\nt3 annotate t1 tensorize_init \"\"\n"
-              "t4 annotate t1 tiling \"cit t2\"\nt5 postproc default\n");
+              "t4 annotate t1 tiling \"SSRSRS\"\nt5 postproc default\n");
   ir_func_free(k);
 }
 
@@ -541,13 +541,14 @@ DG_TEST(tsel_prefix_refuses_only_documented_narrowings) {
       "t1 block \"Z\"\nt2 postproc\nt3 p|ostproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 \"warp_execution\" 0|7\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 \"warp_execution\" -|0\nt3 postproc default\n",
-      "t1 block \"Z\"\nt2 annotate t1 tiling \"\\x|63\"\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 block \"|\\x5a\"\nt3 postproc default\n",
       /* annotations MetaSchedule does not write: another key, a value of
        * another kind than its key's */
       "t1 block \"Z\"\nt2 annotate t1 \"|k\" 1\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 \"warp_execution\" 1|.5\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 tx_lo |\"32\"\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 tiling |3\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 tiling \"SSR|R\"\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 \"software_pipeline_stage\" [0 |\"a\"]\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 tensorize_as |[\"x\"]\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 tensorize t1 \"wmma|\\x5ffill_16x16x16_f32\"\nt3 postproc default\n",
@@ -898,11 +899,15 @@ static bool narrowed(const char *text) {
     if (e->op == TSEL_OP_ANNOTATE && e->n_args >= 3) {
       const tsel_val *key = &e->args[1], *v = &e->args[2];
       tsel_ann_kind kind = tsel_ann_value_kind(key->s);
+      bool tiling = false;
+      for (int a = 0; v->kind == TV_STR && a < tsel_ann_tiling_count(); a++)
+        tiling |= strcmp(v->s, tsel_ann_tiling_at(a)) == 0;
       bool ints = v->kind == TV_LIST;
       for (int a = 0; ints && a < v->n; a++) ints = v->items[a].kind == TV_INT;
       n |= (key->kind == TV_STR && kind == TSEL_ANN_ANY) ||
            (kind == TSEL_ANN_INT && v->kind != TV_INT && v->kind != TV_REF) ||
            ((kind == TSEL_ANN_STR || kind == TSEL_ANN_INTRIN) && v->kind != TV_STR) ||
+           (kind == TSEL_ANN_TILING && !tiling) ||
            (kind == TSEL_ANN_INTS && !ints);
     }
     for (int k = 0; k < e->n_kws; k++)

@@ -75,7 +75,7 @@ static const struct {
   bool intrin;
   tsel_ann_kind kind;
 } ann_aliases[] = {
-    {"tiling", "meta_schedule.tiling_structure", false, TSEL_ANN_STR},
+    {"tiling", "meta_schedule.tiling_structure", false, TSEL_ANN_TILING},
     {"coop", "meta_schedule.cooperative_fetch", false, TSEL_ANN_INT},
     {"tx_lo", "meta_schedule.thread_extent_low_inclusive", false, TSEL_ANN_INT},
     {"tx_hi", "meta_schedule.thread_extent_high_inclusive", false, TSEL_ANN_INT},
@@ -103,6 +103,13 @@ static const struct {
     {"tirx.manifest_shared_memory_local_stage", TSEL_ANN_INT},
     {"warp_execution", TSEL_ANN_INT},
 };
+
+/* MultiLevelTiling's structures (TVM's CPU and GPU rules; dragon's CUDA
+ * rules, the tensor-core one included, write the second), sorted. */
+static const char *const ann_tilings[] = {"SSRSRS", "SSSRRSRS"};
+
+int tsel_ann_tiling_count(void) { return (int)DG_ARRAY_LEN(ann_tilings); }
+const char *tsel_ann_tiling_at(int i) { return ann_tilings[i]; }
 
 int tsel_ann_key_count(void) { return (int)DG_ARRAY_LEN(ann_keys); }
 const char *tsel_ann_key_at(int i) { return ann_keys[i].key; }

@@ -177,8 +177,8 @@ enum { NP_SIGN, NP_INT, NP_DOT, NP_FRAC, NP_E, NP_ESIGN, NP_EXP, NP_I, NP_IN, NP
 /* What a string must be: anything; a kernel block name; the kernel's
  * function name; an annotation key MetaSchedule writes in full
  * (tsel_ann_key_at); a tensor intrinsic's name (INTRIN0: or "", an
- * annotation's value). */
-enum { SM_ANY, SM_NAMES, SM_EXACT, SM_KEY, SM_INTRIN, SM_INTRIN0 };
+ * annotation's value); a multi-level tiling's structure. */
+enum { SM_ANY, SM_NAMES, SM_EXACT, SM_KEY, SM_INTRIN, SM_INTRIN0, SM_TILING };
 enum {
   S_REF = 1, S_INT = 2, S_FLOAT = 4, S_STR = 8, S_BOOL = 16, S_NONE = 32, S_WORD = 64, S_COUNT = 128,
   S_LIST = 256,
@@ -981,6 +981,10 @@ static bool pos_vexp(const P *p, const S *s, int alt, vexp *v) {
           any_int(v);
           break;
         case TSEL_ANN_STR: v->sh = S_STR; break;
+        case TSEL_ANN_TILING:
+          v->sh = S_STR;
+          v->sm = SM_TILING;
+          break;
         case TSEL_ANN_INTRIN:
           v->sh = S_STR;
           v->sm = SM_INTRIN0;
@@ -1586,7 +1590,8 @@ static bool num_byte(P *p, S *s, unsigned c) {
 /* ---- strings ----------------------------------------------------------------------------------- */
 
 static bool sm_named(int sm) {
-  return sm == SM_NAMES || sm == SM_EXACT || sm == SM_KEY || sm == SM_INTRIN || sm == SM_INTRIN0;
+  return sm == SM_NAMES || sm == SM_EXACT || sm == SM_KEY || sm == SM_INTRIN || sm == SM_INTRIN0 ||
+         sm == SM_TILING;
 }
 
 /* Whether the string read so far begins (whole: is) a name its mode allows. */
@@ -1605,9 +1610,10 @@ static bool name_prefix(const P *p, const S *s, bool whole) {
     const char *k = p->sh->k->name;
     return whole ? strlen(k) == L->slen && memcmp(k, L->sbuf, L->slen) == 0 : str_has_prefix(k, L->sbuf, L->slen);
   }
-  if (L->sm == SM_KEY) { /* a few keys: each is tried */
-    for (int i = 0; i < tsel_ann_key_count(); i++) {
-      const char *k = tsel_ann_key_at(i);
+  if (L->sm == SM_KEY || L->sm == SM_TILING) { /* a few names: each is tried */
+    bool key = L->sm == SM_KEY;
+    for (int i = 0; i < (key ? tsel_ann_key_count() : tsel_ann_tiling_count()); i++) {
+      const char *k = key ? tsel_ann_key_at(i) : tsel_ann_tiling_at(i);
       if (whole ? strlen(k) == L->slen && memcmp(k, L->sbuf, L->slen) == 0
                 : str_has_prefix(k, L->sbuf, L->slen))
         return true;
@@ -2426,6 +2432,8 @@ static bool complete_string(P *p, S *t, dg_str *out) {
       if (str_has_prefix(intrin_at(i)->name, L->sbuf, L->slen)) m = intrin_at(i)->name;
     for (int i = 0; L->sm == SM_KEY && i < tsel_ann_key_count() && !m; i++)
       if (str_has_prefix(tsel_ann_key_at(i), L->sbuf, L->slen)) m = tsel_ann_key_at(i);
+    for (int i = 0; L->sm == SM_TILING && i < tsel_ann_tiling_count() && !m; i++)
+      if (str_has_prefix(tsel_ann_tiling_at(i), L->sbuf, L->slen)) m = tsel_ann_tiling_at(i);
     if (!m) return false;
     dg_str r;
     dg_str_init(&r);

@@ -160,6 +160,7 @@ typedef enum {
   TSEL_ANN_ANY,    /* any value */
   TSEL_ANN_INT,    /* an integer, or a handle of a sampled one */
   TSEL_ANN_STR,    /* a string */
+  TSEL_ANN_TILING, /* a multi-level tiling's structure (tsel_ann_tiling_at) */
   TSEL_ANN_INTRIN, /* a tensor intrinsic's name */
   TSEL_ANN_INTS,   /* a list of integers */
 } tsel_ann_kind;
@@ -167,6 +168,9 @@ tsel_ann_kind tsel_ann_value_kind(const char *key);
 /* The keys without an alias that MetaSchedule writes, sorted. */
 int tsel_ann_key_count(void);
 const char *tsel_ann_key_at(int i);
+/* The structures MultiLevelTiling writes ("SSSRRSRS", ...), sorted. */
+int tsel_ann_tiling_count(void);
+const char *tsel_ann_tiling_at(int i);
 
 /* A keyword of an edit, or NULL. */
 const tsel_kw *tsel_edit_kw(const tsel_edit *e, const char *key);
