@@ -446,7 +446,7 @@ DG_TEST(tsel_prefix_refuses_faults_at_their_first_byte) {
       {"t1 block \"Z\"\nt2 loops t1 x4\nt3 fuse t2.1 t2.|1\n", "the same loop is given twice"},
       {"t1 block \"Z\"\nt2 loops t1 x4\nt3 reorder t2.1 t2.|1\n", "the same loop is given twice"},
       /* decisions */
-      {"t1 block \"Z\"\nt2 coop t1 [1 2 3 4] =|5\n", "is not among the candidates"},
+      {"t1 block \"Z\"\nt2 cache_read t1 0 shared [t1]\nt3 coop t2 [1 2 3 4] =|5\n", "is not among the candidates"},
       {"t1 sample [0 16 64] =6|5\n", "is not among the candidates"},
       {"t1 sample [0 16 64] =16 index=|2\n", "not the chosen value"},
       {"t1 sample [0 16 64] =16 probs=[0.5 0.5|]\n", "probs= has 2 entries"},
@@ -549,6 +549,12 @@ DG_TEST(tsel_prefix_refuses_only_documented_narrowings) {
       "t1 block \"Z\"\nt2 annotate t1 tx_lo |\"32\"\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 tiling |3\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 tiling \"SSR|R\"\nt3 postproc default\n",
+      /* a cooperative fetch of a block that is no copy into shared memory */
+      "t1 block \"Z\"\nt2 co|op t1 [1 2] =1\nt3 postproc default\n",
+      "t1 block \"Z\"\nt2 loops t1 x4\nt3 cache_read_at t1 0 local t2.2\nt4 co|op t3 [1 2] =1\n"
+      "t5 postproc default\n",
+      "t1 block \"Z\"\nt2 loops t1 x4\nt3 cache_read_at t1 0 shared t2.2\nt4 coop t|1 [1 2] =1\n"
+      "t5 postproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 \"software_pipeline_stage\" [0 |\"a\"]\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 tensorize_as |[\"x\"]\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 tensorize t1 \"wmma|\\x5ffill_16x16x16_f32\"\nt3 postproc default\n",
@@ -893,6 +899,16 @@ static bool narrowed(const char *text) {
         for (int b = 0; b < a; b++) n |= c->items[a].i == c->items[b].i;
         n |= e->op == TSEL_OP_THREAD_SPLIT && (c->items[a].i < 1 || c->items[a].i > 1024);
       }
+    }
+    /* a cooperative fetch of a block that is no copy into shared memory */
+    if (e->op == TSEL_OP_COOP && e->n_args >= 1 && e->args[0].kind == TV_REF && e->args[0].i >= 1 &&
+        e->args[0].i <= g->n_edits) {
+      const tsel_edit *b = &g->edits[e->args[0].i - 1];
+      n |= !((b->op == TSEL_OP_CACHE_READ || b->op == TSEL_OP_CACHE_READ_AT ||
+              b->op == TSEL_OP_CACHE_WRITE || b->op == TSEL_OP_CACHE_WRITE_AT) &&
+             b->n_args >= 3 &&
+             b->args[2].kind == TV_WORD &&
+             (strcmp(b->args[2].s, "shared") == 0 || strcmp(b->args[2].s, "shared.dyn") == 0));
     }
     /* an annotation MetaSchedule does not write: another key, or a value
      * of another kind than its key's */

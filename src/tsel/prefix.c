@@ -816,6 +816,21 @@ static bool bind_reduces(const P *p, const S *s) {
   return false;
 }
 
+/* Whether block handle r is a copy through shared memory (a cache_read,
+ * cache_write or their _at forms, into shared or shared.dyn): what
+ * MetaSchedule's multi-level tilings annotate for a cooperative fetch (the
+ * tensor-core tiling its write-back too), and what RewriteCooperativeFetch
+ * can rewrite. */
+static bool shared_copy(const pctx *c, const pref *r) {
+  if (r->edit < 1 || r->edit > c->g->n_edits) return false;
+  const tsel_edit *e = &c->g->edits[r->edit - 1];
+  bool copy = e->op == TSEL_OP_CACHE_READ || e->op == TSEL_OP_CACHE_READ_AT ||
+              e->op == TSEL_OP_CACHE_WRITE || e->op == TSEL_OP_CACHE_WRITE_AT;
+  if (!copy || e->n_args < 3) return false;
+  const tsel_val *scope = &e->args[2];
+  return scope->kind == TV_WORD && (strcmp(scope->s, "shared") == 0 || strcmp(scope->s, "shared.dyn") == 0);
+}
+
 /* Whether handle r may be written where the scalar being read stands. */
 static bool ref_fits(const P *p, const S *s, const pref *r, char code) {
   if (!r->live) return false;
@@ -839,6 +854,7 @@ static bool ref_fits(const P *p, const S *s, const pref *r, char code) {
       case TSEL_OP_SET_SCOPE: return region_n(p, c, r, true) != 0;
       case TSEL_OP_STORAGE_ALIGN: return align_indices(p, c, r) != 0;
       case TSEL_OP_TILE: case TSEL_OP_SAMPLE_TILE: return r->f->ext != 0;
+      case TSEL_OP_COOP: return shared_copy(c, r);
       default: break;
     }
   if (is_loop_list_op(L->op) && code == 'L') {
