@@ -431,6 +431,13 @@ DG_TEST(db_large_file_parsed_on_threads_in_order) {
   snprintf(path, sizeof path, "%s/records.jsonl", dir);
   CHECK(dg_write_file_atomic(path, s.s, s.len, &st));
   dg_str_free(&s);
+  /* the workloads named (records of unnamed ones are warned about, apart) */
+  dg_str w;
+  dg_str_init(&w);
+  for (int i = 0; i < 7; i++) dg_str_printf(&w, "{\"workload\":\"w%d\",\"spec\":\"s\",\"kernel\":\"k\"}\n", i);
+  snprintf(path, sizeof path, "%s/workloads.jsonl", dir);
+  CHECK(dg_write_file_atomic(path, w.s, w.len, &st));
+  dg_str_free(&w);
   search_db *db;
   CHECK(search_db_open_readonly(dir, &db, &st));
   CHECK_EQ(search_db_warning_count(db), 3); /* the two bad lines, and the copies */
