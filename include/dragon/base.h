@@ -207,6 +207,8 @@ dg_rng dg_rng_fork(dg_rng *r);
 /* ---- time and progress --------------------------------------------------- */
 
 double dg_now(void); /* seconds, monotonic */
+/* The wall-clock time in UTC as ISO 8601 ("2026-12-06T05:44:15Z"), on the heap. */
+char *dg_now_iso(void);
 
 /* A progress line on stderr: "what  done/total  rate/s  ETA", redrawn at
  * most every 0.2 s, only when stderr is a terminal (or force is set). */

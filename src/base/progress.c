@@ -1,4 +1,4 @@
-/* progress.c: monotonic time and a progress line for long work
+/* progress.c: monotonic time, the wall-clock date, and a progress line for long work
  * (items done, rate, time left), drawn on stderr only when it is a terminal. */
 #include "dragon/base.h"
 
@@ -9,6 +9,15 @@ double dg_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+char *dg_now_iso(void) {
+  time_t t = time(NULL);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  char buf[32];
+  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return dg_strdup(buf);
 }
 
 void dg_progress_init(dg_progress *p, const char *what, int64_t total) {

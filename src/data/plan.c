@@ -374,15 +374,6 @@ static void compile_one(void *p, int i) {
   j->ok[i] = rt_program_build(j->c[i].func, &bo, &j->b[i], &st);
 }
 
-static char *now_iso(void) {
-  time_t t = time(NULL);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  char buf[32];
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return dg_strdup(buf);
-}
-
 /* The entries made since the last flush, into a part file of their own. */
 static bool flush_part(const data_plan_opts *o, entry_vec *pend, int *seq,
                        const char *stamp, data_plan_stats *out, dg_status *st) {
@@ -422,10 +413,10 @@ bool data_plan_run(const data_plan_opts *o, data_plan_stats *out, dg_status *st)
   so.no_software_pipeline = o->no_software_pipeline;
   search_postprocs pp = {0};
   search_cpu_measure cm = {1, 10, o->seed, 1}; /* never called: the probe measures nothing */
-  char *stamp = now_iso();
+  char *stamp = dg_now_iso();
   for (char *s = stamp; *s; s++)
     if (*s == '-' || *s == ':') memmove(s, s + 1, strlen(s));
-  char *date = now_iso();
+  char *date = dg_now_iso();
   entry_vec pend = {0};
   int seq = 0;
   bool ok = true;

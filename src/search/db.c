@@ -170,15 +170,6 @@ static char *dump_compact(const json_t *j) {
   return json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
 }
 
-static char *now_iso(void) {
-  time_t t = time(NULL);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  char buf[32];
-  strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return dg_strdup(buf);
-}
-
 static void free_record(db_record *r) {
   if (!r) return;
   free(r->workload);
@@ -900,7 +891,7 @@ bool search_db_mark_exhausted(search_db *db, const char *workload, int64_t kerne
   dg_status_ok(st);
   if (find_mark(db, workload)) return true;
   if (!writable(db, st)) return false;
-  char *date = now_iso();
+  char *date = dg_now_iso();
   db_mark m = {dg_strdup(workload), dg_strdup(search_build_id()), date,
                kernels > 0 ? kernels : 0};
   dg_str line;
@@ -961,7 +952,7 @@ static bool add_to(search_db *db, rec_table *t, const search_record *in, bool *a
   r->workload = dg_strdup(in->workload);
   r->trace = canon;
   r->target = dg_strdup(in->target ? in->target : "");
-  r->date = in->date ? dg_strdup(in->date) : now_iso();
+  r->date = in->date ? dg_strdup(in->date) : dg_now_iso();
   r->build = dg_strdup(in->build ? in->build : search_build_id());
   r->device = dg_strdup(in->device ? in->device : "");
   r->error = in->error ? dg_strdup(in->error) : NULL;
@@ -1129,7 +1120,7 @@ bool search_db_write_shard(const search_db *db, const search_db *except, const c
     dg_str_init(&text);
     int64_t n_wl = 0;
     for (size_t w = 0; w < db->wls.len; w++) n_wl += need_wl[w];
-    char *date = now_iso();
+    char *date = dg_now_iso();
     json_t *h = json_pack("{s:s, s:i, s:s, s:s, s:I, s:I, s:I}", "t", "shard", "version",
                           SHARD_VERSION, "build", search_build_id(), "date", date, "workloads",
                           (json_int_t)n_wl, "records", (json_int_t)n_rec, "baselines",
