@@ -21,7 +21,8 @@
 #             m-scratch=m::1500" pretrains on the structure examples, then
 #             fine-tunes on the labels, beside a run on the labels alone.
 #   BRING     runs that come back (default: the last run)
-#   EVAL      runs judged here after training (`dragon eval --split val
+#   EVAL      runs (or model directories of the tree, such as
+#             models/little-dragon) judged here after training (`dragon eval --split val
 #             --limit EVAL_LIMIT`, default 50; on this machine's GPU, the
 #             outputs written on every core): Correct@1, fast_2, fast_10,
 #             into logs.tgz and the summary (default: none)
@@ -97,16 +98,24 @@ for spec in $RUNS; do
   last=$name
 done
 
-# The runs judged here, on the validation split.
+# The runs judged here, on the validation split: a run's name, or a model
+# directory of the tree (models/little-dragon: the shipped model, judged on
+# the same tasks in the same call).
 for name in ${EVAL:-}; do
-  if [ ! -f "$DIRS/$name/latest" ]; then
-    note "eval $name: no checkpoint"
-    continue
+  model=$DIRS/$name
+  if [ ! -f "$model/latest" ]; then
+    if [ -d "$name" ]; then
+      model=$name
+      name=$(basename "$name")
+    else
+      note "eval $name: no checkpoint"
+      continue
+    fi
   fi
   target=cuda
   [ "$DEVICE" = cpu ] && target=c
   timeout -s INT -k 10 "${EVAL_S:-120}" "$DRAGON" eval --split val --limit "${EVAL_LIMIT:-50}" \
-    --model "$DIRS/$name" --target "$target" --out "$LOGDIR/eval/$name" >"$LOGDIR/eval-$name.out" \
+    --model "$model" --target "$target" --out "$LOGDIR/eval/$name" >"$LOGDIR/eval-$name.out" \
     2>"$LOGDIR/eval-$name.log"
   note "eval $name: exit $?; $(grep -m1 '^# ' "$LOGDIR/eval-$name.out")"
 done
