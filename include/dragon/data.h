@@ -137,6 +137,9 @@ typedef struct {
   double plateau;      /* 0.02: past trials_min, one more round while the last
                           one improved the best by more than this fraction */
   double budget_s;     /* wall seconds for the run (0: none) */
+  double t_start;      /* dg_now() when the budget began: the command's start,
+                          so that opening the database counts (a window's
+                          `timeout` counts it too); 0: the run's own start */
   double max_work;     /* deferred above this many reference operations (0: none) */
   bool on_gpu;         /* measure on the GPU, else compiled C on the CPU */
   bool no_software_pipeline; /* no pipeline sketches (default: where the lowering

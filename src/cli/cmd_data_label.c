@@ -17,6 +17,8 @@
 #include "dragon/search.h"
 
 int cmd_data_label(int argc, char **argv) {
+  /* the budget counts from here: opening the database is part of it */
+  double t_cmd = dg_now();
   const char *splits_path = DATA_SPLIT_FILE, *split_name = "train", *db_dir = NULL;
   const char *target = "cuda", *shard = NULL, *records = NULL, *cost_model = NULL;
   const char *plan_dir = NULL;
@@ -30,7 +32,7 @@ int cmd_data_label(int argc, char **argv) {
       {"--splits", CLI_OPT_STR, &splits_path, 0, 0, "the splits file"},
       {"--records", CLI_OPT_STR, &records, 0, 0,
        "merge every shard (*.jsonl.zst) of this directory into the database first"},
-      {"--budget-s", CLI_OPT_F64, &budget, 0, 0, "wall seconds for the run (0: no limit)"},
+      {"--budget-s", CLI_OPT_F64, &budget, 0, 0, "wall seconds for the run, counted from the command's start (opening the database, loading the plan and the cost model count; 0: no limit)"},
       {"--first", CLI_OPT_INT, &first, 0, INT64_MAX, "label at most the first N workloads (0: all)"},
       {"--skip", CLI_OPT_INT, &skip, 0, INT64_MAX, "start after the split's first N workloads"},
       {"--shard", CLI_OPT_STR, &shard, 0, 0, "R/S: every S-th workload from the R-th"},
@@ -122,12 +124,16 @@ int cmd_data_label(int argc, char **argv) {
     return cli_report("data label", &st);
   }
   search_db *db;
+  double t_open = dg_now();
   if (!search_db_open(db_dir, &db, &st)) {
     data_plan_free(plan);
     free(specs);
     data_splits_free(t);
     return cli_report("data label", &st);
   }
+  if (!quiet)
+    fprintf(stderr, "database: %lld records opened in %.1f s\n",
+            (long long)search_db_record_count(db), dg_now() - t_open);
   rc = cli_merge_records(db, records, "data label", quiet);
   if (rc == CLI_OK) {
     data_label_opts o;
@@ -140,6 +146,7 @@ int cmd_data_label(int argc, char **argv) {
     o.trials_max = trials_max;
     o.plateau = plateau;
     o.budget_s = budget;
+    o.t_start = t_cmd;
     o.max_work = max_work;
     o.on_gpu = strcmp(target, "cuda") == 0 && !find_exhausted;
     o.retry_exhausted = retry_exhausted;

@@ -162,7 +162,7 @@ static void note_failure(data_label_stats *out, const char *spec, const char *wh
 bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *st) {
   dg_status_ok(st);
   memset(out, 0, sizeof *out);
-  double t0 = dg_now();
+  double t0 = o->t_start > 0 ? o->t_start : dg_now();
   double deadline = o->budget_s > 0 ? t0 + o->budget_s : 0;
   /* building schedules allocates and frees a few MiB: keep the heap */
   mallopt(M_MMAP_THRESHOLD, 4 << 20);
