@@ -223,6 +223,11 @@ DG_TEST(data_label_cli_merges_and_packs) {
   rc = dg_test_run_dragon(args, NULL, &out);
   CHECK_MSG(rc == 0 && strstr(out, "samples, loaded in") && !strstr(out, "warm start"),
             "rc %d: %s", rc, out);
+  /* with a saved model the database is its shard's view: the labelled
+   * workload's records are held (it is labelled already) */
+  CHECK_MSG(strstr(out, "(those of the 1 workloads labelled here;") &&
+                strstr(out, "1 already labelled"),
+            "%s", out);
   free(out);
   snprintf(args, sizeof args, "data label --db %s --cost-model %s/nope --splits %s --target cpu",
            ldir("cli_fresh"), dg_test_tmpdir(), splits);

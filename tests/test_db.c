@@ -406,13 +406,18 @@ DG_TEST(db_tune_command_killed_mid_round) {
  * come back in file order with their copies, each bad line is warned once,
  * and a shard of it reads back the same (the threads build records, this
  * thread files them in order). */
-DG_TEST(db_large_file_parsed_on_threads_in_order) {
+enum { LARGE_N = 6000 };
+
+/* A database of LARGE_N record lines (over 1 MiB: parsed on threads) of
+ * workloads w0..w6 (specs s0..s6), line i of workload w(i % 7) with kernel
+ * hash i; every 1000th line repeats the line before it (a copy), and two bad
+ * lines. */
+static void write_large_db(const char *dir) {
   dg_status st;
-  const char *dir = tdir("db_large");
   CHECK(dg_mkdirs(dir, &st));
   dg_str s;
   dg_str_init(&s);
-  enum { N = 6000 };
+  enum { N = LARGE_N };
   for (int i = 0; i < N; i++) {
     /* every 1000th line repeats the line before it (a copy); two bad lines */
     int k = i % 1000 == 999 ? i - 1 : i;
@@ -434,10 +439,18 @@ DG_TEST(db_large_file_parsed_on_threads_in_order) {
   /* the workloads named (records of unnamed ones are warned about, apart) */
   dg_str w;
   dg_str_init(&w);
-  for (int i = 0; i < 7; i++) dg_str_printf(&w, "{\"workload\":\"w%d\",\"spec\":\"s\",\"kernel\":\"k\"}\n", i);
+  for (int i = 0; i < 7; i++)
+    dg_str_printf(&w, "{\"workload\":\"w%d\",\"spec\":\"s%d\",\"kernel\":\"k\"}\n", i, i);
   snprintf(path, sizeof path, "%s/workloads.jsonl", dir);
   CHECK(dg_write_file_atomic(path, w.s, w.len, &st));
   dg_str_free(&w);
+}
+
+DG_TEST(db_large_file_parsed_on_threads_in_order) {
+  dg_status st;
+  const char *dir = tdir("db_large");
+  write_large_db(dir);
+  enum { N = LARGE_N };
   search_db *db;
   CHECK(search_db_open_readonly(dir, &db, &st));
   CHECK_EQ(search_db_warning_count(db), 3); /* the two bad lines, and the copies */
@@ -474,4 +487,88 @@ DG_TEST(db_large_file_parsed_on_threads_in_order) {
   }
   search_db_close(dst);
   search_db_close(db);
+}
+
+static bool keep_s1_s3(const char *spec, void *ctx) {
+  (void)ctx;
+  return strcmp(spec, "s1") == 0 || strcmp(spec, "s3") == 0;
+}
+
+/* A view (search_db_open_some) holds the records of its workloads as the
+ * whole database holds them, leaves the others unread, appends to the same
+ * files, and refuses what needs every record. */
+DG_TEST(db_view_holds_the_records_of_its_workloads) {
+  dg_status st;
+  char dir[512]; /* tdir's buffers turn over */
+  snprintf(dir, sizeof dir, "%s", tdir("db_view"));
+  write_large_db(dir);
+  /* a line whose fields come in another order is parsed whole, then left
+   * out; a record of a workload no line names is held */
+  char path[600];
+  snprintf(path, sizeof path, "%s/records.jsonl", dir);
+  FILE *fp = fopen(path, "a");
+  CHECK(fp != NULL);
+  fputs("{\"trace\":[[[\"EnterPostproc\",[],[],[]]],[]],\"workload\":\"w2\",\"run_secs\":[1e-6],"
+        "\"target\":\"cuda\"}\n"
+        "{\"workload\":\"wx\",\"trace\":[[[\"EnterPostproc\",[],[],[]]],[]],\"run_secs\":[1e-6],"
+        "\"target\":\"cuda\"}\n",
+        fp);
+  fclose(fp);
+  search_db *whole_db, *view;
+  CHECK(search_db_open_readonly(dir, &whole_db, &st));
+  CHECK(search_db_open_some(dir, keep_s1_s3, NULL, &view, &st));
+  int held = 0;
+  for (int i = 0; i < search_db_record_count(whole_db); i++) {
+    const char *w = search_db_record_at(whole_db, i)->workload;
+    held += strcmp(w, "w1") == 0 || strcmp(w, "w3") == 0 || strcmp(w, "wx") == 0;
+  }
+  CHECK(held > 1000);
+  CHECK_EQ(search_db_record_count(view), held);
+  CHECK_EQ(search_db_unread_count(whole_db), 0);
+  /* every line of the others, the copies among them, and the reordered one */
+  int64_t unread = 1;
+  for (int i = 0; i < LARGE_N; i++) {
+    int k = i % 1000 == 999 ? i - 1 : i;
+    unread += k % 7 != 1 && k % 7 != 3;
+  }
+  CHECK_EQ(search_db_unread_count(view), unread);
+  const char *keep[] = {"w1", "w3", "wx"};
+  for (int k = 0; k < 3; k++) {
+    CHECK_EQ(search_db_workload_trials(view, keep[k]), search_db_workload_trials(whole_db, keep[k]));
+    const search_record *a[3], *b[3];
+    int na = search_db_top_k(whole_db, keep[k], 3, a), nb = search_db_top_k(view, keep[k], 3, b);
+    CHECK_EQ(na, nb);
+    for (int i = 0; i < na; i++) {
+      CHECK_STREQ(a[i]->trace, b[i]->trace);
+      CHECK(search_record_secs(a[i]) == search_record_secs(b[i]));
+    }
+  }
+  CHECK_EQ(search_db_workload_trials(view, "w2"), 0);
+  CHECK_EQ(search_db_workload_count(view), 7); /* every workload line */
+  /* appends go to the same files */
+  bool added = false;
+  CHECK(add(view, "w1", T3, 2e-6, NULL, &added, &st));
+  CHECK(added);
+  /* what needs every record is refused, naming why */
+  CHECK(!search_db_write_shard(view, NULL, tdir("view.jsonl.zst"), NULL, &st));
+  CHECK(strstr(st.msg, "some workloads only") != NULL);
+  CHECK(!search_db_write_shard(whole_db, view, tdir("view2.jsonl.zst"), NULL, &st));
+  CHECK(!search_db_merge_shard(view, tdir("view.jsonl.zst"), NULL, &st));
+  CHECK(!search_db_export_tvm(view, tdir("view_tvm"), &st));
+  search_db *other;
+  CHECK(search_db_open(tdir("db_view_other"), &other, &st));
+  CHECK(!search_db_merge(other, view, NULL, &st));
+  search_db_close(other);
+  search_db *none = NULL;
+  CHECK(!search_db_open_some(dir, NULL, NULL, &none, &st));
+  CHECK(none == NULL);
+  int64_t before = search_db_record_count(whole_db);
+  int64_t w1_before = search_db_workload_trials(whole_db, "w1");
+  search_db_close(view);
+  search_db_close(whole_db);
+  /* reopened whole: nothing lost, the append there */
+  CHECK_MSG(search_db_open_readonly(dir, &whole_db, &st), "%s", st.msg);
+  CHECK_EQ(search_db_record_count(whole_db), before + 1);
+  CHECK_EQ(search_db_workload_trials(whole_db, "w1"), w1_before + 1);
+  search_db_close(whole_db);
 }

@@ -83,6 +83,20 @@ bool search_db_open(const char *dir, search_db **out, dg_status *st);
  * skipped, not cut off), takes no lock, and fails naming the directory
  * when it does not exist. The functions that write fail on it. */
 bool search_db_open_readonly(const char *dir, search_db **out, dg_status *st);
+/* Opens a database, as search_db_open, for work on some workloads only (a
+ * labelling process and its shard of a split): the record and baseline
+ * lines of every workload whose spec keep() refuses are left unread (a line
+ * that opens `{"workload":"HASH",` is not even parsed), the others are held
+ * as search_db_open holds them; every workload line and exhausted mark is
+ * held, and records of a workload no line names too. Appends go on as
+ * usual. Such a view cannot be packed, merged into or from, or exported
+ * (search_db_write_shard, search_db_merge*, search_db_export_tvm refuse
+ * it): each would miss or repeat the records it left unread. */
+typedef bool (*search_db_keep_fn)(const char *spec, void *ctx);
+bool search_db_open_some(const char *dir, search_db_keep_fn keep, void *ctx, search_db **out,
+                         dg_status *st);
+/* Record and baseline lines a view left unread (0: a whole database). */
+int64_t search_db_unread_count(const search_db *db);
 void search_db_close(search_db *db);
 int search_db_warning_count(const search_db *db);
 

@@ -54,6 +54,7 @@
 
 typedef struct {
   char *hash, *spec, *kernel;
+  bool unread; /* a view's (search_db_open_some): its records left unread */
 } db_workload;
 
 /* A loaded record: search_record's pointers point into these. copies:
@@ -94,6 +95,8 @@ struct search_db {
   rec_table recs, bases;
   int warnings;
   bool readonly;
+  bool partial;   /* a view of some workloads (search_db_open_some) */
+  int64_t unread; /* its record and baseline lines left unread */
   int lock_fd;            /* writers: the flock'ed writer.lock; -1 */
   search_db *next_locked; /* the list of this process's writers */
 };
@@ -341,6 +344,29 @@ static const db_workload *find_wl(const search_db *db, const char *hash) {
   }
 }
 
+/* Whether a view holds the records of workload hash: a workload no line
+ * names is held, as a whole database holds it. */
+static bool held(const search_db *db, const char *hash) {
+  if (!db->partial) return true;
+  const db_workload *w = find_wl(db, hash);
+  return !w || !w->unread;
+}
+
+/* The workload a record line opens with (`{"workload":"HASH",`, as every
+ * writer of these files writes it) into out, or false: the line is parsed
+ * whole before a view decides. */
+static bool line_workload(const char *s, char out[24]) {
+  static const char pre[] = "{\"workload\":\"";
+  if (strncmp(s, pre, sizeof pre - 1) != 0) return false;
+  s += sizeof pre - 1;
+  size_t n = 0;
+  while (n < 23 && s[n] && s[n] != '"' && s[n] != '\\') n++;
+  if (s[n] != '"') return false;
+  memcpy(out, s, n);
+  out[n] = 0;
+  return true;
+}
+
 static void insert_wl_slot(search_db *db, int idx) {
   size_t mask = db->n_wl_slots - 1;
   size_t i = wl_key(db->wls.data[idx].hash) & mask;
@@ -490,6 +516,7 @@ typedef struct {
   json_t *j;        /* an object that is not a record */
   db_record *rec;   /* a record, built */
   load_dest *dest;  /* its table */
+  bool unread;      /* a record of a workload the view leaves unread */
   bool bad;         /* not a JSON object: bad_why says why */
   char bad_why[160];
 } read_line;
@@ -512,6 +539,11 @@ static void read_task(void *p, int i) {
   size_t lo = (size_t)i * r->per_task, hi = lo + r->per_task < r->n ? lo + r->per_task : r->n;
   for (size_t k = lo; k < hi; k++) {
     read_line *l = &r->lines[k];
+    char wl[24];
+    if (r->db->partial && r->rd->record_dest && line_workload(l->s, wl) && !held(r->db, wl)) {
+      l->unread = true;
+      continue;
+    }
     json_error_t je;
     json_t *j = json_loads(l->s, 0, &je);
     if (!j || !json_is_object(j)) {
@@ -526,6 +558,11 @@ static void read_task(void *p, int i) {
       where_of(where, sizeof where, r->name, l->line);
       l->rec = record_from_json(r->db, j, where); /* NULL: warned, skipped */
       l->dest = d;
+      if (l->rec && !held(r->db, l->rec->workload)) {
+        free_record(l->rec);
+        l->rec = NULL;
+        l->unread = true;
+      }
       json_decref(j);
     } else {
       l->j = j;
@@ -575,7 +612,9 @@ static size_t parse_lines(search_db *db, const char *name, char *text, size_t le
     read_line *l = &lines.data[k];
     char where[600];
     where_of(where, sizeof where, name, l->line);
-    if (l->bad) {
+    if (l->unread) {
+      db->unread++;
+    } else if (l->bad) {
       warn(db, "%s: not a JSON object (%s); skipped", where, l->bad_why);
     } else if (l->rec) {
       if (!rd->rec_fn(db, l->rec, l->dest, where, rd->ctx)) free_record(l->rec);
@@ -776,7 +815,8 @@ static void report_unnamed(const search_db *db) {
   if (more) fprintf(stderr, "warning: %s: and records of more such workloads\n", db->dir);
 }
 
-static bool open_db(const char *dir, bool readonly, search_db **out, dg_status *st) {
+static bool open_db(const char *dir, bool readonly, search_db_keep_fn keep, void *keep_ctx,
+                    search_db **out, dg_status *st) {
   dg_status_ok(st);
   *out = NULL;
   if (readonly) {
@@ -801,9 +841,15 @@ static bool open_db(const char *dir, bool readonly, search_db **out, dg_status *
   line_reader rec_rd = {load_record_into, whole_file_dest, insert_in_order, &dr};
   line_reader base_rd = {load_record_into, whole_file_dest, insert_in_order, &dbase};
   line_reader mark_rd = {load_mark, NULL, NULL, NULL};
-  if ((!readonly && !take_lock(db, st)) || !load_file(db, db->wl_path, &wl_rd, st) ||
-      !load_file(db, db->recs.path, &rec_rd, st) || !load_file(db, db->bases.path, &base_rd, st) ||
-      !load_file(db, db->marks_path, &mark_rd, st)) {
+  bool ok = (readonly || take_lock(db, st)) && load_file(db, db->wl_path, &wl_rd, st);
+  if (ok && keep) {
+    /* a view: the workloads keep() refuses have their records left unread */
+    db->partial = true;
+    for (size_t i = 0; i < db->wls.len; i++)
+      db->wls.data[i].unread = !keep(db->wls.data[i].spec, keep_ctx);
+  }
+  if (!ok || !load_file(db, db->recs.path, &rec_rd, st) ||
+      !load_file(db, db->bases.path, &base_rd, st) || !load_file(db, db->marks_path, &mark_rd, st)) {
     search_db_close(db);
     return false;
   }
@@ -815,11 +861,28 @@ static bool open_db(const char *dir, bool readonly, search_db **out, dg_status *
 }
 
 bool search_db_open(const char *dir, search_db **out, dg_status *st) {
-  return open_db(dir, false, out, st);
+  return open_db(dir, false, NULL, NULL, out, st);
 }
 
 bool search_db_open_readonly(const char *dir, search_db **out, dg_status *st) {
-  return open_db(dir, true, out, st);
+  return open_db(dir, true, NULL, NULL, out, st);
+}
+
+bool search_db_open_some(const char *dir, search_db_keep_fn keep, void *ctx, search_db **out,
+                         dg_status *st) {
+  if (!keep) return dg_fail(st, DG_ERR_USAGE, "%s: a view needs its keep function", dir);
+  return open_db(dir, false, keep, ctx, out, st);
+}
+
+int64_t search_db_unread_count(const search_db *db) { return db->unread; }
+
+/* A view cannot stand for its database where every record counts. */
+static bool whole(const search_db *db, const char *what, dg_status *st) {
+  if (!db->partial) return true;
+  return dg_fail(st, DG_ERR_USAGE,
+                 "%s: opened for some workloads only (%lld record lines left unread): %s needs "
+                 "the whole database",
+                 db->dir, (long long)db->unread, what);
 }
 
 void search_db_close(search_db *db) {
@@ -1097,6 +1160,8 @@ static void shard_entries(const search_db *db, const rec_table *t, const rec_tab
 bool search_db_write_shard(const search_db *db, const search_db *except, const char *path,
                            int64_t *n_lines, dg_status *st) {
   dg_status_ok(st);
+  if (!whole(db, "a shard", st) || (except && !whole(except, "a shard's exception", st)))
+    return false;
   bool *need_wl = dg_calloc(db->wls.len ? db->wls.len : 1, sizeof(bool));
   dg_str body;
   dg_str_init(&body);
@@ -1208,7 +1273,7 @@ static bool shard_record(search_db *db, db_record *r, load_dest *d, const char *
 bool search_db_merge_shard(search_db *db, const char *path, int64_t *n_added, dg_status *st) {
   dg_status_ok(st);
   if (n_added) *n_added = 0;
-  if (!writable(db, st)) return false;
+  if (!writable(db, st) || !whole(db, "a merge", st)) return false;
   size_t zlen, len;
   char *z = dg_read_file(path, &zlen, st);
   if (!z) return false;
@@ -1275,7 +1340,7 @@ static void merge_table(rec_table *dst, const rec_table *src, dg_str *out, int64
 bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_status *st) {
   dg_status_ok(st);
   if (n_added) *n_added = 0;
-  if (!writable(dst, st)) return false;
+  if (!writable(dst, st) || !whole(dst, "a merge", st) || !whole(src, "a merge", st)) return false;
   dg_str wl, rec, base, marks;
   dg_str_init(&wl);
   dg_str_init(&rec);
@@ -1369,6 +1434,7 @@ static json_t *tvm_target(const char *target) {
 
 bool search_db_export_tvm(const search_db *db, const char *out_dir, dg_status *st) {
   dg_status_ok(st);
+  if (!whole(db, "an export", st)) return false;
   if (!dg_mkdirs(out_dir, st)) return false;
   dg_str wl, rec;
   dg_str_init(&wl);
