@@ -15,6 +15,7 @@
 #include "cli/cli.h"
 #include "dragon/data.h"
 #include "dragon/search.h"
+#include "dragon/wl.h"
 
 /* The specs this run labels, sorted: with a saved cost model and nothing
  * to merge, the database is opened as a view that holds their records
@@ -29,9 +30,18 @@ static int cmp_spec(const void *a, const void *b) {
   return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* A workload line written with an alias or another spelling of a spec
+ * names the same kernel: it is held if its canonical spec is labelled. */
 static bool in_specs(const char *spec, void *ctx) {
   const spec_set *s = ctx;
-  return bsearch(&spec, s->v, (size_t)s->n, sizeof *s->v, cmp_spec) != NULL;
+  if (bsearch(&spec, s->v, (size_t)s->n, sizeof *s->v, cmp_spec)) return true;
+  dg_status st;
+  char *c = wl_canonical(spec, &st);
+  if (!c) return true; /* not a spec dragon can read: held, as it was */
+  const char *cs = c;
+  bool in = strcmp(c, spec) != 0 && bsearch(&cs, s->v, (size_t)s->n, sizeof *s->v, cmp_spec);
+  free(c);
+  return in;
 }
 
 int cmd_data_label(int argc, char **argv) {
