@@ -1384,6 +1384,7 @@ typedef struct {
   int refuse_at[4], n_refuse;
   bool shown[256];
   bool always;
+  int refuse_first; /* also refuses its first this many calls */
 } planted_guard;
 
 static int edit_lines(const char *text) {
@@ -1401,7 +1402,7 @@ static bool planted_guard_fn(void *ctx, const char *text, size_t len, bool postp
   planted_guard *g = ctx;
   g->calls++;
   CHECKR(strlen(text) == len, false);
-  if (g->always) return false;
+  if (g->always || g->calls <= g->refuse_first) return false;
   int n = edit_lines(text);
   for (int i = 0; i < g->n_refuse; i++)
     if (n == g->refuse_at[i] && n < 256 && !g->shown[n]) {
@@ -1429,11 +1430,12 @@ DG_TEST(tsel_prefix_guard_takes_lines_back) {
   const tok_ids prompt = fx.prompt;
   int V = tok_vocab_size(tok);
   dg_status st;
-  int real_passed = 0, real_runs = 0, gave_up = 0, planted_refusals = 0;
+  int real_passed = 0, real_runs = 0, gave_up = 0, planted_refusals = 0, restarted = 0;
   /* four random models at least, more until each case was met (the
    * tokenizer is trained on the committed examples and docs, so which
    * models meet them changes with those) */
-  for (uint64_t seed = 1; seed <= 32 && (seed <= 4 || real_passed == 0 || gave_up == 0 || planted_refusals < 2);
+  for (uint64_t seed = 1;
+       seed <= 32 && (seed <= 4 || real_passed == 0 || gave_up == 0 || planted_refusals < 2 || restarted == 0);
        seed++) {
     nn_model m;
     CHECK(random_model(&m, V, 900 + seed, &st));
@@ -1478,6 +1480,37 @@ DG_TEST(tsel_prefix_guard_takes_lines_back) {
               "gave up %d, %d taken back, %d calls", ds.guard_gave_up, ds.n_backtracks, never.calls);
     gave_up += ds.guard_gave_up;
     free(g);
+    /* with restarts: the graph is written again from its first edit line
+     * each time the limit is reached, then given up */
+    planted_guard never2 = {.always = true};
+    o.guard_ctx = &never2;
+    o.restarts = 2;
+    o.sample.max_tokens = 400;
+    g = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, spec, TSEL_TARGET_CUDA, &o, seed, &ds,
+                           &st);
+    CHECK_MSG(g, "%s", st.msg);
+    CHECK(graph_checks(g, k, TSEL_TARGET_CUDA, why, sizeof why));
+    CHECK_MSG(never2.calls == ds.n_backtracks + ds.n_restarts + ds.guard_gave_up && ds.n_restarts <= 2 &&
+                  ds.n_backtracks <= 15 && (ds.budget_completed || (ds.n_restarts == 2 && ds.guard_gave_up)),
+              "%d restarts, gave up %d, %d taken back, %d calls", ds.n_restarts, ds.guard_gave_up,
+              ds.n_backtracks, never2.calls);
+    free(g);
+    /* refusals up to the limit, then none: one restart, and the graph
+     * written again is guarded to its end */
+    planted_guard once = {.refuse_first = 6};
+    o.guard_ctx = &once;
+    o.sample.max_tokens = 1500;
+    g = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, spec, TSEL_TARGET_CUDA, &o, seed, &ds,
+                           &st);
+    CHECK_MSG(g, "%s", st.msg);
+    CHECK(graph_checks(g, k, TSEL_TARGET_CUDA, why, sizeof why));
+    if (!ds.budget_completed)
+      CHECK_MSG(ds.n_restarts == 1 && !ds.guard_gave_up && ds.n_backtracks == 5 && ds.complete &&
+                    ds.n_guarded == once.calls,
+                "%d restarts, gave up %d, %d taken back", ds.n_restarts, ds.guard_gave_up, ds.n_backtracks);
+    restarted += ds.n_restarts == 1 && !ds.budget_completed;
+    free(g);
+    o.restarts = 0;
     /* the real guard */
     eval_guard eg = {k, spec};
     o.guard = eval_guard_line;
@@ -1503,6 +1536,7 @@ DG_TEST(tsel_prefix_guard_takes_lines_back) {
   }
   CHECK_MSG(real_passed > 0, "the real guard gave up on all %d random models", real_runs);
   CHECK(gave_up > 0);              /* the limit was reached at least once */
+  CHECK(restarted > 0);            /* and a graph written again passed its guard */
   CHECK(planted_refusals >= 2);     /* and planted refusals were met */
   fixture_close(&fx);
 }

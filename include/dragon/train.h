@@ -248,6 +248,11 @@ typedef struct {
   int line_retries;        /* default 4 */
   int max_backtracks;      /* default 64 */
   float retry_temperature; /* default 1.0 */
+  /* when the guard reaches max_backtracks, the graph is written again from
+   * its first edit line, each line sampled at retry_temperature at least,
+   * with a fresh backtrack count, up to this many times (default 0: the
+   * rest is written unguarded) */
+  int restarts;
   /* where to keep the tokens after the prompt, as fed (lines taken back
    * are not kept), and which of them were drawn (not forced); the final
    * <|end|> counts as drawn. NULL: not kept. A graph the token budget
@@ -282,7 +287,8 @@ typedef struct {
   int n_narrowed;          /* of them, with the blamed tile narrowed (tsel_tile_narrowing) */
   int n_backtracks;        /* lines taken back */
   int n_repeats;           /* lines refused at once: written again as a refused line was, after the same text */
-  bool guard_gave_up;      /* max_backtracks reached: the rest was not guarded */
+  int n_restarts;          /* graphs written again from the first edit line (restarts) */
+  bool guard_gave_up;      /* max_backtracks reached, no restart left: the rest was not guarded */
   double guard_secs;       /* time spent in the guard */
 } train_decode_stats;
 

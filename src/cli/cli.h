@@ -120,11 +120,17 @@ bool cli_write_device(const char *arg, bool have_gpu, bool *gpu, dg_status *st);
  * call taking the rows in turn (train_decode_opts.gpu_rows). */
 #define CLI_GPU_ROWS 256
 void cli_model_close(cli_model *cm); /* also on a zeroed or failed one */
+/* Graphs written again when the line guard reaches its backtrack limit
+ * (train_decode_opts.restarts), for `dragon optimize` and `dragon eval`:
+ * two took 47 of 101 hard test tasks through the build gate to 70, and
+ * 97 of 100 others to 99, for 31% more tokens (bench/RESULTS.md). */
+#define CLI_RESTARTS 2
 typedef struct {
   int64_t tokens;     /* fed to the model */
   int64_t backtracks; /* lines the guard took back */
   int64_t narrowed;   /* of them, to a narrowed tile (tsel_tile_narrowing) */
-  int gave_up;        /* graphs whose guard ran out of backtracks */
+  int gave_up;        /* graphs whose guard ran out of backtracks (and restarts) */
+  int64_t restarts;   /* graphs written again from their first edit line */
   double guard_secs;
 } cli_write_stats;
 double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const char *kernel_text,

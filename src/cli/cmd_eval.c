@@ -38,6 +38,7 @@ static void add_stats(writer_ctx *w, const cli_write_stats *ws) {
   w->ws.backtracks += ws->backtracks;
   w->ws.narrowed += ws->narrowed;
   w->ws.gave_up += ws->gave_up;
+  w->ws.restarts += ws->restarts;
   w->ws.guard_secs += ws->guard_secs;
   pthread_mutex_unlock(&w->lock);
 }
@@ -362,7 +363,7 @@ int cmd_eval(int argc, char **argv) {
   const char *split_name = "test", *workloads = NULL, *model_arg = NULL, *tokp = NULL,
              *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE,
              *labels_path = NULL;
-  int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048;
+  int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048, restarts = CLI_RESTARTS;
   double temperature = 0, max_work = -1;
   int n_past = 0;
   bool no_numbers = false;
@@ -385,6 +386,9 @@ int cmd_eval(int argc, char **argv) {
       {"--max-tokens", CLI_OPT_INT, &max_tokens, 16, 1 << 16, "tokens per graph at most (default 2048)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
+      {"--restarts", CLI_OPT_INT, &restarts, 0, 64,
+       "when the line guard reaches its backtrack limit, write the graph again from its first edit "
+       "line, sampled at temperature 1, at most this many times"},
       {"--no-numbers", CLI_OPT_FLAG, &no_numbers, 0, 0,
        "with --target c: stop each task after the build gate, no numeric check (what the "
        "decoding gets through, quickly; \"passed\" is then no Correct@1)"},
@@ -568,6 +572,7 @@ int cmd_eval(int argc, char **argv) {
   /* the first output's edits are judged; its explanations are not */
   dopts.explain = false;
   dopts.unconstrained = unconstrained;
+  dopts.restarts = (int)restarts;
   dopts.gpu_rows = CLI_GPU_ROWS; /* a group's tasks take the GPU writer's rows in turn */
   char name[256];
   if (graphs_path) {
@@ -610,6 +615,9 @@ int cmd_eval(int argc, char **argv) {
   /* the GPU's logits are bf16's: its graphs are another evaluation's */
   if (write_gpu) snprintf(key + strlen(key), sizeof key - strlen(key), " write=cuda");
   if (refine) snprintf(key + strlen(key), sizeof key - strlen(key), " refine=1");
+  /* graphs written again past the backtrack limit are another decoding */
+  if (restarts > 0 && !no_guard && !unconstrained)
+    snprintf(key + strlen(key), sizeof key - strlen(key), " restarts=%lld", (long long)restarts);
   if (resume) {
     if (!(done = load_done(tasks_path, key, refine ? names : (const char *const *)specs, n, &st))) goto fail;
   } else if (unlink(tasks_path) != 0 && errno != ENOENT) {
@@ -658,9 +666,10 @@ int cmd_eval(int argc, char **argv) {
     printf("\ndecoding: %lld tokens; the line guard %s\n", (long long)w.ws.tokens,
            unconstrained ? "off, and no mask" : no_guard ? "off" : "on");
   if (!graphs && !no_guard && !unconstrained)
-    printf("guard: %lld lines taken back (%lld to a narrowed tile), %d graphs past its "
-           "backtrack limit, %.1f s\n",
-           (long long)w.ws.backtracks, (long long)w.ws.narrowed, w.ws.gave_up, w.ws.guard_secs);
+    printf("guard: %lld lines taken back (%lld to a narrowed tile), %lld graphs written again "
+           "from the start, %d past its backtrack limit, %.1f s\n",
+           (long long)w.ws.backtracks, (long long)w.ws.narrowed, (long long)w.ws.restarts,
+           w.ws.gave_up, w.ws.guard_secs);
   {
     char name_json[320], name_md[320];
     snprintf(name_json, sizeof name_json, "%s.json", base);

@@ -72,6 +72,7 @@ static const char *kind_name(const eval_pick *p, char *buf, size_t n) {
 int cmd_optimize(int argc, char **argv) {
   const char *prior_path = NULL, *model_arg = NULL, *tokp = NULL, *target = NULL, *out_dir = NULL;
   int64_t samples = 4, rounds = 0, seed = 1, max_tokens = 2048, top_k = 0, threads = 0;
+  int64_t restarts = CLI_RESTARTS;
   double temperature = 0.8, top_p = 1.0, min_gain = 1.03;
   bool unconstrained = false, no_explain = false, no_guard = false, decode_explain = false, write_gpu = false;
   const char *write_on = NULL;
@@ -93,6 +94,9 @@ int cmd_optimize(int argc, char **argv) {
       {"--no-explain", CLI_OPT_FLAG, &no_explain, 0, 0, "stop each graph after its edits (no why/expect lines)"},
       {"--decode-explain", CLI_OPT_FLAG, &decode_explain, 0, 0, "the model writes the why/expect lines (default: dragon writes them from the compiler's facts on the finished graph)"},
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
+      {"--restarts", CLI_OPT_INT, &restarts, 0, 64,
+       "when the line guard reaches its backtrack limit, write the graph again from its first edit "
+       "line, sampled at temperature 1, at most this many times"},
       {"--write", CLI_OPT_STR, &write_on, 0, 0, "where the model writes: cuda (the GPU's KV cache, the samples its rows; the default where the checks run on a GPU) or cpu (every core)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
   };
@@ -172,6 +176,7 @@ int cmd_optimize(int argc, char **argv) {
   dopts.sample.top_p = (float)top_p;
   dopts.sample.max_tokens = (int)max_tokens;
   dopts.unconstrained = unconstrained;
+  dopts.restarts = (int)restarts;
   dopts.explain = !no_explain && decode_explain;
   dopts.explain_after = !no_explain && !decode_explain;
 
@@ -243,8 +248,9 @@ int cmd_optimize(int argc, char **argv) {
                   dg_now() - t_start, t_model, (long long)ws.tokens,
                   t_model > 0 ? (double)ws.tokens / t_model : 0.0, t_check);
     if (ws.backtracks || ws.gave_up)
-      dg_str_printf(&report, "guard    %lld lines taken back (%.1f s)%s\n", (long long)ws.backtracks,
-                    ws.guard_secs, ws.gave_up ? "; the backtrack limit reached" : "");
+      dg_str_printf(&report, "guard    %lld lines taken back, %lld graphs written again from the start (%.1f s)%s\n",
+                    (long long)ws.backtracks, (long long)ws.restarts, ws.guard_secs,
+                    ws.gave_up ? "; the backtrack limit reached" : "");
   }
   if (errs.len) {
     dg_str_puts(&report, "notes\n");

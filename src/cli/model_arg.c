@@ -366,6 +366,7 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
       ws->backtracks += ds[i].n_backtracks;
       ws->narrowed += ds[i].n_narrowed;
       ws->gave_up += ds[i].guard_gave_up;
+      ws->restarts += ds[i].n_restarts;
       ws->guard_secs += ds[i].guard_secs;
     }
     if (!texts[i]) dg_str_printf(errs, "  sample %d: %s\n", i + 1, why[i]);
@@ -437,6 +438,7 @@ void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *co
         ws->backtracks += ds[r].n_backtracks;
         ws->narrowed += ds[r].n_narrowed;
         ws->gave_up += ds[r].guard_gave_up;
+        ws->restarts += ds[r].n_restarts;
         ws->guard_secs += ds[r].guard_secs;
       }
     }

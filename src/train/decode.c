@@ -27,8 +27,11 @@
  * the logits there, so going back costs no model work. The line is then
  * written again, sampled at retry_temperature at least (a greedy draw
  * would write it again as it was); after line_retries refusals the line
- * before it is taken back too, and after max_backtracks in all the guard
- * is no longer asked (the gates after decoding still judge the graph).
+ * before it is taken back too, and after max_backtracks in all the graph
+ * is written again from its first edit line, every line now sampled at
+ * retry_temperature (restarts times at most; a greedy writer would take
+ * the same road again); after that the guard is no longer asked (the gates
+ * after decoding still judge the graph).
  * A guard may name the earlier line to blame (the tile whose factors set
  * the threads that a later line finds out of bounds): the lines after it
  * are dropped at once and the blamed line is written again.
@@ -69,6 +72,7 @@ void train_decode_opts_default(train_decode_opts *o) {
   o->line_retries = 4;
   o->max_backtracks = 64;
   o->retry_temperature = 1.0f;
+  o->restarts = 0;
 }
 
 /* The GPU's cache as the writers see it: positions on the device's host
@@ -275,6 +279,20 @@ static void remember_refused(line_start *l, const char *text, size_t len) {
   l->refused[l->n_refused++] = c;
 }
 
+/* Goes back to the start of the first edit line (s->v[0]): every line
+ * written since is dropped, with what was refused after it and the
+ * narrowings of its tiles; what the first line start refused stays. */
+static void restart_graph(line_stack *s, tsel_prefix *p, decoder *d) {
+  while (s->n > 1) stack_pop(s);
+  line_start *l = &s->v[0];
+  l->tries = 0;
+  tsel_prefix_unnarrow_after(p, 0);
+  tsel_prefix_restore(p, l->saved);
+  row_rewind(d, l->pos, l->logits);
+  d->used = l->used;
+  if (d->trace) d->trace->n = l->used;
+}
+
 static void stack_free(line_stack *s) {
   while (s->n > 0) stack_pop(s);
   free(s->v);
@@ -331,8 +349,9 @@ typedef struct {
   dg_str fin, forced;
   tok_ids e;
   line_stack lines;
-  bool guarding, retrying, started, ok, finish, done;
+  bool guarding, retrying, resampling, started, ok, finish, done;
   int judged;
+  int bt_base; /* stats->n_backtracks when the graph was last started again */
   nn_sample_opts retry;
   dg_status st;
   char *result;
@@ -408,7 +427,14 @@ static void writer_step(writer *w) {
         w->judged = tsel_prefix_edit_count(p);
         w->retrying = false;
         stack_push(&w->lines, p, d);
-      } else if (!repeat && stats->n_backtracks >= o->max_backtracks) {
+      } else if (!repeat && stats->n_backtracks - w->bt_base >= o->max_backtracks &&
+                 stats->n_restarts < o->restarts) {
+        stats->n_restarts++;
+        w->bt_base = stats->n_backtracks;
+        restart_graph(&w->lines, p, d);
+        w->judged = tsel_prefix_edit_count(p);
+        w->resampling = true;
+      } else if (!repeat && stats->n_backtracks - w->bt_base >= o->max_backtracks) {
         w->guarding = false;
         stats->guard_gave_up = true;
       } else {
@@ -459,7 +485,8 @@ static void writer_step(writer *w) {
         w->z[nz] = logits[j];
         w->ids[nz++] = j;
       }
-    int32_t t = w->ids[nn_sample_token(w->z, nz, w->retrying ? &w->retry : &o->sample, &w->rng)];
+    int32_t t = w->ids[nn_sample_token(w->z, nz, w->retrying || w->resampling ? &w->retry : &o->sample,
+                                       &w->rng)];
     stats->n_sampled++;
     if (t == w->end) {
       trace_put(d, &t, 1, true);
