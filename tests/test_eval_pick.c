@@ -158,6 +158,15 @@ DG_TEST(optimize_cli_without_model_keeps_baseline) {
   rc = dg_test_run_dragon("optimize gemm:m=0 --target c", NULL, &out);
   CHECK_MSG(rc != 0 && strstr(out, "m must be"), "rc %d: %s", rc, out);
   free(out);
+  rc = dg_test_run_dragon("optimize GMM/0 --target c --restart-temperature -1", NULL, &out);
+  CHECK_MSG(rc == 2 && strstr(out, "--restart-temperature must be"), "rc %d: %s", rc, out);
+  free(out);
+  rc = dg_test_run_dragon("eval --target c --restart-temperature 1e9", NULL, &out);
+  CHECK_MSG(rc == 2 && strstr(out, "--restart-temperature must be"), "rc %d: %s", rc, out);
+  free(out);
+  rc = dg_test_run_dragon("eval --target c --restarts 65", NULL, &out);
+  CHECK_MSG(rc == 2 && strstr(out, "--restarts"), "rc %d: %s", rc, out);
+  free(out);
 }
 
 /* A random model with a tokenizer trained on TSEL text, saved as a run

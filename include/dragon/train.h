@@ -253,6 +253,7 @@ typedef struct {
    * with a fresh backtrack count, up to this many times (default 0: the
    * rest is written unguarded) */
   int restarts;
+  float restart_temperature; /* the lines of a graph written again (default 1.0) */
   /* where to keep the tokens after the prompt, as fed (lines taken back
    * are not kept), and which of them were drawn (not forced); the final
    * <|end|> counts as drawn. NULL: not kept. A graph the token budget

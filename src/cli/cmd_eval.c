@@ -364,7 +364,7 @@ int cmd_eval(int argc, char **argv) {
              *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE,
              *labels_path = NULL;
   int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048, restarts = CLI_RESTARTS;
-  double temperature = 0, max_work = -1;
+  double temperature = 0, max_work = -1, restart_temperature = 1.0;
   int n_past = 0;
   bool no_numbers = false;
   bool quiet = false, no_guard = false, resume = false, unconstrained = false, write_gpu = false,
@@ -388,7 +388,10 @@ int cmd_eval(int argc, char **argv) {
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
       {"--restarts", CLI_OPT_INT, &restarts, 0, 64,
        "when the line guard reaches its backtrack limit, write the graph again from its first edit "
-       "line, sampled at temperature 1, at most this many times"},
+       "line, sampled at --restart-temperature, at most this many times"},
+      {"--restart-temperature", CLI_OPT_F64, &restart_temperature, 0, 0,
+       "the sampling temperature of a graph written again (a line taken back is written "
+       "again at 1 still)"},
       {"--no-numbers", CLI_OPT_FLAG, &no_numbers, 0, 0,
        "with --target c: stop each task after the build gate, no numeric check (what the "
        "decoding gets through, quickly; \"passed\" is then no Correct@1)"},
@@ -423,8 +426,8 @@ int cmd_eval(int argc, char **argv) {
   int rc = cli_parse(&spec, argc, argv, &pos, &npos);
   if (rc) return rc < 0 ? CLI_OK : rc;
   free(pos);
-  if (!(temperature >= 0 && temperature <= 1e6)) {
-    fprintf(stderr, "dragon eval: --temperature must be in [0, 1e6]\n");
+  if (!(temperature >= 0 && temperature <= 1e6) || !(restart_temperature >= 0 && restart_temperature <= 1e6)) {
+    fprintf(stderr, "dragon eval: --temperature and --restart-temperature must be in [0, 1e6]\n");
     return CLI_USAGE;
   }
   if (target && strcmp(target, "c") != 0 && strcmp(target, "cuda") != 0) {
@@ -573,6 +576,7 @@ int cmd_eval(int argc, char **argv) {
   dopts.explain = false;
   dopts.unconstrained = unconstrained;
   dopts.restarts = (int)restarts;
+  dopts.restart_temperature = (float)restart_temperature;
   dopts.gpu_rows = CLI_GPU_ROWS; /* a group's tasks take the GPU writer's rows in turn */
   char name[256];
   if (graphs_path) {
@@ -617,7 +621,8 @@ int cmd_eval(int argc, char **argv) {
   if (refine) snprintf(key + strlen(key), sizeof key - strlen(key), " refine=1");
   /* graphs written again past the backtrack limit are another decoding */
   if (restarts > 0 && !no_guard && !unconstrained)
-    snprintf(key + strlen(key), sizeof key - strlen(key), " restarts=%lld", (long long)restarts);
+    snprintf(key + strlen(key), sizeof key - strlen(key), " restarts=%lld restart_temperature=%.17g",
+             (long long)restarts, restart_temperature);
   if (resume) {
     if (!(done = load_done(tasks_path, key, refine ? names : (const char *const *)specs, n, &st))) goto fail;
   } else if (unlink(tasks_path) != 0 && errno != ENOENT) {

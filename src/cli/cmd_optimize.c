@@ -73,7 +73,7 @@ int cmd_optimize(int argc, char **argv) {
   const char *prior_path = NULL, *model_arg = NULL, *tokp = NULL, *target = NULL, *out_dir = NULL;
   int64_t samples = 4, rounds = 0, seed = 1, max_tokens = 2048, top_k = 0, threads = 0;
   int64_t restarts = CLI_RESTARTS;
-  double temperature = 0.8, top_p = 1.0, min_gain = 1.03;
+  double temperature = 0.8, top_p = 1.0, min_gain = 1.03, restart_temperature = 1.0;
   bool unconstrained = false, no_explain = false, no_guard = false, decode_explain = false, write_gpu = false;
   const char *write_on = NULL;
   const cli_opt opts[] = {
@@ -96,7 +96,10 @@ int cmd_optimize(int argc, char **argv) {
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
       {"--restarts", CLI_OPT_INT, &restarts, 0, 64,
        "when the line guard reaches its backtrack limit, write the graph again from its first edit "
-       "line, sampled at temperature 1, at most this many times"},
+       "line, sampled at --restart-temperature, at most this many times"},
+      {"--restart-temperature", CLI_OPT_F64, &restart_temperature, 0, 0,
+       "the sampling temperature of a graph written again (a line taken back is written again at 1 "
+       "still)"},
       {"--write", CLI_OPT_STR, &write_on, 0, 0, "where the model writes: cuda (the GPU's KV cache, the samples its rows; the default where the checks run on a GPU) or cpu (every core)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
   };
@@ -119,9 +122,9 @@ int cmd_optimize(int argc, char **argv) {
   const char *kernel_arg = npos > 0 ? pos[0] : OPTIMIZE_DEFAULT_KERNEL;
   free(pos);
   if (!(temperature >= 0 && temperature <= 1e6) || !(top_p > 0 && top_p <= 1) ||
-      !(min_gain >= 1 && min_gain <= 100)) {
-    fprintf(stderr, "dragon optimize: --temperature must be in [0, 1e6], --top-p in (0, 1] and "
-                    "--min-gain in [1, 100]\n");
+      !(min_gain >= 1 && min_gain <= 100) || !(restart_temperature >= 0 && restart_temperature <= 1e6)) {
+    fprintf(stderr, "dragon optimize: --temperature and --restart-temperature must be in [0, 1e6], "
+                    "--top-p in (0, 1] and --min-gain in [1, 100]\n");
     return CLI_USAGE;
   }
   if (target && strcmp(target, "c") != 0 && strcmp(target, "cuda") != 0) {
@@ -177,6 +180,7 @@ int cmd_optimize(int argc, char **argv) {
   dopts.sample.max_tokens = (int)max_tokens;
   dopts.unconstrained = unconstrained;
   dopts.restarts = (int)restarts;
+  dopts.restart_temperature = (float)restart_temperature;
   dopts.explain = !no_explain && decode_explain;
   dopts.explain_after = !no_explain && !decode_explain;
 

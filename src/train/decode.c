@@ -73,6 +73,7 @@ void train_decode_opts_default(train_decode_opts *o) {
   o->max_backtracks = 64;
   o->retry_temperature = 1.0f;
   o->restarts = 0;
+  o->restart_temperature = 1.0f;
 }
 
 /* The GPU's cache as the writers see it: positions on the device's host
@@ -352,7 +353,7 @@ typedef struct {
   bool guarding, retrying, resampling, started, ok, finish, done;
   int judged;
   int bt_base; /* stats->n_backtracks when the graph was last started again */
-  nn_sample_opts retry;
+  nn_sample_opts retry, restart;
   dg_status st;
   char *result;
 } writer;
@@ -385,6 +386,8 @@ static void writer_init(writer *w, int V, tok_tokenizer *tok, tsel_mask *mask, c
   w->guarding = o->guard != NULL;
   w->retry = o->sample;
   if (w->retry.temperature < o->retry_temperature) w->retry.temperature = o->retry_temperature;
+  w->restart = o->sample;
+  if (w->restart.temperature < o->restart_temperature) w->restart.temperature = o->restart_temperature;
   w->ok = true;
   dg_status_ok(&w->st);
 }
@@ -485,8 +488,8 @@ static void writer_step(writer *w) {
         w->z[nz] = logits[j];
         w->ids[nz++] = j;
       }
-    int32_t t = w->ids[nn_sample_token(w->z, nz, w->retrying || w->resampling ? &w->retry : &o->sample,
-                                       &w->rng)];
+    const nn_sample_opts *so = w->retrying ? &w->retry : w->resampling ? &w->restart : &o->sample;
+    int32_t t = w->ids[nn_sample_token(w->z, nz, so, &w->rng)];
     stats->n_sampled++;
     if (t == w->end) {
       trace_put(d, &t, 1, true);
