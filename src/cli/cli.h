@@ -125,6 +125,13 @@ void cli_model_close(cli_model *cm); /* also on a zeroed or failed one */
  * two took 47 of 101 hard test tasks through the build gate to 70, and
  * 97 of 100 others to 99, for 31% more tokens (bench/RESULTS.md). */
 #define CLI_RESTARTS 2
+/* The two commands' help for --restarts and --restart-temperature. */
+#define CLI_RESTARTS_HELP                                                                      \
+  "when the line guard reaches its backtrack limit, write the graph again from its first edit " \
+  "line, sampled at --restart-temperature, at most this many times"
+#define CLI_RESTART_TEMPERATURE_HELP                                                            \
+  "the sampling temperature of a graph written again (a line taken back is written again at 1 " \
+  "still)"
 typedef struct {
   int64_t tokens;     /* fed to the model */
   int64_t backtracks; /* lines the guard took back */

@@ -386,12 +386,8 @@ int cmd_eval(int argc, char **argv) {
       {"--max-tokens", CLI_OPT_INT, &max_tokens, 16, 1 << 16, "tokens per graph at most (default 2048)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
-      {"--restarts", CLI_OPT_INT, &restarts, 0, 64,
-       "when the line guard reaches its backtrack limit, write the graph again from its first edit "
-       "line, sampled at --restart-temperature, at most this many times"},
-      {"--restart-temperature", CLI_OPT_F64, &restart_temperature, 0, 0,
-       "the sampling temperature of a graph written again (a line taken back is written "
-       "again at 1 still)"},
+      {"--restarts", CLI_OPT_INT, &restarts, 0, 64, CLI_RESTARTS_HELP},
+      {"--restart-temperature", CLI_OPT_F64, &restart_temperature, 0, 0, CLI_RESTART_TEMPERATURE_HELP},
       {"--no-numbers", CLI_OPT_FLAG, &no_numbers, 0, 0,
        "with --target c: stop each task after the build gate, no numeric check (what the "
        "decoding gets through, quickly; \"passed\" is then no Correct@1)"},

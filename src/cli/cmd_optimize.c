@@ -94,12 +94,8 @@ int cmd_optimize(int argc, char **argv) {
       {"--no-explain", CLI_OPT_FLAG, &no_explain, 0, 0, "stop each graph after its edits (no why/expect lines)"},
       {"--decode-explain", CLI_OPT_FLAG, &decode_explain, 0, 0, "the model writes the why/expect lines (default: dragon writes them from the compiler's facts on the finished graph)"},
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
-      {"--restarts", CLI_OPT_INT, &restarts, 0, 64,
-       "when the line guard reaches its backtrack limit, write the graph again from its first edit "
-       "line, sampled at --restart-temperature, at most this many times"},
-      {"--restart-temperature", CLI_OPT_F64, &restart_temperature, 0, 0,
-       "the sampling temperature of a graph written again (a line taken back is written again at 1 "
-       "still)"},
+      {"--restarts", CLI_OPT_INT, &restarts, 0, 64, CLI_RESTARTS_HELP},
+      {"--restart-temperature", CLI_OPT_F64, &restart_temperature, 0, 0, CLI_RESTART_TEMPERATURE_HELP},
       {"--write", CLI_OPT_STR, &write_on, 0, 0, "where the model writes: cuda (the GPU's KV cache, the samples its rows; the default where the checks run on a GPU) or cpu (every core)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
   };

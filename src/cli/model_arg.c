@@ -309,6 +309,16 @@ static void write_group(void *p, int g) {
   free(idx);
 }
 
+/* One graph's decoding into the writer's totals. */
+static void add_decode_stats(cli_write_stats *ws, const train_decode_stats *d) {
+  ws->tokens += d->n_sampled + d->n_forced;
+  ws->backtracks += d->n_backtracks;
+  ws->narrowed += d->n_narrowed;
+  ws->gave_up += d->guard_gave_up;
+  ws->restarts += d->n_restarts;
+  ws->guard_secs += d->guard_secs;
+}
+
 double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const char *kernel_text,
                        const char *prior, int k, const train_decode_opts *o, uint64_t seed,
                        char **texts, cli_write_stats *ws, dg_str *errs) {
@@ -361,14 +371,7 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
     rt_tasks_free(t);
   }
   for (int i = 0; i < k; i++) {
-    if (ws) {
-      ws->tokens += ds[i].n_sampled + ds[i].n_forced;
-      ws->backtracks += ds[i].n_backtracks;
-      ws->narrowed += ds[i].n_narrowed;
-      ws->gave_up += ds[i].guard_gave_up;
-      ws->restarts += ds[i].n_restarts;
-      ws->guard_secs += ds[i].guard_secs;
-    }
+    if (ws) add_decode_stats(ws, &ds[i]);
     if (!texts[i]) dg_str_printf(errs, "  sample %d: %s\n", i + 1, why[i]);
   }
   free(ds);
@@ -433,14 +436,7 @@ void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *co
       texts[at[r]] = got[r];
       if (!got[r]) dg_fail(&why[at[r]], DG_ERR_RUNTIME, "decoding failed: %.400s", es[r].msg);
       if (tokens) tokens[at[r]] = ds[r].n_sampled + ds[r].n_forced;
-      if (ws) {
-        ws->tokens += ds[r].n_sampled + ds[r].n_forced;
-        ws->backtracks += ds[r].n_backtracks;
-        ws->narrowed += ds[r].n_narrowed;
-        ws->gave_up += ds[r].guard_gave_up;
-        ws->restarts += ds[r].n_restarts;
-        ws->guard_secs += ds[r].guard_secs;
-      }
+      if (ws) add_decode_stats(ws, &ds[r]);
     }
   }
   if (slot) give_slot(cm, slot);
