@@ -2,6 +2,8 @@
  * (src/eval/score.c). A good graph passes every gate the CPU can run; a
  * failure planted at each gate is reported at that gate, with its reason,
  * and no later gate runs. */
+#include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -308,6 +310,53 @@ DG_TEST(eval_guard_blames_the_thread_tiles) {
   ir_func_free(f);
 }
 
+/* The guard's log: a line for each refusal and none for a pass, whole JSON
+ * lines with the refused edit, the gate, the reason and the edit blamed;
+ * a second opening appends; an unwritable path is refused by name. */
+DG_TEST(eval_guard_log_writes_each_refusal) {
+  dg_status st;
+  dg_func *f = wl_build(BMM_SPEC, &st);
+  CHECK_MSG(f, "%s", st.msg);
+  char path[512];
+  snprintf(path, sizeof path, "%s/guard.jsonl", dg_test_tmpdir());
+  remove(path);
+  for (int round = 0; round < 2; round++) {
+    eval_guard_log *log = eval_guard_log_open(path, &st);
+    CHECK_MSG(log, "%s", st.msg);
+    eval_guard g = {f, BMM_SPEC, log};
+    for (int e = 13; e <= 14; e++) {
+      char *text = bmm_prefix(e);
+      int back_to = 0;
+      CHECK(eval_guard_line(&g, text, strlen(text), false, &back_to, NULL) == (e < 14));
+      free(text);
+    }
+    CHECK_MSG(eval_guard_log_close(log, &st), "%s", st.msg);
+  }
+  size_t len = 0;
+  char *got = dg_read_file(path, &len, &st);
+  CHECK_MSG(got, "%s", st.msg);
+  int lines = 0;
+  for (size_t i = 0; i < len; i++) lines += got[i] == '\n';
+  CHECK_EQ(lines, 2); /* one refusal a round, the pass not written */
+  json_error_t je;
+  char *nl = strchr(got, '\n');
+  CHECK(nl);
+  json_t *o = json_loadb(got, (size_t)(nl - got), 0, &je);
+  CHECK_MSG(o, "%s", je.text);
+  CHECK_STREQ(json_string_value(json_object_get(o, "spec")), BMM_SPEC);
+  CHECK_EQ(json_integer_value(json_object_get(o, "edits")), 14);
+  CHECK(strncmp(json_string_value(json_object_get(o, "line")), "t14 ", 4) == 0);
+  CHECK_STREQ(json_string_value(json_object_get(o, "gate")), "build");
+  CHECK(strstr(json_string_value(json_object_get(o, "reason")), "outside its bounds"));
+  CHECK_EQ(json_integer_value(json_object_get(o, "blame")), 7);
+  CHECK(strstr(json_string_value(json_object_get(o, "graph")), "t14 annotate t1 tx_hi 1024\n"));
+  json_decref(o);
+  free(got);
+  CHECK(!eval_guard_log_open("/nonexistent-dir/guard.jsonl", &st));
+  CHECK(strstr(st.msg, "/nonexistent-dir/guard.jsonl"));
+  ir_func_free(f);
+}
+
 /* A gemm's multi-level tiling as the model writes it, with its three
  * tiles (spec's extents), the second read stage's vector lanes and the
  * unroll choice; the caller frees. */
@@ -446,6 +495,53 @@ DG_TEST(eval_guard_blames_a_thread_tile_that_can_mend_it) {
   free(mended);
   free(head);
   free(text);
+  ir_func_free(f);
+}
+
+/* A conv1d of the test split with co=3 on 3 threads: its co tile (t8)
+ * reaches 3 at most and its l tile (t7, 1538 = 2 x 769) has no divisor in
+ * [11, 341] with co's 3 kept, so no one tile can bring the block to 32;
+ * the guard blames t7 with the range that leaves t8 a way in ([11, 1024]:
+ * 769 threads, or 769 x 3 for t8 to narrow next), not t8 (195 refusals of
+ * one line until the guard's budget ran out). */
+DG_TEST(eval_guard_blames_thread_tiles_that_can_mend_it_together) {
+  const char *spec = "conv1d_nlc:n=1,l=1536,ci=48,co=3,kernel=3,stride=1,pad=2,dilation=1,groups=1,dtype=f32";
+  char text[2048];
+  snprintf(text, sizeof text,
+           "tsel 1 kernel %s\nt1 block \"PadInput\"\nt2 block \"conv1d_nlc\"\nt3 block \"root\"\n"
+           "t4 annotate t2 tiling \"SSSRRSRS\"\nt5 loops t2 x5\nt6 tile t5.0 [1 1 1 1 1] max=64\n"
+           "t7 tile t5.1 [769 1 1 1 2] max=64\nt8 tile t5.2 [1 1 3 1 1] max=64\nt9 tile t5.3 [1 1 3] max=64\n"
+           "t10 tile t5.4 [2 6 4] max=64\nt11 reorder t6.0 t7.0 t8.0 t6.1 t7.1 t8.1 t6.2 t7.2 t8.2 t9.0 t10.0 "
+           "t9.1 t10.1 t6.3 t7.3 t8.3 t9.2 t10.2 t6.4 t7.4 t8.4\nt12 fuse_bind t6.0 t7.0 t8.0 blockIdx.x\n"
+           "t13 fuse_bind t6.1 t7.1 t8.1 vthread.x\nt14 fuse_bind t6.2 t7.2 t8.2 threadIdx.x\n"
+           "t15 annotate t2 tx_lo 32\nt16 annotate t2 tx_hi 1024\n",
+           spec);
+  dg_status st;
+  dg_func *f = wl_build(spec, &st);
+  CHECK_MSG(f, "%s", st.msg);
+  eval_guard g = {f, spec, NULL};
+  int back_to = 0;
+  tsel_tile_narrowing nw = {0};
+  CHECK(!eval_guard_line(&g, text, strlen(text), false, &back_to, &nw));
+  CHECK_MSG(back_to == 7 && nw.factor == 2 && nw.lo == 11 && nw.hi == 1024, "t%d factor %d in [%lld, %lld]",
+            back_to, nw.factor, (long long)nw.lo, (long long)nw.hi);
+  tsel_graph *gr = tsel_parse(text, NULL, &st);
+  CHECK_MSG(gr, "%s", st.msg);
+  tsel_tile_narrowing tn;
+  /* 5,000 threads and more: the tiles reach 1538 x 3 = 4,614 at most */
+  CHECK_EQ(tsel_thread_blame(gr, 3, 5000, 8192, &tn), 0);
+  CHECK_EQ(tsel_thread_blame(gr, 3, 4096, 8192, &tn), 7);
+  CHECK(tn.lo == 1366 && tn.hi == 2730); /* t8 kept: t7 alone can (1538) */
+  tsel_graph_free(gr);
+  /* t7 written again with 769 threads and t8 with 1: the bounds pass */
+  char *p = strstr(text, "[769 1 1 1 2]");
+  CHECK(p);
+  memcpy(p, "[1 1 769 1 2]", 13);
+  p = strstr(text, "[1 1 3 1 1]");
+  CHECK(p);
+  memcpy(p, "[3 1 1 1 1]", 11);
+  back_to = 0;
+  CHECK(eval_guard_line(&g, text, strlen(text), false, &back_to, &nw));
   ir_func_free(f);
 }
 

@@ -955,11 +955,12 @@ static bool narrowed(const char *text) {
 }
 
 /* The narrowings from the replay: the line of the refused byte (at) is a
- * fuse, fuse_bind or bind, or a `loops` whose count the checker lost, and
- * the graph up to and with it does not replay (it names a loop that is not
- * plain or not the only child of the one before it, binds a loop holding
- * a reduction to other than threadIdx, or counts other loops than the
- * block has). */
+ * fuse, fuse_bind or bind, a `loops` whose count the checker lost, or a
+ * decompose_reduction, and the graph up to and with it does not replay (it
+ * names a loop that is not plain or not the only child of the one before
+ * it, binds a loop holding a reduction to other than threadIdx, counts
+ * other loops than the block has, or puts an init below a reduction loop
+ * or on a block without one). */
 static bool fuse_narrowed(const char *text, const dg_func *k, size_t at) {
   dg_status st;
   tsel_graph *g = tsel_parse(text, NULL, &st);
@@ -970,7 +971,8 @@ static bool fuse_narrowed(const char *text, const dg_func *k, size_t at) {
   for (int i = 0; i < g->n_edits; i++)
     if (g->edits[i].line == line) edit = i + 1;
   int op = edit ? g->edits[edit - 1].op : -1;
-  bool fuse = op == TSEL_OP_FUSE || op == TSEL_OP_FUSE_BIND || op == TSEL_OP_BIND || op == TSEL_OP_LOOPS;
+  bool fuse = op == TSEL_OP_FUSE || op == TSEL_OP_FUSE_BIND || op == TSEL_OP_BIND || op == TSEL_OP_LOOPS ||
+              op == TSEL_OP_DECOMPOSE_REDUCTION;
   tsel_graph_free(g);
   if (!fuse) return false;
   /* the graph up to and with the changed edit, replayed */
@@ -2181,6 +2183,34 @@ DG_TEST(tsel_prefix_fuse_knows_the_nest) {
   ir_func_free(k);
 }
 
+/* decompose_reduction's loop is one the init can go at: not below the
+ * first loop that binds the reduction (t8.0 in this order); at or above
+ * it, taken; the checker alone would take any of the block's loops. */
+DG_TEST(tsel_prefix_decompose_reduction_knows_the_nest) {
+  dg_func *k;
+  tsel_prefix *p = bmm_prefix(&k);
+  CHECK(p);
+  const char *head =
+      "t8 tile t4.3 [16 2 8] max=64\n"
+      "t9 reorder t5.0 t6.0 t7.0 t5.1 t6.1 t7.1 t5.2 t6.2 t7.2 t8.0 t8.1 t5.3 t6.3 t7.3 t8.2 t5.4 t6.4 t7.4\n"
+      "t10 decompose_reduction t1 t";
+  CHECK(tsel_prefix_feed(p, head, strlen(head)));
+  tsel_prefix *at = tsel_prefix_save(p);
+  static const char *const below[] = {"8.1\n", "5.3\n", "8.2\n", "7.4\n"};
+  for (size_t i = 0; i < DG_ARRAY_LEN(below); i++) {
+    tsel_prefix_restore(p, at);
+    CHECK_MSG(!tsel_prefix_feed(p, below[i], strlen(below[i])), "t%.3s taken", below[i]);
+  }
+  static const char *const fit[] = {"8.0\n", "7.2\n", "5.0\n"};
+  for (size_t i = 0; i < DG_ARRAY_LEN(fit); i++) {
+    tsel_prefix_restore(p, at);
+    CHECK_MSG(tsel_prefix_feed(p, fit[i], strlen(fit[i])), "t%.3s refused", fit[i]);
+  }
+  tsel_prefix_free(at);
+  tsel_prefix_free(p);
+  ir_func_free(k);
+}
+
 /* A multi-level tiling's tile has its structure's number of factors: the
  * last one completes the extent (no dead end), the list closes only then,
  * and a reduction loop takes 3. */
@@ -2221,6 +2251,35 @@ DG_TEST(tsel_prefix_counts_the_tiling_factors) {
   tsel_prefix_restore(q, p);
   CHECK(tsel_prefix_feed(q, " 8]", 3));
   tsel_prefix_free(q);
+  tsel_prefix_free(p);
+  /* a tensor-core tiling's tile of a split loop: five factors for the
+   * outer part of a spatial loop (n=21 over 16 leaves 2: [1 1 2 1 1]),
+   * three for the reduction's (k=256 over 16: 16) */
+  p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  const char *tc = "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"
+                   "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n"
+                   "t5 split t4.1 [_ 16]\nt6 split t4.3 [_ 16]\nt7 tile t5.0 [1 1 2";
+  CHECK(tsel_prefix_feed(p, tc, strlen(tc)));
+  q = tsel_prefix_save(p);
+  CHECK(!tsel_prefix_feed(q, "]", 1)); /* three of five */
+  tsel_prefix_restore(q, p);
+  CHECK(!tsel_prefix_feed(q, " 1 1 1", 6)); /* no sixth */
+  tsel_prefix_restore(q, p);
+  const char *next = " 1 1] max=4\nt8 tile t6.0 [2 2";
+  CHECK(tsel_prefix_feed(q, next, strlen(next)));
+  tsel_prefix *r = tsel_prefix_save(q);
+  CHECK(!tsel_prefix_feed(r, " 2 2", 4)); /* no fourth */
+  tsel_prefix_restore(r, q);
+  CHECK(tsel_prefix_feed(r, " 4]", 3));
+  tsel_prefix_free(r);
+  tsel_prefix_free(q);
+  tsel_prefix_free(p);
+  /* the inner part (16, the intrinsic's) is no tiling's: any count */
+  p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  const char *inner = "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"
+                      "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n"
+                      "t5 split t4.1 [_ 16]\nt6 tile t5.1 [4 4]";
+  CHECK(tsel_prefix_feed(p, inner, strlen(inner)));
   tsel_prefix_free(p);
   /* without the structure annotation: any count */
   p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);

@@ -98,12 +98,25 @@ void eval_score_free(eval_score *s);
  * limit over the bytes (at least 1). Threads out of bounds narrow the
  * blamed tile's thread factor (tsel_thread_factor) to the range that
  * brings them within the bounds, the other thread factors kept. */
+typedef struct eval_guard_log eval_guard_log;
 typedef struct {
   const dg_func *kernel;
   const char *spec;
+  eval_guard_log *log; /* NULL: the refusals are not written down */
 } eval_guard;
 bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to,
                      tsel_tile_narrowing *narrow);
+
+/* The guard's refusals written down (`dragon eval|optimize --guard-log
+ * FILE`), to see where decoding spends its take-backs: one JSON line a
+ * refusal, {"spec", "edits" (the graph's edits so far), "line" (the last
+ * edit line, the one refused), "gate", "reason", "blame" (the edit taken
+ * back to, 0: the refused line alone), "graph" (the text judged)}, each
+ * appended whole under a lock
+ * by any number of writers. Opened for appending: a resumed run adds to
+ * it. eval_guard_log_close flushes and closes (also NULL). */
+eval_guard_log *eval_guard_log_open(const char *path, dg_status *st);
+bool eval_guard_log_close(eval_guard_log *log, dg_status *st);
 
 /* One graph of a batch: its text and the kernel it is for. */
 typedef struct {

@@ -230,6 +230,14 @@ bool sched_loop_nested(sched *s, int outer, int inner);
 /* Whether a block directly under loop handle rv binds its variable into a
  * reduction iterator: then only threadIdx.* may bind it (Bind). */
 bool sched_loop_binds_reduction(sched *s, int rv);
+/* Whether DecomposeReduction could put block handle block_rv's init at
+ * loop handle loop_rv: the loop is one of the block's and no loop above it
+ * binds a reduction variable of the block. True where a handle is not
+ * live (nothing to say). */
+bool sched_init_fits(sched *s, int block_rv, int loop_rv);
+/* Whether block handle rv has an init and a reduction iterator (what
+ * DecomposeReduction takes); true where it is not a live block. */
+bool sched_block_decomposable(sched *s, int rv);
 /* The loops GetLoops would return for block handle rv (those between the
  * block and the block above it), recording nothing; -1 where rv is not a
  * live block. */

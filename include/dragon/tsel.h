@@ -169,9 +169,11 @@ typedef struct {
 /* Where a block runs on `threads` threads outside its bounds [lo, hi]:
  * the latest tile whose thread factor can be written again to bring the
  * block in, the others kept (its extent has a divisor in the range that
- * does), with that factor and range in *narrow (src/tsel/blame.c); 0
- * where no tile can (a tile of extent 1 never can: blaming it would have
- * it written as it was). */
+ * does), with that factor and range in *narrow (src/tsel/blame.c); where
+ * no one tile can, the latest thread tile that can with the thread tiles
+ * after it written again (each up to its extent), the range its factor
+ * needs for them to have a way in; 0 where none can (a tile of extent 1
+ * never can: blaming it would have it written as it was). */
 int tsel_thread_blame(const tsel_graph *g, int64_t threads, int64_t lo, int64_t hi, tsel_tile_narrowing *narrow);
 /* Edit number `edit` is read under n (NULL lifts its narrowings; a second
  * cap keeps the smaller, a second range replaces the first);

@@ -99,6 +99,7 @@ typedef struct {
   char *path;
   bool loaded;
   bool no_guard; /* constrained decoding without the line guard (eval_guard_line) */
+  struct eval_guard_log *guard_log; /* the guard's refusals written down (--guard-log), or NULL */
   /* the pool: tokenizer copies (from tok_path) and their masks */
   char *tok_path;
   void *pool_lock;
@@ -132,6 +133,11 @@ void cli_model_close(cli_model *cm); /* also on a zeroed or failed one */
 #define CLI_RESTART_TEMPERATURE_HELP                                                            \
   "the sampling temperature of a graph written again (a line taken back is written again at 1 " \
   "still)"
+/* --guard-log FILE of both commands: the guard's refusals, a JSON line each
+ * (eval_guard_log), opened into cli_model.guard_log and closed with the model. */
+#define CLI_GUARD_LOG_HELP                                                                       \
+  "append a JSON line for each line the guard refuses (the workload, the line, the gate and its " \
+  "reason, the edit blamed, the graph so far) to FILE: where decoding spends its take-backs"
 typedef struct {
   int64_t tokens;     /* fed to the model */
   int64_t backtracks; /* lines the guard took back */

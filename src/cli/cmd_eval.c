@@ -362,7 +362,7 @@ static void model_name(const char *arg, char *out, size_t n) {
 int cmd_eval(int argc, char **argv) {
   const char *split_name = "test", *workloads = NULL, *model_arg = NULL, *tokp = NULL,
              *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE,
-             *labels_path = NULL;
+             *labels_path = NULL, *guard_log = NULL;
   int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048, restarts = CLI_RESTARTS;
   double temperature = 0, max_work = -1, restart_temperature = 1.0;
   int n_past = 0;
@@ -388,6 +388,7 @@ int cmd_eval(int argc, char **argv) {
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
       {"--restarts", CLI_OPT_INT, &restarts, 0, 64, CLI_RESTARTS_HELP},
       {"--restart-temperature", CLI_OPT_F64, &restart_temperature, 0, 0, CLI_RESTART_TEMPERATURE_HELP},
+      {"--guard-log", CLI_OPT_STR, &guard_log, 0, 0, CLI_GUARD_LOG_HELP},
       {"--no-numbers", CLI_OPT_FLAG, &no_numbers, 0, 0,
        "with --target c: stop each task after the build gate, no numeric check (what the "
        "decoding gets through, quickly; \"passed\" is then no Correct@1)"},
@@ -582,6 +583,7 @@ int cmd_eval(int argc, char **argv) {
     model_arg = cli_model_arg(model_arg);
     if (!cli_model_open(&cm, "--model", model_arg, tokp, !unconstrained, &st)) goto fail;
     cm.no_guard = no_guard || unconstrained;
+    if (guard_log && !(cm.guard_log = eval_guard_log_open(guard_log, &st))) goto fail;
     model_name(model_arg, name, sizeof name);
   }
   {

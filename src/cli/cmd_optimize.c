@@ -75,7 +75,7 @@ int cmd_optimize(int argc, char **argv) {
   int64_t restarts = CLI_RESTARTS;
   double temperature = 0.8, top_p = 1.0, min_gain = 1.03, restart_temperature = 1.0;
   bool unconstrained = false, no_explain = false, no_guard = false, decode_explain = false, write_gpu = false;
-  const char *write_on = NULL;
+  const char *write_on = NULL, *guard_log = NULL;
   const cli_opt opts[] = {
       {"--prior", CLI_OPT_STR, &prior_path, 0, 0, "a TSEL graph to refine instead of writing one"},
       {"--samples", CLI_OPT_INT, &samples, 0, 256, "graphs the model writes per round (default 4; 0: none)"},
@@ -96,6 +96,7 @@ int cmd_optimize(int argc, char **argv) {
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
       {"--restarts", CLI_OPT_INT, &restarts, 0, 64, CLI_RESTARTS_HELP},
       {"--restart-temperature", CLI_OPT_F64, &restart_temperature, 0, 0, CLI_RESTART_TEMPERATURE_HELP},
+      {"--guard-log", CLI_OPT_STR, &guard_log, 0, 0, CLI_GUARD_LOG_HELP},
       {"--write", CLI_OPT_STR, &write_on, 0, 0, "where the model writes: cuda (the GPU's KV cache, the samples its rows; the default where the checks run on a GPU) or cpu (every core)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
   };
@@ -162,6 +163,7 @@ int cmd_optimize(int argc, char **argv) {
       dg_status_ok(&st);
     }
     ms.no_guard = no_guard;
+    if (ms.loaded && guard_log && !(ms.guard_log = eval_guard_log_open(guard_log, &st))) goto fail;
   }
   if (!cli_write_device(write_on, have_gpu && ms.loaded && !unconstrained, &write_gpu, &st)) goto fail;
   if (write_gpu && ms.loaded && !cli_model_use_gpu(&ms, &st)) {

@@ -184,6 +184,8 @@ void cli_model_close(cli_model *cm) {
     nn_model_free(&cm->m);
     tok_free(cm->tok);
   }
+  dg_status st;
+  if (!eval_guard_log_close(cm->guard_log, &st)) fprintf(stderr, "dragon: %s\n", st.msg);
   free(cm->path);
   free(cm->tok_path);
   memset(cm, 0, sizeof *cm);
@@ -325,7 +327,7 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
   double t0 = dg_now();
   if (k <= 0) return 0;
   train_decode_opts go = *o;
-  eval_guard guard = {f, spec};
+  eval_guard guard = {f, spec, cm->guard_log};
   if (cm->mask && !cm->no_guard && !o->unconstrained) {
     go.guard = eval_guard_line;
     go.guard_ctx = &guard;
@@ -411,7 +413,7 @@ void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *co
     if (!train_prompt_encode(slot->tok, kernel_text, priors ? priors[i] : NULL, &ids[i], &st)) {
       dg_fail(&why[i], DG_ERR_INVALID, "the prompt: %.400s", st.msg);
     } else {
-      guards[i] = (eval_guard){f[i], specs[i]};
+      guards[i] = (eval_guard){f[i], specs[i], cm->guard_log};
       jobs[m] = (train_decode_job){ids[i].data, (int)ids[i].len, f[i], specs[i], seeds[i],
                                    guarded ? &guards[i] : NULL};
       at[m++] = i;

@@ -9,6 +9,11 @@
  * against the float64 reference of the unscheduled kernel with poisoned
  * outputs (NaN never passes).
  */
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "dragon/eval.h"
@@ -225,10 +230,82 @@ static bool thread_excess(const char *reason, int64_t *n, int64_t *lo, int64_t *
   return true;
 }
 
+/* ---- the guard's refusals written down ----------------------------------- */
+
+struct eval_guard_log {
+  FILE *f;
+  char *path;
+  pthread_mutex_t mu;
+  bool failed; /* a write failed: said at close */
+};
+
+eval_guard_log *eval_guard_log_open(const char *path, dg_status *st) {
+  FILE *f = fopen(path, "a");
+  if (!f) {
+    dg_fail(st, DG_ERR_IO, "%s: cannot open the guard log: %s", path, strerror(errno));
+    return NULL;
+  }
+  eval_guard_log *log = dg_calloc(1, sizeof *log);
+  log->f = f;
+  log->path = dg_strdup(path);
+  pthread_mutex_init(&log->mu, NULL);
+  return log;
+}
+
+bool eval_guard_log_close(eval_guard_log *log, dg_status *st) {
+  if (!log) return true;
+  bool ok = !log->failed && fflush(log->f) == 0;
+  if (fclose(log->f) != 0) ok = false;
+  if (!ok) dg_fail(st, DG_ERR_IO, "%s: writing the guard log failed", log->path);
+  pthread_mutex_destroy(&log->mu);
+  free(log->path);
+  free(log);
+  return ok;
+}
+
+/* The last line of a graph's text (the edit just written), its length. */
+static const char *last_line(const char *text, size_t len, int *n) {
+  while (len > 0 && text[len - 1] == '\n') len--;
+  size_t b = len;
+  while (b > 0 && text[b - 1] != '\n') b--;
+  *n = (int)(len - b);
+  return text + b;
+}
+
+static void log_refusal(eval_guard_log *log, const char *spec, const char *text, size_t len, const char *gate,
+                        const char *reason, int blame) {
+  int n = 0;
+  const char *line = last_line(text, len, &n);
+  int edits = 0;
+  for (size_t i = 0; i + 1 < len; i++)
+    if (text[i] == '\n' && text[i + 1] == 't' && i + 2 < len && text[i + 2] >= '0' && text[i + 2] <= '9') edits++;
+  json_t *o = json_object();
+  json_object_set_new(o, "spec", json_string(spec ? spec : ""));
+  json_object_set_new(o, "edits", json_integer(edits));
+  json_object_set_new(o, "line", json_stringn(line, (size_t)n));
+  json_object_set_new(o, "gate", json_string(gate));
+  json_object_set_new(o, "reason", json_string(reason));
+  json_object_set_new(o, "blame", json_integer(blame));
+  json_object_set_new(o, "graph", json_stringn(text, len));
+  char *s = json_dumps(o, JSON_COMPACT);
+  json_decref(o);
+  /* the whole line, under the lock, flushed: a reader (or a killed run)
+   * sees whole lines */
+  pthread_mutex_lock(&log->mu);
+  if (!s) {
+    log->failed = true; /* out of memory */
+  } else {
+    size_t k = strlen(s);
+    s[k] = '\n';
+    if (fwrite(s, 1, k + 1, log->f) != k + 1 || fflush(log->f) != 0) log->failed = true;
+  }
+  pthread_mutex_unlock(&log->mu);
+  free(s);
+}
+
 bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed, int *back_to,
                      tsel_tile_narrowing *narrow) {
   const eval_guard *g = ctx;
-  (void)len;
   eval_score_opts o;
   memset(&o, 0, sizeof o);
   o.kernel = g->kernel;
@@ -286,6 +363,9 @@ bool eval_guard_line(void *ctx, const char *text, size_t len, bool postprocessed
     }
     tsel_graph_free(gr);
   }
+  if (!ok && g->log)
+    log_refusal(g->log, g->spec, text, len, threads ? eval_gate_name(EVAL_GATE_BUILD) : eval_gate_name(sc.failed),
+                thread_msg, back_to ? *back_to : 0);
   eval_score_free(&sc);
   return ok;
 }

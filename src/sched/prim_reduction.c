@@ -199,6 +199,50 @@ static dg_expr *keep_conjuncts(dg_func *f, dg_expr *pred, dg_var *const *drop, i
   return uses_any_var(pred, drop, n) ? NULL : pred;
 }
 
+/* The first loop of lc above position `at` that binds a reduction variable
+ * of b (the init cannot go at or below it), its iterator in *iter; -1. */
+static int reduction_loop_above(const dg_block *b, const loop_chain *lc, int at, int *iter) {
+  for (int r = 0; r < b->n_iters; r++) {
+    if (b->iters[r].kind != DG_ITER_REDUCE) continue;
+    for (int i = 0; i < at; i++)
+      if (ir_expr_uses_var(b->iters[r].binding, lc->loop[i]->loop_var)) {
+        *iter = r;
+        return i;
+      }
+  }
+  return -1;
+}
+
+static dg_block *live_block(sched *s, int rv) {
+  if (rv < 0 || rv >= s->n_rvs || s->rvs[rv].kind != SCHED_RV_BLOCK) return NULL;
+  sched_val v = {.kind = SV_RV, .i = rv};
+  dg_status tmp;
+  return sched_rv_block(s, &v, "block", &tmp);
+}
+
+bool sched_block_decomposable(sched *s, int block_rv) {
+  dg_block *b = live_block(s, block_rv);
+  if (!b) return true;
+  if (!b->init) return false;
+  for (int r = 0; r < b->n_iters; r++)
+    if (b->iters[r].kind == DG_ITER_REDUCE) return true;
+  return false;
+}
+
+bool sched_init_fits(sched *s, int block_rv, int loop_rv) {
+  dg_stmt *l = sched_live_loop(s, loop_rv);
+  dg_block *b = live_block(s, block_rv);
+  sched_path p;
+  if (!b || !l || !sched_locate_block(s->f, b, &p)) return true;
+  loop_chain lc;
+  chain_of(&p, &lc);
+  int at = -1;
+  for (int i = 0; i < lc.n; i++)
+    if (lc.loop[i] == l) at = i;
+  int iter;
+  return at >= 0 && reduction_loop_above(b, &lc, at, &iter) < 0;
+}
+
 bool prim_decompose_reduction(prim_call *c, dg_status *st) {
   sched *s = c->s;
   dg_func *f = s->f;
@@ -219,15 +263,14 @@ bool prim_decompose_reduction(prim_call *c, dg_status *st) {
   dg_block *scope = sched_path_parent_block(&p, p.n - 1);
   DG_ASSERT(scope);
   if (!sched_block_check_reduction(scope, b, st)) return false;
+  int r_above, above = reduction_loop_above(b, &lc, at, &r_above);
+  if (above >= 0)
+    return dg_fail(st, DG_ERR_INVALID,
+                   "loop %s is below loop %s, which binds reduction variable %s of block %s; "
+                   "the init must go at or above every reduction loop",
+                   l->loop_var->name, lc.loop[above]->loop_var->name, b->iters[r_above].var->name, b->name);
   for (int r = 0; r < b->n_iters; r++) {
     if (b->iters[r].kind != DG_ITER_REDUCE) continue;
-    for (int i = 0; i < at; i++)
-      if (ir_expr_uses_var(b->iters[r].binding, lc.loop[i]->loop_var))
-        return dg_fail(st, DG_ERR_INVALID,
-                       "loop %s is below loop %s, which binds reduction variable %s of block %s; "
-                       "the init must go at or above every reduction loop",
-                       l->loop_var->name, lc.loop[i]->loop_var->name, b->iters[r].var->name,
-                       b->name);
     if (stmt_uses_var(b->init, b->iters[r].var))
       return dg_fail(st, DG_ERR_INVALID, "the init of block %s uses reduction variable %s",
                      b->name, b->iters[r].var->name);

@@ -13,6 +13,7 @@
  * the widest tile and caps it, and a block with threads out of bounds has
  * the blamed tile's thread factor narrowed (tsel_prefix_narrow_tile).
  */
+#include <math.h>
 #include <string.h>
 
 #include "tsel/tsel_impl.h"
@@ -115,6 +116,39 @@ int tsel_thread_blame(const tsel_graph *g, int64_t threads, int64_t lo, int64_t 
     if (flo > fhi || !tile_can_meet(t, flo, fhi)) continue;
     if (narrow) narrow->factor = k, narrow->lo = flo, narrow->hi = fhi;
     return tile;
+  }
+  /* No one tile can (a batch_matmul with b=12, n=2049, m=2 on 2 threads:
+   * its m tile reaches 2 at most, its n tile 3 with m's kept; 195
+   * refusals of the same line until the guard's budget ran out): the
+   * latest thread tile that can, with the thread tiles after it written
+   * again (each up to its extent), those before it kept; its range is the
+   * one that leaves the later tiles a way in. */
+  enum { MAX_TILES = 64 };
+  int tiles[MAX_TILES], ks[MAX_TILES], m = 0;
+  int64_t fs[MAX_TILES], es[MAX_TILES];
+  for (int tile = 1; tile <= g->n_edits && m < MAX_TILES; tile++) {
+    int64_t f = 0;
+    int k = tsel_thread_factor(g, tile, &f);
+    int64_t e = k >= 0 ? factors_product(&g->edits[tile - 1], 0) : 0;
+    if (k < 0 || f < 1 || e < 1) continue;
+    tiles[m] = tile, ks[m] = k, fs[m] = f, es[m++] = e;
+  }
+  double prod = 1;
+  for (int i = 0; i < m; i++) prod *= (double)fs[i];
+  if (m == 0 || prod > (double)threads || threads % (int64_t)prod != 0) return 0;
+  double kept = (double)threads / prod; /* threads from other edits (a thread_split) */
+  for (int i = 0; i + 1 < m; i++) kept *= (double)fs[i];
+  double later = 1;
+  for (int j = m - 1; j >= 0; j--) {
+    if (j < m - 1) {
+      kept /= (double)fs[j];
+      later *= (double)es[j + 1];
+    }
+    double flo = ceil((double)lo / (kept * later)), fhi = floor((double)hi / kept);
+    if (flo < 1) flo = 1;
+    if (flo > fhi || fhi < 1 || !tile_can_meet(&g->edits[tiles[j] - 1], (int64_t)flo, (int64_t)fhi)) continue;
+    if (narrow) narrow->factor = ks[j], narrow->lo = (int64_t)flo, narrow->hi = (int64_t)fhi;
+    return tiles[j];
   }
   return 0;
 }

@@ -855,8 +855,25 @@ static bool ref_fits(const P *p, const S *s, const pref *r, char code) {
       case TSEL_OP_STORAGE_ALIGN: return align_indices(p, c, r) != 0;
       case TSEL_OP_TILE: case TSEL_OP_SAMPLE_TILE: return r->f->ext != 0;
       case TSEL_OP_COOP: return shared_copy(c, r);
+      case TSEL_OP_DECOMPOSE_REDUCTION: {
+        /* a block with an init to decompose, as the replay says (so that
+         * the loop's rule below is asked of a block it can hold) */
+        sched *rs = nest_of(p, c);
+        int at = rs ? nest_rv(c, r->rv) : -1;
+        return at < 0 || sched_block_decomposable(rs, at);
+      }
       default: break;
     }
+  /* DecomposeReduction's loop: one the init can go at (none below a loop
+   * that binds a reduction variable of the block), as the replay says; the
+   * model's tensor-core graphs chose others again and again, 454 lines
+   * refused in 32 hard test tasks */
+  if (L->op == TSEL_OP_DECOMPOSE_REDUCTION && L->n_args == 1 && code == 'L') {
+    sched *rs = nest_of(p, c);
+    const pref *b = arg_ref(s, 0);
+    int bat = rs && b ? nest_rv(c, b->rv) : -1, lat = rs ? nest_rv(c, r->rv) : -1;
+    if (bat >= 0 && lat >= 0 && !sched_init_fits(rs, bat, lat)) return false;
+  }
   if (is_loop_list_op(L->op) && code == 'L') {
     if (L->n_loops >= MAX_LOOPS) return false;
     for (int i = 0; i < L->n_loops; i++)
@@ -1735,10 +1752,23 @@ static bool str_byte(P *p, S *s, unsigned c) {
 /* The factors of a tile of a multi-level tiling (its `loops` edit's block
  * annotated with a structure such as "SSSRRSRS"): as many as the
  * structure has levels of the loop's kind, S for a loop of the block's
- * spatial iterators, R for a reduction loop; 0 where that is not known. */
+ * spatial iterators, R for a reduction loop; 0 where that is not known.
+ * A tensor-core tiling's tiles of split loops too: every one of the 276
+ * in the train examples had its 5 or 3 factors, where the model wrote
+ * tiles of 11 on test tasks and failed at their tensorize lines. */
 static uint8_t tile_want(const S *s) {
   const pctx *c = s->c;
   const pref *r = arg_ref(s, 0);
+  /* the outer loop of a split (a tensor-core tiling tiles what is left of
+   * each loop over the intrinsic's 16: `t5 split t4.1 [_ 16]`, `t8 tile
+   * t5.0 [...]`) is of the kind of the loop it was split from */
+  for (int hop = 0; hop < 4 && r && r->edit >= 1 && r->edit <= c->n_edits && r->sub == 0; hop++) {
+    const tsel_edit *se = &c->g->edits[r->edit - 1];
+    if (se->op != TSEL_OP_SPLIT || se->n_args < 1 || se->args[0].kind != TV_REF || se->args[0].sub < 0) break;
+    char name[48];
+    int n = snprintf(name, sizeof name, "t%lld.%d", (long long)se->args[0].i, se->args[0].sub);
+    r = ref_at(c, ref_find(c, name, (size_t)n));
+  }
   if (!r || r->edit < 1 || r->edit > c->n_edits || r->sub < 0 || !r->f->orig ||
       r->f->orig->kind != DG_STMT_FOR)
     return 0;
@@ -1901,7 +1931,11 @@ static bool op_fits(P *p, S *s, int op) {
         if (rep >= 0 && i > rep) continue;
         t.L.n_args = (uint8_t)i;
         vexp v = {.sh = S_REF, .ref = code};
-        ok = ref_prefix_fits(p, &t, &v, "t", 1, NULL);
+        int first = -1;
+        ok = ref_prefix_fits(p, &t, &v, "t", 1, &first);
+        /* a later operand's rule may ask of this one (decompose_reduction's
+         * loop, of its block): the first that fits stands for it */
+        if (ok) t.L.arg_ref[i] = first;
       }
       if (o == TSEL_OP_BLOCK) ok = p->sh->n_names > 0 || blocks_free(p, c);
       if (ok) c->ops_ok |= UINT64_C(1) << o;
