@@ -2214,6 +2214,12 @@ DG_TEST(tsel_prefix_decompose_reduction_knows_the_nest) {
 /* A multi-level tiling's tile has its structure's number of factors: the
  * last one completes the extent (no dead end), the list closes only then,
  * and a reduction loop takes 3. */
+/* The kernel's blocks and its matmul's four loops under a multi-level
+ * tiling's structure: where the tiles of the test below begin. */
+#define TILED_BMM_HEAD                                                                            \
+  "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"                                   \
+  "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n"
+
 DG_TEST(tsel_prefix_counts_the_tiling_factors) {
   const char *spec = "batch_matmul:b=12,n=21,m=21,k=256,dtype=f32";
   dg_status st;
@@ -2221,9 +2227,7 @@ DG_TEST(tsel_prefix_counts_the_tiling_factors) {
   CHECK_MSG(k, "%s", st.msg);
   tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
   CHECK_OK(st);
-  const char *head = "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"
-                     "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n"
-                     "t5 tile t4.0 [2 1 3 1";
+  const char *head = TILED_BMM_HEAD "t5 tile t4.0 [2 1 3 1";
   CHECK(tsel_prefix_feed(p, head, strlen(head)));
   tsel_prefix *q = tsel_prefix_save(p);
   CHECK(!tsel_prefix_feed(q, "]", 1)); /* four of five */
@@ -2242,9 +2246,7 @@ DG_TEST(tsel_prefix_counts_the_tiling_factors) {
   tsel_prefix_free(p);
   /* the reduction loop (k): three */
   p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
-  const char *red = "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"
-                    "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n"
-                    "t5 tile t4.3 [16 2";
+  const char *red = TILED_BMM_HEAD "t5 tile t4.3 [16 2";
   CHECK(tsel_prefix_feed(p, red, strlen(red)));
   q = tsel_prefix_save(p);
   CHECK(!tsel_prefix_feed(q, "]", 1));
@@ -2256,9 +2258,7 @@ DG_TEST(tsel_prefix_counts_the_tiling_factors) {
    * outer part of a spatial loop (n=21 over 16 leaves 2: [1 1 2 1 1]),
    * three for the reduction's (k=256 over 16: 16) */
   p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
-  const char *tc = "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"
-                   "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n"
-                   "t5 split t4.1 [_ 16]\nt6 split t4.3 [_ 16]\nt7 tile t5.0 [1 1 2";
+  const char *tc = TILED_BMM_HEAD "t5 split t4.1 [_ 16]\nt6 split t4.3 [_ 16]\nt7 tile t5.0 [1 1 2";
   CHECK(tsel_prefix_feed(p, tc, strlen(tc)));
   q = tsel_prefix_save(p);
   CHECK(!tsel_prefix_feed(q, "]", 1)); /* three of five */
@@ -2276,9 +2276,7 @@ DG_TEST(tsel_prefix_counts_the_tiling_factors) {
   tsel_prefix_free(p);
   /* the inner part (16, the intrinsic's) is no tiling's: any count */
   p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
-  const char *inner = "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"
-                      "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n"
-                      "t5 split t4.1 [_ 16]\nt6 tile t5.1 [4 4]";
+  const char *inner = TILED_BMM_HEAD "t5 split t4.1 [_ 16]\nt6 tile t5.1 [4 4]";
   CHECK(tsel_prefix_feed(p, inner, strlen(inner)));
   tsel_prefix_free(p);
   /* without the structure annotation: any count */
