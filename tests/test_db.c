@@ -247,6 +247,72 @@ static bool tune(const char *dir, const dg_func *f, space_ctx *sc, int *delay, i
   return tune_per_round(dir, f, sc, delay, trials, 4, res, st);
 }
 
+/* A measurement whose GPU memory fills up after `ok` candidates: the rest
+ * come back not measured, memory_full, as measure_cuda reports them. */
+static void filling_measure(void *ctx, const dg_func *f, const search_cand *c, int n,
+                            search_measure_result *out, const search_measure_sink *sink) {
+  int *ok = ctx;
+  slow_measure(&(int){0}, f, c, n, out, NULL);
+  for (int i = 0; i < n; i++) {
+    if (*ok > 0) {
+      (*ok)--;
+    } else {
+      memset(&out[i], 0, sizeof out[i]);
+      snprintf(out[i].error, sizeof out[i].error,
+               "device error: restoring inputs: CUDA_ERROR_OUT_OF_MEMORY (out of memory)");
+      out[i].not_measured = out[i].memory_full = true;
+    }
+    if (sink) sink->fn(sink->ctx, i, &out[i]);
+  }
+}
+
+/* The GPU's memory full is no verdict: the tuner records nothing for those
+ * candidates, stops the workload (not at a deadline), and a later run
+ * measures it on. */
+DG_TEST(db_tune_memory_full_records_nothing) {
+  dg_status st;
+  dg_func *f = wl_build("batch_matmul:b=1,n=16,m=16,k=16,dtype=f32", &st);
+  CHECK_MSG(f, "%s", st.msg);
+  size_t len;
+  char *json = dg_read_file(dg_test_data("traces/gmm0_space.json"), &len, &st);
+  CHECK(json);
+  space_ctx sc = {sched_trace_from_json(json, &st)};
+  free(json);
+  CHECK(sc.space);
+  const char *dir = tdir("db_memory_full");
+  search_db *db;
+  CHECK(search_db_open(dir, &db, &st));
+  search_tune_opts o;
+  search_tune_opts_default(&o);
+  o.evolve.population_size = 32;
+  o.evolve.init_min_unmeasured = 8;
+  o.evolve.num_trials_per_iter = 4;
+  o.spec = "batch_matmul:b=1,n=16,m=16,k=16,dtype=f32";
+  o.f = f;
+  o.max_trials = 16;
+  o.space = space_fn;
+  o.space_ctx = &sc;
+  int ok = 6;
+  o.measure = filling_measure;
+  o.measure_ctx = &ok;
+  search_tune_result res;
+  CHECK(search_tune(db, &o, &res, &st));
+  CHECK(res.memory_full && !res.deadline_hit && !res.exhausted);
+  CHECK_EQ(res.trials, 6);
+  CHECK_EQ(search_db_record_count(db), 6);
+  for (int i = 0; i < 6; i++) CHECK(search_db_record_at(db, i)->n_secs == 1);
+  /* measured on once the memory is free again */
+  int delay = 0;
+  o.measure = slow_measure;
+  o.measure_ctx = &delay;
+  CHECK(search_tune(db, &o, &res, &st));
+  CHECK(!res.memory_full);
+  CHECK_EQ(res.trials, 16);
+  search_db_close(db);
+  sched_trace_free(sc.space);
+  ir_func_free(f);
+}
+
 /* Records are written as each candidate is measured, not once a round is
  * done: killed in the middle of a round of 32, the database holds the
  * candidates measured so far, each line whole. */

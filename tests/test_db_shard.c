@@ -304,3 +304,63 @@ DG_TEST(db_exhausted_bad_line_is_skipped) {
   CHECK_EQ(search_db_warning_count(db), 2);
   search_db_close(db);
 }
+
+/* A failure that says the GPU's memory was full (another process held it)
+ * is no verdict on the kernel: neither its record nor its baseline is
+ * loaded, from the database's files or from a shard, so the kernel counts
+ * as unmeasured and the workload as not begun. Other failures stay. */
+DG_TEST(db_memory_full_failures_are_no_verdict) {
+  CHECK(search_error_memory_full("device error: restoring inputs: CUDA_ERROR_OUT_OF_MEMORY (out of memory)"));
+  CHECK(!search_error_memory_full("wrong numbers: C[3]: got nan"));
+  CHECK(!search_error_memory_full(NULL));
+  dg_status st;
+  search_db *db;
+  CHECK(search_db_open(sdir("full_src"), &db, &st));
+  dg_func *f = wl_build("softmax:m=4,n=8,dtype=f32", &st);
+  CHECK(f);
+  char h[21];
+  CHECK(search_db_add_workload(db, "softmax:m=4,n=8,dtype=f32", f, h, &st));
+  ir_func_free(f);
+  double secs = 4e-6;
+  search_record ok = {h, TA, &secs, 1, NULL, "cuda", "2026-12-06T00:00:00Z", 42, "dragon test lower 1", "GPU X"};
+  search_record full = {h, TB, NULL, 0,
+                        "setup error: /tmp/x: allocating A (1024 bytes) on the device: "
+                        "CUDA_ERROR_OUT_OF_MEMORY (out of memory)",
+                        "cuda", "2026-12-06T00:00:00Z", 43, "dragon test lower 1", "GPU X"};
+  search_record wrong = full;
+  wrong.trace = TA;
+  wrong.error = "wrong numbers: Y[0]: got nan";
+  bool added;
+  CHECK(search_db_add_record(db, &ok, &added, &st));
+  CHECK(search_db_add_record(db, &full, &added, &st));
+  CHECK(search_db_add_baseline(db, &full, &added, &st));
+  const char *shard = sdir("full.jsonl.zst");
+  int64_t n = 0;
+  CHECK(search_db_write_shard(db, NULL, shard, &n, &st));
+  search_db_close(db);
+
+  /* from the files */
+  CHECK(search_db_open(sdir("full_src"), &db, &st));
+  CHECK_EQ(search_db_record_count(db), 1);
+  CHECK_EQ(search_db_workload_trials(db, h), 1);
+  int nb = -1;
+  CHECK(search_db_baseline_secs(db, h, &nb) == SEARCH_FAILED_SECS);
+  CHECK_EQ(nb, 0);
+  /* a failure of another kind is kept */
+  search_record base_wrong = wrong;
+  CHECK(search_db_add_baseline(db, &base_wrong, &added, &st));
+  search_db_baseline_secs(db, h, &nb);
+  CHECK_EQ(nb, 1);
+  search_db_close(db);
+
+  /* from a shard */
+  search_db *dst;
+  CHECK(search_db_open(sdir("full_dst"), &dst, &st));
+  int64_t got = 0;
+  CHECK(search_db_merge_shard(dst, shard, &got, &st));
+  CHECK_OK(st);
+  CHECK_EQ(search_db_record_count(dst), 1);
+  CHECK_EQ(search_db_baseline_count(dst), 0);
+  CHECK_EQ(search_db_warning_count(dst), 0);
+  search_db_close(dst);
+}

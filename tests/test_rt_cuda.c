@@ -938,6 +938,82 @@ DG_TEST(gpu_two_launches_with_intermediate) {
   ref_case_free(&c);
 }
 
+/* silu through a local array the compiler must keep in local memory:
+ * LOCAL_N floats a thread */
+static const char *const local_silu_src =
+    "extern \"C\" __global__ void silu(const float *g, float *t, int n) {\n"
+    "  volatile float a[LOCAL_N];\n"
+    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+    "  if (i < n) { a[i % LOCAL_N] = g[i]; float x = a[i % LOCAL_N]; t[i] = x / (1.0f + expf(-x)); }\n"
+    "}\n";
+
+/* A kernel's local memory is reserved for every thread the GPU holds at
+ * once and the driver never gives it back by itself: past 16 KiB a thread
+ * the kernel is refused, and below it the reservation is released once
+ * the kernel's module is unloaded (the other processes that share the GPU
+ * find its memory free again). */
+DG_TEST(gpu_local_memory_limit_and_release) {
+  if (!have_gpu()) return;
+  dg_status st;
+  ref_case c;
+  int n = 64 * 96;
+  bool made = ref_case_init(&c, wl_build("silu_mul:m=64,n=96,dtype=f32", &st), "lsilu.dat", 5, &st);
+  CHECK_OK(st);
+  CHECK(made);
+  /* params gate, up, T_multiply; then the intermediate T_silu */
+  c.bufs[3] = (rt_cuda_buf){"T_silu", DG_F32, n, -1, false};
+  rt_cuda_arg a1[3] = {{RT_CUDA_ARG_BUF, 0, 0, 0}, {RT_CUDA_ARG_BUF, 3, 0, 0}, {RT_CUDA_ARG_I32, 0, n, 0}};
+  rt_cuda_arg a2[4] = {{RT_CUDA_ARG_BUF, 3, 0, 0}, {RT_CUDA_ARG_BUF, 1, 0, 0},
+                       {RT_CUDA_ARG_BUF, 2, 0, 0}, {RT_CUDA_ARG_I32, 0, n, 0}};
+  rt_cuda_launch l[2] = {{"silu", {(n + 127) / 128, 1, 1}, {128, 1, 1}, 0, a1, 3},
+                         {"mul", {(n + 127) / 128, 1, 1}, {128, 1, 1}, 0, a2, 4}};
+  rt_cuda_program prog = {c.bufs, 4, l, 2};
+  rt_cubin big, fits;
+  static const char *const mul_src =
+      "extern \"C\" __global__ void mul(const float *t, const float *u, float *o, int n) {\n"
+      "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+      "  if (i < n) o[i] = t[i] * u[i];\n"
+      "}\n";
+  char src[2048];
+  snprintf(src, sizeof src, "#define LOCAL_N 6000\n%s%s", local_silu_src, mul_src);
+  if (!compile_or_fail(src, "local_big", &big)) return;
+  snprintf(src, sizeof src, "#define LOCAL_N 3000\n%s%s", local_silu_src, mul_src);
+  if (!compile_or_fail(src, "local_fits", &fits)) return;
+  rt_worker_pool *p;
+  CHECK(rt_cuda_pool_new(1, 1, 60, &p, &st));
+  rt_cuda_result r;
+
+  /* 24,000 bytes a thread: refused before its launch, named */
+  rt_cuda_job job = {&big, &prog, c.path, 5, {1, 5, true, 5.0}};
+  CHECK(pool_run(p, &job, &r, &st));
+  CHECK_MSG(r.fail == RT_FAIL_LAUNCH && strstr(r.reason, "24000 bytes of local memory a thread"),
+            "%s: %s", rt_fail_name(r.fail), r.reason);
+
+  /* 12,000 bytes a thread: runs and is right */
+  rt_cuda_ctx *ctx = NULL;
+  CHECK(rt_cuda_ctx_new(0, &ctx, &st));
+  if (!ctx) goto out;
+  size_t free0, free1, total;
+  CHECK(rt_cuda_memory(ctx, &free0, &total, &st));
+  job.bin = &fits;
+  CHECK(pool_run(p, &job, &r, &st));
+  CHECK_MSG(r.fail == RT_FAIL_NONE, "%s: %s", rt_fail_name(r.fail), r.reason);
+  CHECK(r.checked && r.check.pass && r.check.n_checked == n);
+  /* its 12,000 bytes for each resident thread (3.2 GB on an H100) are
+   * given back once it is done: the worker, still alive, holds no more
+   * than before (within 256 MiB) */
+  CHECK(rt_cuda_memory(ctx, &free1, &total, &st));
+  CHECK_MSG(free1 + ((size_t)256 << 20) >= free0, "free %.2f GiB before, %.2f GiB after",
+            free0 / 1073741824.0, free1 / 1073741824.0);
+  rt_cuda_ctx_free(ctx);
+out:
+  CHECK_EQ(rt_worker_pool_restarts(p), 0);
+  rt_worker_pool_free(p);
+  rt_cubin_free(&big);
+  rt_cubin_free(&fits);
+  ref_case_free(&c);
+}
+
 static const char *const planted_src =
     "extern \"C\" __global__ void fault(float *p) {\n"
     "  ((volatile float *)0x10)[threadIdx.x * 1024] = p[0];\n"

@@ -182,6 +182,7 @@ typedef struct {
   double t_held; /* of the worker's seconds, those holding the GPU */
   double t_data_build, t_data_run; /* the float64 references: compiled, run (thread-s) */
   int64_t compiled, cached; /* candidates compiled; of them from the NVRTC cache */
+  int64_t memory_full; /* candidates that found the GPU's memory full: not recorded */
   int64_t planned, planned_cands; /* workloads begun from the plan, their candidates */
   bool budget_hit;
   char first_failure[256];

@@ -40,6 +40,7 @@ typedef struct {
   char name[128];
   int cc_major, cc_minor;
   int sm_count;
+  int threads_per_sm; /* the most threads resident on one multiprocessor */
   int64_t l2_bytes;
   int64_t mem_bytes;
   int smem_optin; /* the most dynamic shared memory a block may opt into */
@@ -252,6 +253,9 @@ bool rt_cuda_ctx_new(int device, rt_cuda_ctx **out, dg_status *st);
 void rt_cuda_ctx_free(rt_cuda_ctx *c);
 const rt_cuda_device *rt_cuda_ctx_device(const rt_cuda_ctx *c);
 bool rt_cuda_ctx_broken(const rt_cuda_ctx *c);
+/* The device's free and total memory as the driver sees them now (every
+ * process's allocations and reserved local memory counted). */
+bool rt_cuda_memory(rt_cuda_ctx *c, size_t *free_bytes, size_t *total_bytes, dg_status *st);
 
 /* Runs prog from bin: allocates the buffers, copies host[i] (NULL allowed:
  * then the buffer holds poison) into each non-output buffer, poisons the

@@ -391,7 +391,17 @@ typedef struct {
   /* never built: the measurement's deadline came first (n_secs 0). Not a
    * result: the tuner records nothing and the search may draw it again. */
   bool not_measured;
+  /* with not_measured: the GPU's memory was full when it ran (another
+   * process held it), so it was neither built nor refused */
+  bool memory_full;
 } search_measure_result;
+
+/* Whether a measurement's error says the GPU's memory was full
+ * (CUDA_ERROR_OUT_OF_MEMORY): a failure of the moment, not a verdict on
+ * the kernel. Such a result is never recorded, and a record or baseline
+ * line that says so (written before this rule) is not loaded: the kernel
+ * counts as unmeasured, and its workload is labelled again. */
+bool search_error_memory_full(const char *error);
 
 /* Where a measurement hands each candidate's result the moment it is
  * final, so that the tuner records it at once and a kill loses at most the
@@ -459,6 +469,7 @@ struct search_tune_result {
   double best_secs;    /* SEARCH_FAILED_SECS if none ran */
   double best_before_round; /* best_secs before the last round */
   bool deadline_hit;   /* stopped by opts.deadline */
+  bool memory_full;    /* stopped: the GPU's memory was full (search_error_memory_full) */
   bool exhausted;      /* the search stopped early: rounds found nothing new */
   int planned;         /* of the planned traces, measured as the first round */
   double t_sample, t_model, t_measure, t_total;
@@ -518,6 +529,7 @@ typedef struct search_cuda_measure {
   struct {
     int64_t candidates, lowered, compiled, ran, passed;
     int64_t cached; /* of the compiled, how many came from the NVRTC cache */
+    int64_t memory_full; /* of the ran, how many found the GPU's memory full (not recorded) */
     double t_lower;        /* thread-seconds lowering and emitting CUDA */
     double t_compile;      /* thread-seconds in NVRTC */
     double t_gpu_wait;     /* waiting for a worker's result */

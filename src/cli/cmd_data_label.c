@@ -240,6 +240,10 @@ int cmd_data_label(int argc, char **argv) {
                s.t_lower, s.t_compile, s.t_gpu_wait, s.t_compile_wait, s.t_worker,
                s.t_held, (long long)s.compiled, (long long)s.cached, s.t_data_build, s.t_data_run);
       printf("\n");
+      if (s.memory_full)
+        printf("the GPU's memory was full for %lld candidates: not recorded, measured again by "
+               "a later run\n",
+               (long long)s.memory_full);
       if (s.failed) printf("first failure: %s\n", s.first_failure);
     }
   }

@@ -125,7 +125,9 @@ static bool measure_baseline(const data_label_opts *o, search_measure_fn measure
     c.func = ir_func_clone(sched_func(s));
     c.hash = ir_func_hash(c.func);
     measure(mctx, f, &c, 1, &res, NULL);
-    if (res.not_measured) { /* the budget ran out first: nothing to record */
+    /* the budget ran out first, or the GPU's memory was full: nothing to
+     * record (a later run measures it) */
+    if (res.not_measured) {
       sched_trace_free(c.trace);
       ir_func_free(c.func);
       sched_free(s);
@@ -357,7 +359,10 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
         fprintf(o->progress, "  no valid candidate");
       }
       fprintf(o->progress, "  %.1f s%s | %lld labelled, %.1f cand/s", dg_now() - tw,
-              res.exhausted ? " (space exhausted)" : labelled ? "" : " (unfinished)",
+              res.exhausted           ? " (space exhausted)"
+              : labelled              ? ""
+              : res.memory_full       ? " (unfinished: the GPU's memory was full)"
+                                      : " (unfinished)",
               (long long)done, rate);
       if (deadline > 0) fprintf(o->progress, ", %.0f s left", deadline - dg_now());
       if (o->on_gpu)
@@ -380,6 +385,7 @@ bool data_label_run(const data_label_opts *o, data_label_stats *out, dg_status *
     out->t_held = gm.stats.t_held;
     out->compiled = gm.stats.compiled;
     out->cached = gm.stats.cached;
+    out->memory_full = gm.stats.memory_full;
   }
   search_cost_model_free(model);
   search_cuda_measure_free(&gm);

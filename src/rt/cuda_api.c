@@ -112,10 +112,14 @@ const rt_cu_api *rt_cu_api_load(dg_status *st) {
           "cuDevicePrimaryCtxRelease");
       SYM(lib, a->CtxSetCurrent, "cuCtxSetCurrent");
       SYM(lib, a->CtxSynchronize, "cuCtxSynchronize");
+      SYM(lib, a->CtxGetLimit, "cuCtxGetLimit");
+      SYM(lib, a->CtxSetLimit, "cuCtxSetLimit");
       SYM(lib, a->ModuleLoadData, "cuModuleLoadData");
       SYM(lib, a->ModuleUnload, "cuModuleUnload");
       SYM(lib, a->ModuleGetFunction, "cuModuleGetFunction");
       SYM(lib, a->FuncSetAttribute, "cuFuncSetAttribute");
+      SYM(lib, a->FuncGetAttribute, "cuFuncGetAttribute");
+      SYM(lib, a->MemGetInfo, "cuMemGetInfo_v2");
       SYM(lib, a->MemAlloc, "cuMemAlloc_v2");
       SYM(lib, a->MemFree, "cuMemFree_v2");
       SYM(lib, a->MemcpyHtoD, "cuMemcpyHtoD_v2");
@@ -273,6 +277,7 @@ void rt_cu_describe(const rt_cu_api *cu, int dev, rt_cuda_device *d) {
   cu->DeviceGetAttribute(&d->cc_major, CU_ATTR_CC_MAJOR, dev);
   cu->DeviceGetAttribute(&d->cc_minor, CU_ATTR_CC_MINOR, dev);
   cu->DeviceGetAttribute(&d->sm_count, CU_ATTR_MULTIPROCESSOR_COUNT, dev);
+  cu->DeviceGetAttribute(&d->threads_per_sm, CU_ATTR_MAX_THREADS_PER_SM, dev);
   cu->DeviceGetAttribute(&l2, CU_ATTR_L2_CACHE_SIZE, dev);
   cu->DeviceGetAttribute(&d->smem_optin, CU_ATTR_SMEM_OPTIN, dev);
   cu->DeviceTotalMem(&mem, dev);

@@ -41,11 +41,14 @@ enum {
 
 enum {
   CU_ATTR_MULTIPROCESSOR_COUNT = 16,
+  CU_ATTR_MAX_THREADS_PER_SM = 39,
   CU_ATTR_L2_CACHE_SIZE = 38,
   CU_ATTR_CC_MAJOR = 75,
   CU_ATTR_CC_MINOR = 76,
   CU_ATTR_SMEM_OPTIN = 97,
+  CU_FUNC_ATTR_LOCAL_SIZE_BYTES = 3,
   CU_FUNC_ATTR_MAX_DYNAMIC_SHARED = 8,
+  CU_LIMIT_STACK_SIZE = 0,
   CU_STREAM_NON_BLOCKING_FLAG = 1,
 };
 
@@ -61,10 +64,14 @@ typedef struct {
   cu_result (*DevicePrimaryCtxRelease)(int dev);
   cu_result (*CtxSetCurrent)(cu_handle ctx);
   cu_result (*CtxSynchronize)(void);
+  cu_result (*CtxGetLimit)(size_t *value, int limit);
+  cu_result (*CtxSetLimit)(int limit, size_t value);
   cu_result (*ModuleLoadData)(cu_handle *mod, const void *image);
   cu_result (*ModuleUnload)(cu_handle mod);
   cu_result (*ModuleGetFunction)(cu_handle *fn, cu_handle mod, const char *name);
   cu_result (*FuncSetAttribute)(cu_handle fn, int attr, int value);
+  cu_result (*FuncGetAttribute)(int *value, int attr, cu_handle fn);
+  cu_result (*MemGetInfo)(size_t *free_bytes, size_t *total_bytes);
   cu_result (*MemAlloc)(cu_devptr *p, size_t bytes);
   cu_result (*MemFree)(cu_devptr p);
   cu_result (*MemcpyHtoD)(cu_devptr dst, const void *src, size_t bytes);
@@ -160,6 +167,15 @@ void rt_gpu_unlock(int fd);
  * is read, so at most this many are queued ahead of the host. */
 enum { RT_CUDA_RING = 64 };
 
+/* The most local memory (bytes a thread: spilled registers, arrays kept in
+ * local memory) a kernel may use. The driver reserves it for every thread
+ * the GPU can hold at once (270,336 on an H100 or H200): 16 KiB is 4.1 GiB
+ * of the GPU's memory. A kernel past it is refused before it is launched:
+ * its reservation would starve the other processes that share the GPU,
+ * and a kernel that keeps 4,096 floats a thread in local memory is never
+ * the fast one. */
+enum { RT_CUDA_LOCAL_MAX = 16 * 1024 };
+
 struct rt_cuda_ctx {
   const rt_cu_api *cu;
   int dev;
@@ -175,6 +191,13 @@ struct rt_cuda_ctx {
   size_t scratch_bytes;
   void *pinned; /* page-locked staging for outputs on their way back */
   size_t pinned_bytes;
+  /* The per-thread stack the context began with. The driver grows it for
+   * a kernel that needs more local memory and never shrinks it: a kernel
+   * of 170 KB a thread would keep 46 GB of an H100 reserved for the rest
+   * of the process, and the other processes sharing the GPU find it full.
+   * So once such a kernel's module is unloaded the stack is set back. */
+  size_t stack0;
+  bool stack_grown;
   bool broken;
 };
 

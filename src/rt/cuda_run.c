@@ -101,6 +101,8 @@ bool rt_cuda_ctx_new(int device, rt_cuda_ctx **out, dg_status *st) {
   ok = ok && RT_CU_CHECK(cu, cu->DevicePrimaryCtxRetain(&c->ctx, c->dev), st,
                          "cuda: retaining the primary context");
   ok = ok && RT_CU_CHECK(cu, cu->CtxSetCurrent(c->ctx), st, "cuda: cuCtxSetCurrent");
+  ok = ok && RT_CU_CHECK(cu, cu->CtxGetLimit(&c->stack0, CU_LIMIT_STACK_SIZE), st,
+                         "cuda: reading the stack limit");
   /* a blocking stream: it waits for the synchronous copies of the legacy
    * stream that upload data sets */
   ok = ok && RT_CU_CHECK(cu, cu->StreamCreate(&c->stream, 0), st, "cuda: cuStreamCreate");
@@ -140,6 +142,12 @@ void rt_cuda_ctx_free(rt_cuda_ctx *c) {
 
 const rt_cuda_device *rt_cuda_ctx_device(const rt_cuda_ctx *c) { return &c->info; }
 bool rt_cuda_ctx_broken(const rt_cuda_ctx *c) { return c->broken; }
+
+bool rt_cuda_memory(rt_cuda_ctx *c, size_t *free_bytes, size_t *total_bytes, dg_status *st) {
+  *free_bytes = *total_bytes = 0;
+  return RT_CU_CHECK(c->cu, c->cu->MemGetInfo(free_bytes, total_bytes), st,
+                     "cuda: cuMemGetInfo");
+}
 
 /* ---- a run ----------------------------------------------------------------- */
 
@@ -383,6 +391,24 @@ bool rt_cuda_module_load(rt_cuda_ctx *c, const rt_cubin *bin, const rt_cuda_prog
                    l->kernel);
       return false;
     }
+    int local = 0;
+    r = cu->FuncGetAttribute(&local, CU_FUNC_ATTR_LOCAL_SIZE_BYTES, fns[i]);
+    if (r != CU_SUCCESS) {
+      rt_cu_error_text(cu, r, text, sizeof text);
+      rt_cuda_fail(res, RT_FAIL_LOAD, "launch %d (%s): reading its local memory size: %s", i,
+                   l->kernel, text);
+      return false;
+    }
+    if (local > RT_CUDA_LOCAL_MAX) {
+      int threads = c->info.sm_count * c->info.threads_per_sm;
+      rt_cuda_fail(res, RT_FAIL_LAUNCH,
+                   "launch %d (%s): %d bytes of local memory a thread (limit %d): %.1f GiB "
+                   "reserved for the GPU's %d resident threads",
+                   i, l->kernel, local, RT_CUDA_LOCAL_MAX,
+                   (double)local * threads / 1073741824.0, threads);
+      return false;
+    }
+    if ((size_t)local > c->stack0) c->stack_grown = true;
     if (l->shared_bytes > 48 * 1024) {
       r = cu->FuncSetAttribute(fns[i], CU_FUNC_ATTR_MAX_DYNAMIC_SHARED, l->shared_bytes);
       if (r != CU_SUCCESS) {
@@ -398,6 +424,9 @@ bool rt_cuda_module_load(rt_cuda_ctx *c, const rt_cubin *bin, const rt_cuda_prog
 
 void rt_cuda_module_unload(rt_cuda_ctx *c, cu_handle mod) {
   if (mod && !c->broken) c->cu->ModuleUnload(mod);
+  /* the local memory a kernel of this module grew goes back to the GPU */
+  if (c->stack_grown && !c->broken && c->cu->CtxSetLimit(CU_LIMIT_STACK_SIZE, c->stack0) == CU_SUCCESS)
+    c->stack_grown = false;
 }
 
 /* The seconds a drain may take: everything a run queues ahead. */

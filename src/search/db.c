@@ -457,10 +457,22 @@ typedef struct {
   dg_str *out; /* lines of new entries (merges), or NULL */
   int64_t added;
   int64_t repeats; /* lines that repeat an earlier (workload, trace) */
+  int64_t memory_full; /* failures of a full GPU memory: no verdict, not loaded */
 } load_dest;
 
-/* A record built from its line (record_from_json) into d's table. */
+bool search_error_memory_full(const char *error) {
+  return error && strstr(error, "CUDA_ERROR_OUT_OF_MEMORY") != NULL;
+}
+
+/* A record built from its line (record_from_json) into d's table. A
+ * failure that says the GPU's memory was full is no verdict: dropped, so
+ * its kernel counts as unmeasured. */
 static void insert_record(load_dest *d, db_record *r) {
+  if (r->r.n_secs == 0 && search_error_memory_full(r->r.error)) {
+    d->memory_full++;
+    free_record(r);
+    return;
+  }
   int at = find_rec(d->t, r->workload, r->trace);
   if (at >= 0) {
     /* a repeated (workload, trace): the first line stands as the record,
@@ -836,7 +848,7 @@ static bool open_db(const char *dir, bool readonly, search_db_keep_fn keep, void
   db->recs.path = join_path(dir, "records.jsonl");
   db->bases.path = join_path(dir, "baselines.jsonl");
   db->marks_path = join_path(dir, "exhausted.jsonl");
-  load_dest dr = {&db->recs, NULL, 0, 0}, dbase = {&db->bases, NULL, 0, 0};
+  load_dest dr = {&db->recs, NULL, 0, 0, 0}, dbase = {&db->bases, NULL, 0, 0, 0};
   line_reader wl_rd = {load_workload, NULL, NULL, NULL};
   line_reader rec_rd = {load_record_into, whole_file_dest, insert_in_order, &dr};
   line_reader base_rd = {load_record_into, whole_file_dest, insert_in_order, &dbase};
@@ -1284,7 +1296,7 @@ bool search_db_merge_shard(search_db *db, const char *path, int64_t *n_added, dg
    * whole adds nothing. */
   search_db scratch = {0};
   scratch.lock_fd = -1;
-  shard_ctx m = {{&scratch.recs, NULL, 0, 0}, {&scratch.bases, NULL, 0, 0}, 0, {0}};
+  shard_ctx m = {{&scratch.recs, NULL, 0, 0, 0}, {&scratch.bases, NULL, 0, 0, 0}, 0, {0}};
   dg_status_ok(&m.err);
   line_reader rd = {shard_line, shard_dest, shard_record, &m};
   size_t end = parse_lines(&scratch, path, text, len, &rd);

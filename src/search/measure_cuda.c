@@ -447,6 +447,11 @@ static int take_result(round_run *rr, const rt_worker_result *wr) {
     char why[256];
     snprintf(why, sizeof why, "%s: %.200s", rt_fail_name(res.fail), res.reason);
     fail(result_of(rr, i), why);
+    if (search_error_memory_full(why)) {
+      m->stats.memory_full++;
+      result_of(rr, i)->not_measured = true;
+      result_of(rr, i)->memory_full = true;
+    }
   } else {
     /* the repeats' spread is summarised; the median stands for each */
     m->stats.passed++;

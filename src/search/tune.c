@@ -264,7 +264,8 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
     int n_done = 0;
     for (int i = 0; i < n; i++) {
       if (res[i].not_measured) {
-        out->deadline_hit = true;
+        if (res[i].memory_full) out->memory_full = true;
+        else out->deadline_hit = true;
         continue;
       }
       done[n_done] = c[i];
@@ -277,6 +278,7 @@ bool search_tune(search_db *db, const search_tune_opts *o, search_tune_result *o
     search_cands_free(c, n);
     if (o->progress) print_round(o, out, ev, t_start, t_round, t_measure, start_trials);
     if (out->deadline_hit) break; /* the measurement's own deadline came */
+    if (out->memory_full) break;  /* a later run labels it again */
   }
   out->exhausted = ok && !out->deadline_hit && search_evolve_stopped(ev);
   const search_evolve_stats *s = search_evolve_get_stats(ev);
