@@ -2288,6 +2288,77 @@ DG_TEST(tsel_prefix_counts_the_tiling_factors) {
   ir_func_free(k);
 }
 
+/* A GPU tiling's thread factors (the third of each spatial tile, fused
+ * and bound to threadIdx.x) multiply to at most 1,024: after a tile of
+ * n with 64 threads, m's tile may give 16 threads, not 32; the batch
+ * tile then 1. A reduction tile has no thread factor. */
+DG_TEST(tsel_prefix_caps_a_tilings_threads) {
+  const char *spec = "batch_matmul:b=4,n=512,m=512,k=64,dtype=f32";
+  dg_status st;
+  dg_func *k = wl_build(spec, &st);
+  CHECK_MSG(k, "%s", st.msg);
+  tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  CHECK_OK(st);
+  const char *head = "tsel 1 kernel batch_matmul:b=4,n=512,m=512,k=64,dtype=f32\n"
+                     "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\n"
+                     "t4 loops t1 x4\nt5 tile t4.1 [1 1 64 4 2] max=64\nt6 tile t4.2 [1 1 ";
+  CHECK(tsel_prefix_feed(p, head, strlen(head)));
+  tsel_prefix *q = tsel_prefix_save(p);
+  CHECK(!tsel_prefix_feed(q, "32", 2)); /* 64 x 32 threads */
+  tsel_prefix_restore(q, p);
+  const char *m_tile = "16 8 4] max=64\nt7 tile t4.0 [2 2 ";
+  CHECK(tsel_prefix_feed(q, m_tile, strlen(m_tile)));
+  tsel_prefix *r = tsel_prefix_save(q);
+  CHECK(!tsel_prefix_feed(r, "2", 1)); /* 64 x 16 x 2 */
+  tsel_prefix_restore(r, q);
+  const char *rest = "1 1 1] max=64\nt8 tile t4.3 [2 1 32] max=64\n";
+  CHECK(tsel_prefix_feed(r, rest, strlen(rest)));
+  tsel_prefix_free(r);
+  tsel_prefix_free(q);
+  tsel_prefix_free(p);
+  /* without the threads before it, 32 is allowed */
+  p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  const char *alone = "tsel 1 kernel batch_matmul:b=4,n=512,m=512,k=64,dtype=f32\n"
+                      "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\n"
+                      "t4 loops t1 x4\nt5 tile t4.2 [1 1 32";
+  CHECK(tsel_prefix_feed(p, alone, strlen(alone)));
+  tsel_prefix_free(p);
+  ir_func_free(k);
+}
+
+/* A loop unrolled by hand is a tensor-core graph's line: in a CUDA graph
+ * of a multi-level tiling but no tensor-core tiling `unroll` is refused
+ * (unroll_steps stays), after one it is written, and a graph of no tiling
+ * may write it. */
+DG_TEST(tsel_prefix_unroll_only_in_tensor_core_graphs) {
+  const char *spec = "batch_matmul:b=12,n=21,m=21,k=256,dtype=f32";
+  dg_status st;
+  dg_func *k = wl_build(spec, &st);
+  CHECK_MSG(k, "%s", st.msg);
+  tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  CHECK_OK(st);
+  const char *head = TILED_BMM_HEAD "t5 tile t4.0 [2 1 3 1 2] max=64\nt6 unroll";
+  CHECK(tsel_prefix_feed(p, head, strlen(head))); /* unroll_steps still */
+  tsel_prefix *q = tsel_prefix_save(p);
+  CHECK(!tsel_prefix_feed(q, " ", 1));
+  tsel_prefix_restore(q, p);
+  const char *steps = "_steps t2 [0 16 64 512 1024] =16\n";
+  CHECK(tsel_prefix_feed(q, steps, strlen(steps)));
+  tsel_prefix_free(q);
+  tsel_prefix_free(p);
+  p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  const char *tc = TILED_BMM_HEAD "t5 split t4.1 [_ 16]\nt6 tile t5.0 [1 1 2 1 1] max=4\nt7 unroll t6.4\n";
+  CHECK(tsel_prefix_feed(p, tc, strlen(tc)));
+  tsel_prefix_free(p);
+  /* a graph of no tiling (a schedule written by hand) may unroll */
+  p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  const char *hand = "tsel 1 kernel batch_matmul:b=12,n=21,m=21,k=256,dtype=f32\n"
+                     "t1 block \"Z\"\nt2 loops t1 x4\nt3 unroll t2.3\n";
+  CHECK(tsel_prefix_feed(p, hand, strlen(hand)));
+  tsel_prefix_free(p);
+  ir_func_free(k);
+}
+
 /* The graphs of the GPU writer (train_decode_jobs_cuda) with the shipped
  * model: greedy, those the C reference writes (the GPU's logits are bf16's:
  * one graph of six may part from the CPU's at a near-tie), a planted

@@ -219,6 +219,7 @@ typedef struct {
   int64_t loops_prod;
   uint8_t n_cands;
   uint8_t tile_want; /* tile: the factors a multi-level tiling's tile has (0: any) */
+  int64_t tile_threads; /* tile: its third factor at most this (0: any), tile_thread_cap */
   /* why and expect lines */
   uint8_t wph, wk;
   int64_t wv;
@@ -1157,6 +1158,19 @@ static void item_vexp(const P *p, const S *s, vexp *v) {
           else if (L->n_items == tn->factor) v->xlo = tn->lo, v->xhi = tn->hi;
         }
       }
+      /* the thread factor within what the block's earlier thread factors
+       * leave of 1,024 (tile_thread_cap); the factors before it may leave
+       * 1 to it, always a divisor, unless a narrowing asks for more */
+      int64_t cap = L->tile_threads;
+      if (cap >= 1 && v->im == IM_DIV) {
+        if (L->n_items == 2) {
+          int64_t lo = v->xhi ? v->xlo : 1, hi = v->xhi && v->xhi < cap ? v->xhi : cap;
+          if (lo <= hi) v->xlo = lo, v->xhi = hi;
+        } else if (L->n_items < 2 && tn && tn->factor == 2 && v->need_hi && v->need_lo <= cap &&
+                   cap < v->need_hi) {
+          v->need_hi = cap;
+        }
+      }
       break;
     }
     case LK_CANDS:
@@ -1749,6 +1763,27 @@ static bool str_byte(P *p, S *s, unsigned c) {
 
 /* ---- lists --------------------------------------------------------------------------------------- */
 
+/* The structure of the multi-level tiling loop r belongs to (a loop of a
+ * `loops tB` edit, tB annotated with one such as "SSSRRSRS"), and its
+ * block; NULL where r is no such loop. */
+static const char *loop_tiling(const pctx *c, const pref *r, const dg_block **blk) {
+  *blk = NULL;
+  if (!r || r->edit < 1 || r->edit > c->n_edits || r->sub < 0 || !r->f->orig ||
+      r->f->orig->kind != DG_STMT_FOR)
+    return NULL;
+  const tsel_edit *le = &c->g->edits[r->edit - 1];
+  if (le->op != TSEL_OP_LOOPS || le->n_args != 2 || le->args[0].kind != TV_REF || le->args[0].sub != -1)
+    return NULL;
+  int b = (int)le->args[0].i;
+  const char *q = tsel_tiling_of(c->g, b);
+  char name[24];
+  int n = snprintf(name, sizeof name, "t%d", b);
+  const pref *br = ref_at(c, ref_find(c, name, (size_t)n));
+  if (!q || !br || !br->f->block) return NULL;
+  *blk = br->f->block;
+  return q;
+}
+
 /* The factors of a tile of a multi-level tiling (its `loops` edit's block
  * annotated with a structure such as "SSSRRSRS"): as many as the
  * structure has levels of the loop's kind, S for a loop of the block's
@@ -1769,20 +1804,11 @@ static uint8_t tile_want(const S *s) {
     int n = snprintf(name, sizeof name, "t%lld.%d", (long long)se->args[0].i, se->args[0].sub);
     r = ref_at(c, ref_find(c, name, (size_t)n));
   }
-  if (!r || r->edit < 1 || r->edit > c->n_edits || r->sub < 0 || !r->f->orig ||
-      r->f->orig->kind != DG_STMT_FOR)
-    return 0;
-  const tsel_edit *le = &c->g->edits[r->edit - 1];
-  if (le->op != TSEL_OP_LOOPS || le->n_args != 2 || le->args[0].kind != TV_REF || le->args[0].sub != -1) return 0;
-  int b = (int)le->args[0].i;
-  const char *q = tsel_tiling_of(c->g, b);
-  char name[24];
-  int n = snprintf(name, sizeof name, "t%d", b);
-  const pref *br = ref_at(c, ref_find(c, name, (size_t)n));
-  if (!q || !br || !br->f->block) return 0;
+  const dg_block *blk = NULL;
+  const char *q = loop_tiling(c, r, &blk);
+  if (!q) return 0;
   int ns = 0, nr = 0;
   for (const char *x = q; *x; x++) ns += *x == 'S', nr += *x == 'R';
-  const dg_block *blk = br->f->block;
   bool used = false, reduce = false;
   for (int i = 0; i < blk->n_iters; i++)
     if (ir_expr_uses_var(blk->iters[i].binding, r->f->orig->loop_var)) {
@@ -1793,10 +1819,56 @@ static uint8_t tile_want(const S *s) {
   return (uint8_t)(want > 0 && want < 64 ? want : 0);
 }
 
+/* Whether loop (a loop of the kernel) binds one of blk's spatial
+ * iterators and none of its reduction iterators. */
+static bool loop_spatial(const dg_block *blk, const dg_stmt *loop) {
+  bool used = false;
+  for (int i = 0; i < blk->n_iters; i++)
+    if (ir_expr_uses_var(blk->iters[i].binding, loop->loop_var)) {
+      if (blk->iters[i].kind == DG_ITER_REDUCE) return false;
+      used = true;
+    }
+  return used;
+}
+
+/* A GPU multi-level tiling ("SSSRRSRS") fuses the third factors of its
+ * spatial tiles into one loop bound to threadIdx.x: their product is the
+ * block's threads, at most 1,024. The most this tile's third factor may be,
+ * 1,024 over those of the block's spatial tiles written before it; 0 where
+ * it is no spatial tile of such a tiling, or no cap can help (the earlier
+ * ones are past 1,024 already, or not numbers). Before this the model could
+ * write thread tiles of 1,876 threads (134 x 14) and bind them to
+ * vthread.x, which the mask allows, where threadIdx.x could not hold them. */
+static int64_t tile_thread_cap(const S *s) {
+  const pctx *c = s->c;
+  const pref *r = arg_ref(s, 0);
+  const dg_block *blk = NULL;
+  const char *q = loop_tiling(c, r, &blk);
+  if (!q || strcmp(q, "SSSRRSRS") != 0 || !loop_spatial(blk, r->f->orig)) return 0;
+  char name[48];
+  int64_t before = 1;
+  for (int e = 1; e <= c->n_edits; e++) {
+    const tsel_edit *t = &c->g->edits[e - 1];
+    if (t->op != TSEL_OP_TILE || t->n_args < 2 || t->args[0].kind != TV_REF || t->args[0].i != r->edit ||
+        t->args[0].sub < 0 || t->args[0].sub == r->sub || t->args[1].kind != TV_LIST || t->args[1].n != 5)
+      continue;
+    int n = snprintf(name, sizeof name, "t%d.%d", r->edit, t->args[0].sub);
+    const pref *lr = ref_at(c, ref_find(c, name, (size_t)n));
+    if (!lr || !lr->f->orig || lr->f->orig->kind != DG_STMT_FOR || !loop_spatial(blk, lr->f->orig))
+      continue;
+    const tsel_val *x = &t->args[1].items[2];
+    if (x->kind != TV_INT || x->i < 1 || x->i > 1024) return 0;
+    before *= x->i;
+    if (before > 1024) return 0;
+  }
+  return 1024 / before;
+}
+
 static void open_list(S *s, const vexp *v) {
   pline *L = &s->L;
   if (L->depth == 0) {
     L->tile_want = v->lk == LK_TILE ? tile_want(s) : 0;
+    L->tile_threads = v->lk == LK_TILE && L->tile_want == 5 ? tile_thread_cap(s) : 0;
     L->lk = v->lk;
     L->list_at = L->at;
     L->list_alt = v->alt;
@@ -1914,9 +1986,45 @@ static void line_reset(S *s) {
   s->L.prod = 1;
 }
 
+/* Whether the graph so far holds a tensor-core tiling: a tile of the
+ * outer loop of a split (the tensor-core tiling tiles what is left of each
+ * loop over the intrinsic's 16). */
+static bool has_tensor_core_tiling(const pctx *c) {
+  for (int e = 1; e <= c->n_edits; e++) {
+    const tsel_edit *t = &c->g->edits[e - 1];
+    if (t->op != TSEL_OP_TILE || t->n_args < 1 || t->args[0].kind != TV_REF || t->args[0].sub != 0 ||
+        t->args[0].i < 1 || t->args[0].i >= e)
+      continue;
+    if (c->g->edits[t->args[0].i - 1].op == TSEL_OP_SPLIT) return true;
+  }
+  return false;
+}
+
+/* Whether a block of the graph so far is annotated with a multi-level
+ * tiling's structure. */
+static bool has_tiling(const pctx *c) {
+  for (int e = 1; e <= c->n_edits; e++) {
+    const tsel_edit *a = &c->g->edits[e - 1];
+    if (a->op == TSEL_OP_ANNOTATE && a->n_args == 3 && a->args[0].kind == TV_REF && a->args[0].sub == -1 &&
+        tsel_tiling_of(c->g, (int)a->args[0].i))
+      return true;
+  }
+  return false;
+}
+
 static bool op_fits(P *p, S *s, int op) {
   pctx *c = s->c;
   if (op == TSEL_OP_RAW || (op == TSEL_OP_POSTPROC && c->post)) return false; /* one postproc edit */
+  /* A loop unrolled by hand in a graph of a multi-level tiling: the CUDA
+   * design spaces write it only in tensor-core graphs (all 332 of the train
+   * examples that unroll are such, 1,328 unroll lines); in the others the
+   * root's unroll_steps unrolls. Written there it was the model lost (16 of
+   * 201 test graphs; an unrolled loop of a cache read that
+   * RewriteCooperativeFetch must split, 376 of the guard's refusals). A
+   * graph without a tiling (a schedule written by hand or at random) may. */
+  if (op == TSEL_OP_UNROLL && p->sh->target == TSEL_TARGET_CUDA && has_tiling(c) &&
+      !has_tensor_core_tiling(c))
+    return false;
   if (!c->ops_known) {
     S t = *s;
     line_reset(&t);
