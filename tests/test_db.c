@@ -221,8 +221,9 @@ static int count_lines(const char *path) {
   return n;
 }
 
-static bool tune_per_round(const char *dir, const dg_func *f, space_ctx *sc, int *delay,
-                           int trials, int per_round, search_tune_result *res, dg_status *st) {
+static bool tune_with(const char *dir, const dg_func *f, space_ctx *sc, search_measure_fn measure,
+                      void *measure_ctx, int trials, int per_round, search_tune_result *res,
+                      dg_status *st) {
   search_db *db;
   if (!search_db_open(dir, &db, st)) return false;
   search_tune_opts o;
@@ -235,11 +236,16 @@ static bool tune_per_round(const char *dir, const dg_func *f, space_ctx *sc, int
   o.max_trials = trials;
   o.space = space_fn;
   o.space_ctx = sc;
-  o.measure = slow_measure;
-  o.measure_ctx = delay;
+  o.measure = measure;
+  o.measure_ctx = measure_ctx;
   bool ok = search_tune(db, &o, res, st);
   search_db_close(db);
   return ok;
+}
+
+static bool tune_per_round(const char *dir, const dg_func *f, space_ctx *sc, int *delay,
+                           int trials, int per_round, search_tune_result *res, dg_status *st) {
+  return tune_with(dir, f, sc, slow_measure, delay, trials, per_round, res, st);
 }
 
 static bool tune(const char *dir, const dg_func *f, space_ctx *sc, int *delay, int trials,
@@ -280,35 +286,21 @@ DG_TEST(db_tune_memory_full_records_nothing) {
   free(json);
   CHECK(sc.space);
   const char *dir = tdir("db_memory_full");
-  search_db *db;
-  CHECK(search_db_open(dir, &db, &st));
-  search_tune_opts o;
-  search_tune_opts_default(&o);
-  o.evolve.population_size = 32;
-  o.evolve.init_min_unmeasured = 8;
-  o.evolve.num_trials_per_iter = 4;
-  o.spec = "batch_matmul:b=1,n=16,m=16,k=16,dtype=f32";
-  o.f = f;
-  o.max_trials = 16;
-  o.space = space_fn;
-  o.space_ctx = &sc;
   int ok = 6;
-  o.measure = filling_measure;
-  o.measure_ctx = &ok;
   search_tune_result res;
-  CHECK(search_tune(db, &o, &res, &st));
+  CHECK(tune_with(dir, f, &sc, filling_measure, &ok, 16, 4, &res, &st));
   CHECK(res.memory_full && !res.deadline_hit && !res.exhausted);
   CHECK_EQ(res.trials, 6);
+  search_db *db;
+  CHECK(search_db_open(dir, &db, &st));
   CHECK_EQ(search_db_record_count(db), 6);
   for (int i = 0; i < 6; i++) CHECK(search_db_record_at(db, i)->n_secs == 1);
+  search_db_close(db);
   /* measured on once the memory is free again */
   int delay = 0;
-  o.measure = slow_measure;
-  o.measure_ctx = &delay;
-  CHECK(search_tune(db, &o, &res, &st));
+  CHECK(tune_with(dir, f, &sc, slow_measure, &delay, 16, 4, &res, &st));
   CHECK(!res.memory_full);
   CHECK_EQ(res.trials, 16);
-  search_db_close(db);
   sched_trace_free(sc.space);
   ir_func_free(f);
 }
