@@ -221,6 +221,17 @@ static int count_lines(const char *path) {
   return n;
 }
 
+/* The small batch_matmul the tuning tests search and its design space
+ * (the committed trace): the workload, or NULL with st set. */
+static dg_func *gmm_with_space(space_ctx *sc, dg_status *st) {
+  sc->space = NULL;
+  dg_func *f = wl_build("batch_matmul:b=1,n=16,m=16,k=16,dtype=f32", st);
+  char *json = f ? dg_read_file(dg_test_data("traces/gmm0_space.json"), NULL, st) : NULL;
+  if (json) sc->space = sched_trace_from_json(json, st);
+  free(json);
+  return f;
+}
+
 static bool tune_with(const char *dir, const dg_func *f, space_ctx *sc, search_measure_fn measure,
                       void *measure_ctx, int trials, int per_round, search_tune_result *res,
                       dg_status *st) {
@@ -277,14 +288,9 @@ static void filling_measure(void *ctx, const dg_func *f, const search_cand *c, i
  * measures it on. */
 DG_TEST(db_tune_memory_full_records_nothing) {
   dg_status st;
-  dg_func *f = wl_build("batch_matmul:b=1,n=16,m=16,k=16,dtype=f32", &st);
-  CHECK_MSG(f, "%s", st.msg);
-  size_t len;
-  char *json = dg_read_file(dg_test_data("traces/gmm0_space.json"), &len, &st);
-  CHECK(json);
-  space_ctx sc = {sched_trace_from_json(json, &st)};
-  free(json);
-  CHECK(sc.space);
+  space_ctx sc;
+  dg_func *f = gmm_with_space(&sc, &st);
+  CHECK_MSG(f && sc.space, "%s", st.msg);
   const char *dir = tdir("db_memory_full");
   int ok = 6;
   search_tune_result res;
@@ -310,14 +316,9 @@ DG_TEST(db_tune_memory_full_records_nothing) {
  * candidates measured so far, each line whole. */
 DG_TEST(db_kill_mid_round_keeps_each_record) {
   dg_status st;
-  dg_func *f = wl_build("batch_matmul:b=1,n=16,m=16,k=16,dtype=f32", &st);
-  CHECK_MSG(f, "%s", st.msg);
-  size_t len;
-  char *json = dg_read_file(dg_test_data("traces/gmm0_space.json"), &len, &st);
-  CHECK(json);
-  space_ctx sc = {sched_trace_from_json(json, &st)};
-  free(json);
-  CHECK(sc.space);
+  space_ctx sc;
+  dg_func *f = gmm_with_space(&sc, &st);
+  CHECK_MSG(f && sc.space, "%s", st.msg);
   const char *dir = tdir("db_kill_mid");
   char recs[600];
   snprintf(recs, sizeof recs, "%s/records.jsonl", dir);
@@ -351,14 +352,9 @@ DG_TEST(db_kill_mid_round_keeps_each_record) {
 
 DG_TEST(db_kill_and_resume) {
   dg_status st;
-  dg_func *f = wl_build("batch_matmul:b=1,n=16,m=16,k=16,dtype=f32", &st);
-  CHECK_MSG(f, "%s", st.msg);
-  size_t len;
-  char *json = dg_read_file(dg_test_data("traces/gmm0_space.json"), &len, &st);
-  CHECK(json);
-  space_ctx sc = {sched_trace_from_json(json, &st)};
-  free(json);
-  CHECK(sc.space);
+  space_ctx sc;
+  dg_func *f = gmm_with_space(&sc, &st);
+  CHECK_MSG(f && sc.space, "%s", st.msg);
   const char *dir = tdir("db_kill");
   char recs[600];
   snprintf(recs, sizeof recs, "%s/records.jsonl", dir);

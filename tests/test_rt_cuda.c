@@ -887,15 +887,39 @@ DG_TEST(gpu_matmul) {
   ref_case_free(&c);
 }
 
+#define MUL_SRC                                                                          \
+  "extern \"C\" __global__ void mul(const float *t, const float *u, float *o, int n) {\n" \
+  "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"                                  \
+  "  if (i < n) o[i] = t[i] * u[i];\n"                                                  \
+  "}\n"
+
 static const char *const silu_mul_src =
     "extern \"C\" __global__ void silu(const float *g, float *t, int n) {\n"
     "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
     "  if (i < n) { float x = g[i]; t[i] = x / (1.0f + expf(-x)); }\n"
-    "}\n"
-    "extern \"C\" __global__ void mul(const float *t, const float *u, float *o, int n) {\n"
-    "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-    "  if (i < n) o[i] = t[i] * u[i];\n"
-    "}\n";
+    "}\n" MUL_SRC;
+
+/* silu_mul (m=64, n=96) as two launches: silu into the intermediate
+ * T_silu, then mul; c's buffers are the params gate, up, T_multiply, and
+ * T_silu is added as the fourth. sp must stay where it is. */
+typedef struct {
+  rt_cuda_arg a1[3], a2[4];
+  rt_cuda_launch l[2];
+  rt_cuda_program prog;
+} silu_mul_prog;
+
+static void silu_mul_program(ref_case *c, silu_mul_prog *sp) {
+  int n = 64 * 96;
+  c->bufs[3] = (rt_cuda_buf){"T_silu", DG_F32, n, -1, false};
+  *sp = (silu_mul_prog){{{RT_CUDA_ARG_BUF, 0, 0, 0}, {RT_CUDA_ARG_BUF, 3, 0, 0}, {RT_CUDA_ARG_I32, 0, n, 0}},
+                        {{RT_CUDA_ARG_BUF, 3, 0, 0}, {RT_CUDA_ARG_BUF, 1, 0, 0},
+                         {RT_CUDA_ARG_BUF, 2, 0, 0}, {RT_CUDA_ARG_I32, 0, n, 0}},
+                        {{0}},
+                        {0}};
+  sp->l[0] = (rt_cuda_launch){"silu", {(n + 127) / 128, 1, 1}, {128, 1, 1}, 0, sp->a1, 3};
+  sp->l[1] = (rt_cuda_launch){"mul", {(n + 127) / 128, 1, 1}, {128, 1, 1}, 0, sp->a2, 4};
+  sp->prog = (rt_cuda_program){c->bufs, 4, sp->l, 2};
+}
 
 DG_TEST(gpu_two_launches_with_intermediate) {
   if (!have_gpu()) return;
@@ -907,15 +931,10 @@ DG_TEST(gpu_two_launches_with_intermediate) {
   rt_cubin b;
   if (!compile_or_fail(silu_mul_src, "silu_mul", &b)) return;
   int n = 64 * 96;
-  /* params gate, up, T_multiply; then the intermediate T_silu */
-  c.bufs[3] = (rt_cuda_buf){"T_silu", DG_F32, n, -1, false};
-  rt_cuda_arg a1[3] = {{RT_CUDA_ARG_BUF, 0, 0, 0}, {RT_CUDA_ARG_BUF, 3, 0, 0}, {RT_CUDA_ARG_I32, 0, n, 0}};
-  rt_cuda_arg a2[4] = {{RT_CUDA_ARG_BUF, 3, 0, 0}, {RT_CUDA_ARG_BUF, 1, 0, 0},
-                       {RT_CUDA_ARG_BUF, 2, 0, 0}, {RT_CUDA_ARG_I32, 0, n, 0}};
-  rt_cuda_launch l[2] = {{"silu", {(n + 127) / 128, 1, 1}, {128, 1, 1}, 0, a1, 3},
-                         {"mul", {(n + 127) / 128, 1, 1}, {128, 1, 1}, 0, a2, 4}};
-  rt_cuda_program prog = {c.bufs, 4, l, 2};
-  rt_cuda_job job = {&b, &prog, c.path, 5, {1, 5, true, 5.0}};
+  silu_mul_prog sp;
+  silu_mul_program(&c, &sp);
+  rt_cuda_launch *l = sp.l;
+  rt_cuda_job job = {&b, &sp.prog, c.path, 5, {1, 5, true, 5.0}};
   rt_worker_pool *p;
   CHECK(rt_cuda_pool_new(1, 1, 60, &p, &st));
   rt_cuda_result r;
@@ -960,31 +979,20 @@ DG_TEST(gpu_local_memory_limit_and_release) {
   bool made = ref_case_init(&c, wl_build("silu_mul:m=64,n=96,dtype=f32", &st), "lsilu.dat", 5, &st);
   CHECK_OK(st);
   CHECK(made);
-  /* params gate, up, T_multiply; then the intermediate T_silu */
-  c.bufs[3] = (rt_cuda_buf){"T_silu", DG_F32, n, -1, false};
-  rt_cuda_arg a1[3] = {{RT_CUDA_ARG_BUF, 0, 0, 0}, {RT_CUDA_ARG_BUF, 3, 0, 0}, {RT_CUDA_ARG_I32, 0, n, 0}};
-  rt_cuda_arg a2[4] = {{RT_CUDA_ARG_BUF, 3, 0, 0}, {RT_CUDA_ARG_BUF, 1, 0, 0},
-                       {RT_CUDA_ARG_BUF, 2, 0, 0}, {RT_CUDA_ARG_I32, 0, n, 0}};
-  rt_cuda_launch l[2] = {{"silu", {(n + 127) / 128, 1, 1}, {128, 1, 1}, 0, a1, 3},
-                         {"mul", {(n + 127) / 128, 1, 1}, {128, 1, 1}, 0, a2, 4}};
-  rt_cuda_program prog = {c.bufs, 4, l, 2};
+  silu_mul_prog sp;
+  silu_mul_program(&c, &sp);
   rt_cubin big, fits;
-  static const char *const mul_src =
-      "extern \"C\" __global__ void mul(const float *t, const float *u, float *o, int n) {\n"
-      "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
-      "  if (i < n) o[i] = t[i] * u[i];\n"
-      "}\n";
   char src[2048];
-  snprintf(src, sizeof src, "#define LOCAL_N 6000\n%s%s", local_silu_src, mul_src);
+  snprintf(src, sizeof src, "#define LOCAL_N 6000\n%s%s", local_silu_src, MUL_SRC);
   if (!compile_or_fail(src, "local_big", &big)) return;
-  snprintf(src, sizeof src, "#define LOCAL_N 3000\n%s%s", local_silu_src, mul_src);
+  snprintf(src, sizeof src, "#define LOCAL_N 3000\n%s%s", local_silu_src, MUL_SRC);
   if (!compile_or_fail(src, "local_fits", &fits)) return;
   rt_worker_pool *p;
   CHECK(rt_cuda_pool_new(1, 1, 60, &p, &st));
   rt_cuda_result r;
 
   /* 24,000 bytes a thread: refused before its launch, named */
-  rt_cuda_job job = {&big, &prog, c.path, 5, {1, 5, true, 5.0}};
+  rt_cuda_job job = {&big, &sp.prog, c.path, 5, {1, 5, true, 5.0}};
   CHECK(pool_run(p, &job, &r, &st));
   CHECK_MSG(r.fail == RT_FAIL_LAUNCH && strstr(r.reason, "24000 bytes of local memory a thread"),
             "%s: %s", rt_fail_name(r.fail), r.reason);
