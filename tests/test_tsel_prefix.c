@@ -435,7 +435,8 @@ DG_TEST(tsel_prefix_refuses_faults_at_their_first_byte) {
       /* edit names */
       {"t1 block \"Z\"\nt2 lo|pz t1 x4\n", "unknown edit 'lopz'"},
       {"t1 |inline t1\n", "used before it is defined"}, /* no block exists yet */
-      {"t1 block \"Z\"\nt2 inline t1\nt3 |loops t1 x4\n", "is stale"}, /* ... nor after the inline */
+      {"t1 block \"Z\"\nt2 cache_read t1 0 shared [t1]\nt3 inline t2\nt4 loops t|2 x4\n",
+       "is stale"}, /* ... nor after the inline */
       /* handle types, output indices, staleness */
       {"t1 block \"Z\"\nt2 loops t1 x4\nt3 parallel t|1\n", "is a block handle, expected a loop"},
       {"t1 block \"Z\"\nt2 loops t1 x4\nt3 loops t|2.0 x1\n", "is a loop handle, expected a block"},
@@ -576,8 +577,39 @@ DG_TEST(tsel_prefix_refuses_only_documented_narrowings) {
       "t5 postproc default\n",
       /* and its reorder, once its tiles are written */
       "t1 block \"Z\"\nt2 annotate t1 tiling \"SSSRRSRS\"\nt3 loops t1 x4\nt4 tile t3.0 [1 1 1 1 1] max=64\n"
-      "t5 tile t3.1 [2 2 2 4 4] max=64\nt6 tile t3.2 [2 2 2 4 4] max=64\nt7 tile t3.3 [8 4 4] max=64\n"
+      "t5 tile t3.1 [2 2 8 2 2] max=64\nt6 tile t3.2 [2 2 8 2 2] max=64\nt7 tile t3.3 [8 4 4] max=64\n"
       "t8 |postproc default\n",
+      /* its threads at least the warp's 32 (the spatial loops hold more
+       * than 64 iterations): after 1 and 8, the last thread factor 4 */
+      "t1 block \"Z\"\nt2 annotate t1 tiling \"SSSRRSRS\"\nt3 loops t1 x4\nt4 tile t3.0 [1 1 1 1 1] max=64\n"
+      "t5 tile t3.1 [2 2 8 2 2] max=64\nt6 tile t3.2 [32 1 |1 2 2] max=64\nt7 postproc default\n",
+      /* in a graph of a tiling: a key once on a handle, the tiling's keys
+       * on blocks, the thread bounds on a tiled block and as MetaSchedule
+       * writes them (32 here, 1,024) */
+      "t1 block \"Z\"\nt2 annotate t1 tiling \"SSSRRSRS\"\nt3 loops t1 x4\nt4 cache_read_at t1 0 shared t3.2\n"
+      "t5 coop t4 [1 2] =1\nt6 co|op t4 [1 2] =2\nt7 postproc default\n",
+      "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\n"
+      "t4 unroll_steps t2 [0 16] =16\nt5 un|roll_steps t2 [0 16] =0\nt6 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 tiling \"SSSRRSRS\"\nt3 annotate t1 \"warp_execution\" 1\n"
+      "t4 annotate t1 |\"warp_execution\" 1\nt5 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 tiling \"SSSRRSRS\"\nt3 loops t1 x4\nt4 annotate t3.0 |coop 1\n"
+      "t5 postproc default\n",
+      "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 annotate t2 t|x_lo 32\n"
+      "t5 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 tiling \"SSSRRSRS\"\nt3 annotate t1 tx_lo |1\nt4 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 tiling \"SSSRRSRS\"\nt3 annotate t1 tx_hi 102|3\nt4 postproc default\n",
+      /* unroll_steps on the root block; no inline of a reduction block (the
+       * replay's) */
+      "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 unroll_steps t|1 [0 16] =16\n"
+      "t5 postproc default\n",
+      "t1 block \"Z\"\nt2 |inline t1\nt3 postproc default\n",
+      /* a software pipeline on the tiled block's own tile loops, with one
+       * of the sketches' lists */
+      "t1 block \"Z\"\nt2 annotate t1 tiling \"SSSRRSRS\"\nt3 loops t1 x4\nt4 tile t3.3 [8 4 4] max=64\n"
+      "t5 fuse t4.0\nt6 annotate t5 \"software_pipeline_order\" [0 |0 2]\nt7 postproc default\n",
+      "t1 block \"Z\"\nt2 annotate t1 tiling \"SSSRRSRS\"\nt3 loops t1 x4\nt4 cache_read_at t1 0 shared t3.2\n"
+      "t5 loops t4 x6\nt6 fuse t5.4 t5.5\nt7 annotate t6 |\"software_pipeline_stage\" [0 0 2]\n"
+      "t8 coop t4 [1 2] =1\nt9 postproc default\n",
   };
   for (size_t i = 0; i < DG_ARRAY_LEN(narrow); i++) fault_at(k, gmm, TSEL_TARGET_CUDA, narrow[i], NULL);
   ir_func_free(k);
@@ -851,11 +883,12 @@ DG_TEST(tsel_prefix_refuses_planted_faults) {
         const char *ub = strstr(us, "unroll_steps t") + 13;
         size_t at = (size_t)(ub - t), ul = strcspn(ub, " ");
         char *rep = strndup(b, bl);
-        bool longer = false; /* a live block tBk (the checker says) */
+        bool longer = false; /* a live block tBk (the checker says), the root (unroll_steps' block) */
         for (int m = 0; m < un && !longer; m++) {
-          char id[32];
+          char id[32], root[64];
           snprintf(id, sizeof id, "t%d", m);
-          if (strlen(id) <= bl || strncmp(id, rep, bl) != 0) continue;
+          snprintf(root, sizeof root, "\nt%d block \"root\"\n", m);
+          if (strlen(id) <= bl || strncmp(id, rep, bl) != 0 || !strstr(t, root)) continue;
           char *alt = splice(t, at, ul, id), why[600];
           longer = graph_checks(alt, k, TSEL_TARGET_CUDA, why, sizeof why);
           free(alt);
@@ -880,6 +913,85 @@ static bool leading_zero(const char *m, size_t i) {
   while (j > 0 && m[j - 1] >= '0' && m[j - 1] <= '9') j--;
   bool starts = j == 0 || m[j - 1] == ' ' || m[j - 1] == '[' || m[j - 1] == '=' || m[j - 1] == '-';
   return starts && m[j] == '0' && m[j + 1] >= '0' && m[j + 1] <= '9';
+}
+
+/* The full key edit e annotates (or unannotates) its first handle with;
+ * coop and unroll_steps annotate too. */
+static const char *ann_key_of(const tsel_edit *e) {
+  if (e->op == TSEL_OP_COOP) return "meta_schedule.cooperative_fetch";
+  if (e->op == TSEL_OP_UNROLL_STEPS) return "meta_schedule.unroll_explicit";
+  if ((e->op != TSEL_OP_ANNOTATE && e->op != TSEL_OP_UNANNOTATE) || e->n_args < 2) return NULL;
+  return e->args[1].kind == TV_WORD ? tsel_ann_full(e->args[1].s) : e->args[1].kind == TV_STR ? e->args[1].s : NULL;
+}
+
+/* Whether edit i of a graph of a multi-level tiling (as MetaSchedule's
+ * sketches write them) sets a key its handle has (no unannotate between),
+ * unroll_steps on another block than the root, a tiling's key (tiling,
+ * coop, tx_lo, tx_hi) on a loop, the thread bounds on a block with no
+ * tiling or other than 1,024 and 1 or 32, a software pipeline off the tiled
+ * block's tile loops or with another list than the sketches', or the
+ * tensor-core and warp keys other than the sketches write them. */
+static bool tiling_annotation_narrowed(const tsel_graph *g, int i) {
+  bool tiled = false;
+  for (int t = 0; t < g->n_edits && !tiled; t++)
+    tiled = g->edits[t].op == TSEL_OP_ANNOTATE && g->edits[t].args[0].kind == TV_REF &&
+            tsel_tiling_of(g, (int)g->edits[t].args[0].i);
+  const tsel_edit *e = &g->edits[i];
+  if (!tiled) return false;
+  const char *key = ann_key_of(e);
+  if (!key || e->args[0].kind != TV_REF) return false;
+  bool taken = false;
+  for (int t = 0; t < i; t++) {
+    const tsel_edit *f = &g->edits[t];
+    const char *k = ann_key_of(f);
+    if (k && f->args[0].kind == TV_REF && f->args[0].i == e->args[0].i && f->args[0].sub == e->args[0].sub &&
+        strcmp(k, key) == 0)
+      taken = f->op != TSEL_OP_UNANNOTATE;
+  }
+  if (e->op == TSEL_OP_UNANNOTATE) return false;
+  if (taken) return true;
+  const tsel_edit *made = e->args[0].i >= 1 && e->args[0].i <= g->n_edits ? &g->edits[e->args[0].i - 1] : NULL;
+  if (e->op == TSEL_OP_UNROLL_STEPS)
+    return !made || made->op != TSEL_OP_BLOCK || made->args[0].kind != TV_STR || strcmp(made->args[0].s, "root") != 0;
+  if (e->op == TSEL_OP_ANNOTATE && e->args[1].kind == TV_STR && e->n_args >= 3) {
+    const tsel_val *v = &e->args[2];
+    if (strncmp(key, "software_pipeline_", 18) == 0) {
+      /* on a tile's loop or a fuse of such, one of the sketches' lists */
+      bool tiles = made && (made->op == TSEL_OP_TILE ? e->args[0].sub >= 0 : made->op == TSEL_OP_FUSE);
+      for (int a = 0; tiles && made->op == TSEL_OP_FUSE && a < made->n_args; a++)
+        tiles = made->args[a].kind == TV_REF && made->args[a].sub >= 0 && made->args[a].i >= 1 &&
+                g->edits[made->args[a].i - 1].op == TSEL_OP_TILE;
+      static const char *const lists[][2] = {
+          {"software_pipeline_stage", "0 0 1"},         {"software_pipeline_stage", "0 0 2"},
+          {"software_pipeline_stage", "0 0 3"},         {"software_pipeline_stage", "0 0 0 0 0 1 1"},
+          {"software_pipeline_order", "0 1 2"},         {"software_pipeline_order", "0 3 1 4 5 2 6"},
+          {"software_pipeline_async_stages", "0"}};
+      char got[64] = "";
+      for (int a = 0; v->kind == TV_LIST && a < v->n && a < 8; a++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", a ? " " : "", (long long)v->items[a].i);
+      bool known = false;
+      for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++)
+        known |= strcmp(key, lists[l][0]) == 0 && strcmp(got, lists[l][1]) == 0;
+      return !tiles || !known;
+    }
+    if (strcmp(key, "warp_execution") == 0 || strcmp(key, "tirx.manifest_shared_memory_local_stage") == 0)
+      return v->kind != TV_INT || v->i != 1 || !made || e->args[0].sub != -1;
+    if (strcmp(key, "double_buffer_scope") == 0) return v->kind != TV_INT || v->i != 0;
+    return strncmp(key, "meta_schedule.", 14) == 0;
+  }
+  if (e->op != TSEL_OP_ANNOTATE || e->args[1].kind != TV_WORD) return false;
+  const char *a = e->args[1].s;
+  bool bounds = strcmp(a, "tx_lo") == 0 || strcmp(a, "tx_hi") == 0;
+  bool block_key = bounds || strcmp(a, "tiling") == 0 || strcmp(a, "coop") == 0;
+  bool block = made && e->args[0].sub == -1 &&
+               (made->op == TSEL_OP_BLOCK || made->op == TSEL_OP_CACHE_READ || made->op == TSEL_OP_CACHE_READ_AT ||
+                made->op == TSEL_OP_CACHE_WRITE || made->op == TSEL_OP_CACHE_WRITE_AT);
+  if (block_key && !block) return true;
+  if (bounds && !tsel_tiling_of(g, (int)e->args[0].i)) return true;
+  const tsel_val *v = &e->args[2];
+  if (strcmp(a, "tx_hi") == 0) return v->kind != TV_INT || v->i != 1024;
+  if (strcmp(a, "tx_lo") == 0) return v->kind != TV_INT || (v->i != 1 && v->i != 32);
+  return false;
 }
 
 /* Whether a graph that checks uses a narrowing a single-byte change can
@@ -926,9 +1038,26 @@ static bool narrowed(const char *text) {
            (kind == TSEL_ANN_TILING && !tiling) ||
            (kind == TSEL_ANN_INTS && !ints);
     }
+    n |= tiling_annotation_narrowed(g, i);
     for (int k = 0; k < e->n_kws; k++)
       n |= (strcmp(e->kws[k].key, "unit") == 0 || strcmp(e->kws[k].key, "nopred") == 0) &&
            e->kws[k].val.kind == TV_INT && e->kws[k].val.i != 0 && e->kws[k].val.i != 1;
+    /* a GPU tiling's block of fewer than 32 threads (its five-factor
+     * tiles' third factors) where its spatial loops hold more than 64 */
+    if (e->op == TSEL_OP_LOOPS && e->args[0].kind == TV_REF && tsel_tiling_of(g, (int)e->args[0].i) &&
+        strcmp(tsel_tiling_of(g, (int)e->args[0].i), "SSSRRSRS") == 0) {
+      long long threads = 1, spatial = 1;
+      for (int t = 0; t < g->n_edits; t++) {
+        const tsel_edit *f = &g->edits[t];
+        if (f->op != TSEL_OP_TILE || f->args[0].kind != TV_REF || f->args[0].i != i + 1 ||
+            f->args[1].kind != TV_LIST || f->args[1].n != 5)
+          continue;
+        for (int a = 0; a < 5; a++)
+          if (f->args[1].items[a].kind == TV_INT && spatial < (1LL << 40)) spatial *= f->args[1].items[a].i;
+        if (f->args[1].items[2].kind == TV_INT) threads *= f->args[1].items[2].i;
+      }
+      n |= spatial > 64 && threads < 32;
+    }
     /* a tile of a multi-level tiling's loop with a factor count of neither
      * kind (one byte changes a count by one: 5 and 3 become 4 or 6, 2 or 4) */
     if (e->op == TSEL_OP_TILE && e->n_args >= 2 && e->args[0].kind == TV_REF && e->args[0].i >= 1 &&
@@ -972,7 +1101,7 @@ static bool fuse_narrowed(const char *text, const dg_func *k, size_t at) {
     if (g->edits[i].line == line) edit = i + 1;
   int op = edit ? g->edits[edit - 1].op : -1;
   bool fuse = op == TSEL_OP_FUSE || op == TSEL_OP_FUSE_BIND || op == TSEL_OP_BIND || op == TSEL_OP_LOOPS ||
-              op == TSEL_OP_DECOMPOSE_REDUCTION;
+              op == TSEL_OP_DECOMPOSE_REDUCTION || op == TSEL_OP_INLINE || op == TSEL_OP_REVERSE_INLINE;
   tsel_graph_free(g);
   if (!fuse) return false;
   /* the graph up to and with the changed edit, replayed */
@@ -1032,7 +1161,7 @@ DG_TEST(tsel_prefix_mutations_are_sound) {
           char why[600];
           CHECK_MSG(i < header || leading_zero(m, i) || !graph_checks(m, k, TSEL_TARGET_CUDA, why, sizeof why) ||
                         narrowed(m) || fuse_narrowed(m, k, i + (size_t)bad),
-                    "%s: '%c' at %zu is refused but checks", spec, reps[r], i);
+                    "%s: '%c' at %zu is refused but checks (at %ld): ...%.80s", spec, reps[r], i, bad, m + (i > 60 ? i - 60 : 0));
           n_refused++;
         }
       }
@@ -1688,7 +1817,8 @@ DG_TEST(tsel_prefix_narrowed_tile_keeps_its_bounds) {
   CHECK(!tsel_prefix_feed(p, "8 ", 2)); /* the cap alone: leaves 8 > 4 */
   CHECK(tsel_prefix_feed(p, "16 ", 3));
   CHECK(tsel_prefix_feed(p, "1 ", 2));
-  CHECK(tsel_prefix_feed(p, "2 ", 2)); /* not the range: 16 > 4 cannot be */
+  CHECK(!tsel_prefix_feed(p, "2 ", 2)); /* t5's 14 threads and 2: under a warp */
+  CHECK(tsel_prefix_feed(p, "4 ", 2));  /* not the range: 16 > 4 cannot be */
   tsel_prefix_restore(p, at);
   /* lifted with the edits after t5 */
   tsel_prefix_unnarrow_after(p, 5);
@@ -2022,7 +2152,7 @@ DG_TEST(tsel_prefix_random_walks_never_stick_narrowed) {
 #define BMM_TILED                                                                                  \
   "tsel 1 kernel " BMM_SPEC "\n"                                                                  \
   "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n"           \
-  "t5 tile t4.0 [4 1 3 1 1] max=64\nt6 tile t4.1 [3 1 1 1 7] max=64\nt7 tile t4.2 [1 1 7 3 1] max=64\n"
+  "t5 tile t4.0 [4 1 3 1 1] max=64\nt6 tile t4.1 [3 1 7 1 1] max=64\nt7 tile t4.2 [1 1 7 3 1] max=64\n"
 
 static tsel_prefix *bmm_prefix(dg_func **k) {
   dg_status st;
@@ -2322,6 +2452,96 @@ DG_TEST(tsel_prefix_caps_a_tilings_threads) {
                       "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\n"
                       "t4 loops t1 x4\nt5 tile t4.2 [1 1 32";
   CHECK(tsel_prefix_feed(p, alone, strlen(alone)));
+  tsel_prefix_free(p);
+  ir_func_free(k);
+}
+
+/* A checker for spec's kernel (into *k) fed its header and body; NULL
+ * where it refuses them. */
+static tsel_prefix *fed_prefix(const char *spec, const char *body, dg_func **k) {
+  dg_status st;
+  *k = wl_build(spec, &st);
+  CHECKR(*k, NULL);
+  tsel_prefix *p = tsel_prefix_new(*k, spec, TSEL_TARGET_CUDA, &st);
+  CHECKR(p, NULL);
+  char head[200];
+  snprintf(head, sizeof head, "tsel 1 kernel %s\n", spec);
+  CHECKR(tsel_prefix_feed(p, head, strlen(head)) && tsel_prefix_feed(p, body, strlen(body)), NULL);
+  return p;
+}
+
+/* And at least the warp's 32 where the block's spatial loops hold more
+ * than 64 iterations: gemm m=256 n=1 has only m to give threads, so its
+ * tile's third factor is at least 32 and its first leaves room for one
+ * (16 leaves 16); a block of 2 to 16 threads was the guard's commonest
+ * refusal. A tile leaves the later ones a count they can make up, and the
+ * last makes up the rest; a block of at most 64 iterations has no least. */
+DG_TEST(tsel_prefix_keeps_a_tilings_threads_at_least_a_warp) {
+  dg_func *k;
+  tsel_prefix *p = fed_prefix("gemm:m=256,n=1,k=128,trans_a=0,trans_b=0,dtype=f32",
+                              "t1 block \"C\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\n"
+                              "t4 loops t1 x3\nt5 tile t4.0 [",
+                              &k);
+  CHECK(p);
+  tsel_prefix *q = tsel_prefix_save(p);
+  CHECK(!tsel_prefix_feed(q, "16 ", 3)); /* leaves 16 */
+  tsel_prefix_restore(q, p);
+  CHECK(tsel_prefix_feed(q, "8 1 ", 4));
+  tsel_prefix *r = tsel_prefix_save(q);
+  CHECK(!tsel_prefix_feed(r, "16", 2));
+  tsel_prefix_restore(r, q);
+  CHECK(tsel_prefix_feed(r, "32 1 1]", 7));
+  tsel_prefix_free(r);
+  tsel_prefix_free(q);
+  /* a guard's cap of shared memory that leaves no warp: the cap holds,
+   * the checker is not left stuck */
+  tsel_prefix_narrow_tile(p, 5, &(tsel_tile_narrowing){.cap = 4});
+  CHECK(!tsel_prefix_feed(p, "8 ", 2)); /* leaves 32 > 4 */
+  CHECK(tsel_prefix_feed(p, "64 1 4 1 1]", 11));
+  tsel_prefix_free(p);
+  ir_func_free(k);
+
+  p = fed_prefix("batch_matmul:b=4,n=512,m=512,k=64,dtype=f32",
+                 "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\n"
+                 "t4 loops t1 x4\nt5 tile t4.1 [512 1 1 1 1] max=64\nt6 tile t4.2 [64 1 ",
+                 &k);
+  CHECK(p);
+  q = tsel_prefix_save(p);
+  CHECK(!tsel_prefix_feed(q, "4 ", 2)); /* 1 x 4 x at most 4 (b) */
+  tsel_prefix_restore(q, p);
+  CHECK(tsel_prefix_feed(q, "8 1 1]", 6));
+  tsel_prefix_free(q);
+  tsel_prefix_free(p);
+  ir_func_free(k);
+
+  /* what the loops not tiled yet can give, divisor by divisor: b=12's
+   * tile may not take 2 threads where n=2049 gives 1, 3 or 683 and m=2 1
+   * or 2 (2 x 6 is 12, 2 x 683 past 1,024); n's then takes 683 */
+  p = fed_prefix("batch_matmul:b=12,n=2049,m=2,k=65,dtype=f16",
+                 "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\n"
+                 "t4 loops t1 x4\nt5 tile t4.0 [6 1 ",
+                 &k);
+  CHECK(p);
+  q = tsel_prefix_save(p);
+  CHECK(!tsel_prefix_feed(q, "2", 1));
+  tsel_prefix_restore(q, p);
+  const char *n_tile = "1 2 1] max=64\nt6 tile t4.1 [3 1 ";
+  CHECK(tsel_prefix_feed(q, n_tile, strlen(n_tile)));
+  r = tsel_prefix_save(q);
+  CHECK(!tsel_prefix_feed(r, "1 ", 2));
+  tsel_prefix_restore(r, q);
+  CHECK(tsel_prefix_feed(r, "683 1 1]", 8));
+  tsel_prefix_free(r);
+  tsel_prefix_free(q);
+  tsel_prefix_free(p);
+  ir_func_free(k);
+
+  /* 64 iterations: no least */
+  p = fed_prefix("gemm:m=32,n=2,k=128,trans_a=0,trans_b=0,dtype=f32",
+                 "t1 block \"C\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\n"
+                 "t4 loops t1 x3\nt5 tile t4.0 [2 1 16 1 1]",
+                 &k);
+  CHECK(p);
   tsel_prefix_free(p);
   ir_func_free(k);
 }

@@ -62,6 +62,11 @@ enum {
  * default and the annotation aliases (ops.c has the alias table; this list
  * is checked against it when a checker is made). */
 enum { W_AXIS = 0, W_SCOPE = 9, W_READ = 16, W_WRITE, W_DEFAULT, W_ALIAS, W_COUNT = W_ALIAS + 10 };
+/* A set of thread counts 0..1,024, one bit each. */
+enum { TSET_MAX = 1024, TSET_WORDS = TSET_MAX / 64 + 1 };
+static bool tset_has(const uint64_t *t, int64_t x) {
+  return x >= 0 && x <= TSET_MAX && (t[x / 64] >> (x % 64) & 1);
+}
 _Static_assert(DG_TAG_COUNT == 10 && DG_SCOPE_COUNT == 7, "the word table follows ir.h's lists");
 static const char *const alias_words[10] = {"tiling",          "coop",         "tx_lo",         "tx_hi",
                                             "unroll_explicit", "unroll_implicit", "auto_unroll", "unroll_pragma",
@@ -196,6 +201,8 @@ typedef struct {
   uint8_t n_args, kws; /* positional operands read; keywords given (bits) */
   bool intrin_key;    /* annotate: the key's value names a tensor intrinsic */
   uint8_t ann;        /* annotate: the kind of value the key takes (tsel_ann_kind) */
+  int8_t key_alias;   /* annotate: the key's alias (alias_words), -1 a string key */
+  int8_t key_full;    /* annotate: a string key's index (tsel_ann_key_at), -1 an alias */
   bool tail;          /* fuse_bind: the axis was written */
   uint8_t blen;
   char buf[MAX_WORD]; /* op name, word or number being read */
@@ -219,7 +226,8 @@ typedef struct {
   int64_t loops_prod;
   uint8_t n_cands;
   uint8_t tile_want; /* tile: the factors a multi-level tiling's tile has (0: any) */
-  int64_t tile_threads; /* tile: its third factor at most this (0: any), tile_thread_cap */
+  bool tile_threads;   /* tile: its third factor one of tile_tset (tile_thread_set) */
+  uint64_t tile_tset[TSET_WORDS];
   /* why and expect lines */
   uint8_t wph, wk;
   int64_t wv;
@@ -265,8 +273,11 @@ typedef struct {
   int64_t qrest; /* IM_DIV: q / x at most this (0: any) */
   int64_t xlo, xhi;       /* IM_DIV: x itself within [xlo, xhi] (xhi 0: any) */
   int64_t need_lo, need_hi; /* IM_DIV: q / x has a divisor within (need_hi 0: any) */
+  const uint64_t *tset;     /* IM_DIV: x (tset_x) or a divisor of q / x within need (tset_need) in it */
+  bool tset_x, tset_need;
   const int64_t *set;
   int n_set;
+  int64_t set_buf[4]; /* IM_SET: a set made for this scalar (pipeline_next) */
   bool excl;    /* ints: not one of the candidates read so far */
   uint32_t words;
   uint8_t sm, lk;
@@ -817,6 +828,172 @@ static bool bind_reduces(const P *p, const S *s) {
   return false;
 }
 
+/* Whether a block of the graph so far is annotated with a multi-level
+ * tiling's structure. */
+static bool has_tiling(const pctx *c) {
+  for (int e = 1; e <= c->n_edits; e++) {
+    const tsel_edit *a = &c->g->edits[e - 1];
+    if (a->op == TSEL_OP_ANNOTATE && a->n_args == 3 && a->args[0].kind == TV_REF && a->args[0].sub == -1 &&
+        tsel_tiling_of(c->g, (int)a->args[0].i))
+      return true;
+  }
+  return false;
+}
+
+/* The full key an edit annotates (or unannotates) its first handle with
+ * (coop and unroll_steps annotate too), NULL for other edits. */
+static const char *edit_ann_key(const tsel_edit *e) {
+  switch (e->op) {
+    case TSEL_OP_COOP: return "meta_schedule.cooperative_fetch";
+    case TSEL_OP_UNROLL_STEPS: return "meta_schedule.unroll_explicit";
+    case TSEL_OP_ANNOTATE: case TSEL_OP_UNANNOTATE:
+      if (e->n_args < 2 || !e->args[1].s) return NULL;
+      if (e->args[1].kind == TV_WORD) return tsel_ann_full(e->args[1].s);
+      return e->args[1].kind == TV_STR ? e->args[1].s : NULL;
+    default: return NULL;
+  }
+}
+
+/* Whether the graph so far leaves handle r annotated with key. A
+ * MetaSchedule trace sets a key on a block or loop once: none of the
+ * 11,389 train examples' targets does it twice, where the model's second
+ * coop of one cache read (written where the other input's copy was due)
+ * was RewriteCooperativeFetch's commonest refusal (463 of the 201 test
+ * tasks' refused lines: "Unannotate: ... has no annotation"). */
+static bool ann_taken(const pctx *c, const pref *r, const char *key) {
+  if (!r || !key) return false;
+  bool taken = false;
+  for (int n = 1; n <= c->n_edits; n++) {
+    const tsel_edit *e = &c->g->edits[n - 1];
+    if (e->n_args < 1 || e->args[0].kind != TV_REF || e->args[0].i != r->edit || e->args[0].sub != r->sub)
+      continue;
+    const char *k = edit_ann_key(e);
+    if (k && strcmp(k, key) == 0) taken = e->op != TSEL_OP_UNANNOTATE;
+  }
+  return taken;
+}
+
+/* The iterations of block handle r's spatial iterators (0: unknown). */
+static int64_t block_spatial(const pref *r) {
+  const dg_block *b = r && r->f ? r->f->block : NULL;
+  if (!b) return 0;
+  int64_t n = 1;
+  for (int i = 0; i < b->n_iters; i++) {
+    if (b->iters[i].kind != DG_ITER_SPATIAL) continue;
+    if (b->iters[i].extent < 1) return 0;
+    n = n > (INT64_C(1) << 40) ? n : n * b->iters[i].extent;
+  }
+  return n;
+}
+
+/* The lists MetaSchedule's pipelined sketches write for the three
+ * software_pipeline keys (rule_mlt.c's stages 4 and 5, rule_mlt_tc.c's
+ * inner and outer pipelines): every value of the 4,523 pipelined graphs
+ * among the train examples is one of them. The model wrote [0 1 2] for
+ * the async stages and [0 0 3 4] for an order. */
+static const struct {
+  const char *key;
+  int n;
+  int64_t v[7];
+} pipeline_values[] = {
+    {"software_pipeline_stage", 3, {0, 0, 1}},
+    {"software_pipeline_stage", 3, {0, 0, 2}},
+    {"software_pipeline_stage", 3, {0, 0, 3}},
+    {"software_pipeline_stage", 7, {0, 0, 0, 0, 0, 1, 1}},
+    {"software_pipeline_order", 3, {0, 1, 2}},
+    {"software_pipeline_order", 7, {0, 3, 1, 4, 5, 2, 6}},
+    {"software_pipeline_async_stages", 1, {0}},
+};
+
+/* The tiling keys MetaSchedule's CUDA sketches write without an alias,
+ * and where: a software pipeline on a loop of the tiled block's own tiles
+ * (a tile's loop or a fuse of such loops: all 4,523 in the train
+ * examples), warp_execution on a block, the tensor-core pipeline's
+ * double_buffer_scope and tirx.manifest_shared_memory_local_stage on its
+ * shared read caches; meta_schedule.parallel and .vectorize are the CPU
+ * rules'. The model put pipelines on the copy blocks' fused loops, which
+ * RewriteCooperativeFetch then could not split (312 refused lines in the
+ * first 64 of the 201 test tasks). */
+static bool tile_loop(const pctx *c, const tsel_val *a) {
+  if (a->kind != TV_REF || a->sub < 0 || a->i < 1 || a->i > c->n_edits) return false;
+  return c->g->edits[a->i - 1].op == TSEL_OP_TILE;
+}
+
+static bool string_key_fits(const P *p, const S *s, const char *key) {
+  const pctx *c = s->c;
+  const pline *L = &s->L;
+  const pref *r = L->n_args > 0 ? arg_ref(s, 0) : NULL;
+  if (L->op != TSEL_OP_ANNOTATE || !r || p->sh->target != TSEL_TARGET_CUDA || !has_tiling(c)) return true;
+  if (ann_taken(c, r, key)) return false;
+  if (strncmp(key, "software_pipeline_", 18) == 0) {
+    if (r->kind != SCHED_RV_LOOP || r->edit < 1 || r->edit > c->n_edits) return false;
+    const tsel_edit *e = &c->g->edits[r->edit - 1];
+    if (e->op == TSEL_OP_TILE) return r->sub >= 0;
+    if (e->op != TSEL_OP_FUSE || r->sub != -1 || e->n_args < 1) return false;
+    for (int i = 0; i < e->n_args; i++)
+      if (!tile_loop(c, &e->args[i])) return false;
+    return true;
+  }
+  if (strcmp(key, "warp_execution") == 0) return r->kind == SCHED_RV_BLOCK;
+  if (strcmp(key, "double_buffer_scope") == 0 || strcmp(key, "tirx.manifest_shared_memory_local_stage") == 0) {
+    const tsel_edit *e = r->sub == -1 && r->edit >= 1 && r->edit <= c->n_edits ? &c->g->edits[r->edit - 1] : NULL;
+    return e && (e->op == TSEL_OP_CACHE_READ || e->op == TSEL_OP_CACHE_READ_AT);
+  }
+  return strncmp(key, "meta_schedule.", 14) != 0;
+}
+
+/* Whether the list being read is a software pipeline's, held to
+ * pipeline_values. */
+static bool pipeline_lists(const P *p, const S *s) {
+  const pline *L = &s->L;
+  return L->op == TSEL_OP_ANNOTATE && L->key_full >= 0 && L->depth == 1 && p->sh->target == TSEL_TARGET_CUDA &&
+         strncmp(tsel_ann_key_at(L->key_full), "software_pipeline_", 18) == 0 && has_tiling(s->c);
+}
+
+/* The values that may come next in such a list (up to 4), into out. */
+static int pipeline_next(const S *s, int64_t *out) {
+  const pline *L = &s->L;
+  const char *key = tsel_ann_key_at(L->key_full);
+  int n = 0, at = L->n_cands;
+  for (size_t i = 0; i < DG_ARRAY_LEN(pipeline_values); i++) {
+    if (strcmp(pipeline_values[i].key, key) != 0 || pipeline_values[i].n <= at ||
+        memcmp(pipeline_values[i].v, L->cands, sizeof(int64_t) * (size_t)at) != 0)
+      continue;
+    int64_t x = pipeline_values[i].v[at];
+    bool seen = false;
+    for (int k = 0; k < n; k++) seen |= out[k] == x;
+    if (!seen && n < 4) out[n++] = x;
+  }
+  return n;
+}
+
+/* Whether such a list read so far is one of them whole. */
+static bool pipeline_whole(const S *s) {
+  const pline *L = &s->L;
+  const char *key = tsel_ann_key_at(L->key_full);
+  for (size_t i = 0; i < DG_ARRAY_LEN(pipeline_values); i++)
+    if (strcmp(pipeline_values[i].key, key) == 0 && pipeline_values[i].n == L->n_cands &&
+        memcmp(pipeline_values[i].v, L->cands, sizeof(int64_t) * (size_t)L->n_cands) == 0)
+      return true;
+  return false;
+}
+
+/* Whether block handle r names the kernel's root block. */
+static bool root_block(const pref *r) {
+  return r->f && r->f->block && r->f->block->name && strcmp(r->f->block->name, "root") == 0;
+}
+
+/* Whether block handle r names a reduction (a block with a reduction
+ * iterator): neither inline nor reverse_inline can take one (the replay
+ * refuses it: "cannot inline a reduction block", 92 + 60 of the guard's
+ * refusals on the 201 test tasks, the model inlining the tiled block). */
+static bool reduction_block(const pref *r) {
+  const dg_block *b = r->f ? r->f->block : NULL;
+  for (int i = 0; b && i < b->n_iters; i++)
+    if (b->iters[i].kind == DG_ITER_REDUCE) return true;
+  return false;
+}
+
 /* Whether block handle r is a copy through shared memory (a cache_read,
  * cache_write or their _at forms, into shared or shared.dyn): what
  * MetaSchedule's multi-level tilings annotate for a cooperative fetch (the
@@ -855,7 +1032,13 @@ static bool ref_fits(const P *p, const S *s, const pref *r, char code) {
       case TSEL_OP_SET_SCOPE: return region_n(p, c, r, true) != 0;
       case TSEL_OP_STORAGE_ALIGN: return align_indices(p, c, r) != 0;
       case TSEL_OP_TILE: case TSEL_OP_SAMPLE_TILE: return r->f->ext != 0;
-      case TSEL_OP_COOP: return shared_copy(c, r);
+      case TSEL_OP_COOP:
+        return shared_copy(c, r) && !(has_tiling(c) && ann_taken(c, r, "meta_schedule.cooperative_fetch"));
+      case TSEL_OP_UNROLL_STEPS:
+        /* on the root block, as MetaSchedule's unroll rule writes it (all
+         * 10,978 in the train examples): the model unrolled copy blocks */
+        return !(has_tiling(c) && (ann_taken(c, r, "meta_schedule.unroll_explicit") || !root_block(r)));
+      case TSEL_OP_INLINE: case TSEL_OP_REVERSE_INLINE: return !reduction_block(r);
       case TSEL_OP_DECOMPOSE_REDUCTION: {
         /* a block with an init to decompose, as the replay says (so that
          * the loop's rule below is asked of a block it can hold) */
@@ -1002,17 +1185,53 @@ static bool pos_vexp(const P *p, const S *s, int alt, vexp *v) {
       v->sh = S_WORD;
       v->words = 1u << W_DEFAULT;
       break;
-    case 'k':
-      v->sh = S_WORD | S_STR;
-      v->words = ((1u << 10) - 1) << W_ALIAS;
+    case 'k': {
+      bool any_str = false; /* a string only where some full key fits */
+      for (int i = 0; i < tsel_ann_key_count() && !any_str; i++) any_str = string_key_fits(p, s, tsel_ann_key_at(i));
+      v->sh = S_WORD | (any_str ? S_STR : 0);
       v->sm = SM_KEY;
+      /* a key once on a handle; the tiling's keys on blocks alone, the
+       * thread bounds on a block of a tiling (as rule_mlt.c writes them) */
+      for (int w = 0; w < 10; w++) {
+        const char *a = alias_words[w];
+        if (L->op != TSEL_OP_ANNOTATE || !has_tiling(s->c)) {
+          v->words |= 1u << (W_ALIAS + w);
+          continue;
+        }
+        bool block_key = strcmp(a, "tiling") == 0 || strcmp(a, "coop") == 0 || strcmp(a, "tx_lo") == 0 ||
+                         strcmp(a, "tx_hi") == 0;
+        bool bounds = strcmp(a, "tx_lo") == 0 || strcmp(a, "tx_hi") == 0;
+        if (b && ann_taken(s->c, b, tsel_ann_full(a))) continue;
+        if (b && block_key && b->kind != SCHED_RV_BLOCK) continue;
+        if (b && bounds && (b->sub != -1 || !tsel_tiling_of(s->c->g, b->edit))) continue;
+        v->words |= 1u << (W_ALIAS + w);
+      }
       break;
+    }
     case 'v': /* what the key takes (annotations MetaSchedule writes) */
       switch (L->ann) {
         case TSEL_ANN_INT:
           v->sh = S_INT | S_REF;
           v->ref = 'V';
           any_int(v);
+          if (L->key_full >= 0 && p->sh->target == TSEL_TARGET_CUDA && has_tiling(s->c)) {
+            /* as the tensor-core and warp rules write them */
+            const char *k = tsel_ann_key_at(L->key_full);
+            if (strcmp(k, "double_buffer_scope") == 0) v->sh = S_INT, int_range(v, 0, 0);
+            else if (strcmp(k, "warp_execution") == 0 || strcmp(k, "tirx.manifest_shared_memory_local_stage") == 0)
+              v->sh = S_INT, int_range(v, 1, 1);
+          }
+          /* the thread bounds MetaSchedule's CUDA tiling writes: at most
+           * 1,024, at least the warp's 32 where the block's spatial loops
+           * hold more than 64 iterations, else 1 (rule_mlt.c); the model
+           * wrote 61,365 and 2,473,654,168,256,635,251 */
+          if (L->key_alias >= 0 && p->sh->target == TSEL_TARGET_CUDA && has_tiling(s->c)) {
+            const char *a = alias_words[L->key_alias];
+            int64_t sp = block_spatial(b);
+            if (strcmp(a, "tx_hi") == 0) v->sh = S_INT, int_range(v, 1024, 1024);
+            else if (strcmp(a, "tx_lo") == 0 && sp >= 1)
+              v->sh = S_INT, int_range(v, sp > 64 ? 32 : 1, sp > 64 ? 32 : 1);
+          }
           break;
         case TSEL_ANN_STR: v->sh = S_STR; break;
         case TSEL_ANN_TILING:
@@ -1123,6 +1342,8 @@ static const tsel_tile_narrowing *tile_narrowing(const P *p, const S *s) {
   return n->cap > 0 || n->hi > 0 ? n : NULL;
 }
 
+static bool div_ok(const P *p, const vexp *v, int64_t x);
+
 static void item_vexp(const P *p, const S *s, vexp *v) {
   const pline *L = &s->L;
   memset(v, 0, sizeof *v);
@@ -1158,17 +1379,27 @@ static void item_vexp(const P *p, const S *s, vexp *v) {
           else if (L->n_items == tn->factor) v->xlo = tn->lo, v->xhi = tn->hi;
         }
       }
-      /* the thread factor within what the block's earlier thread factors
-       * leave of 1,024 (tile_thread_cap); the factors before it may leave
-       * 1 to it, always a divisor, unless a narrowing asks for more */
-      int64_t cap = L->tile_threads;
-      if (cap >= 1 && v->im == IM_DIV) {
-        if (L->n_items == 2) {
-          int64_t lo = v->xhi ? v->xlo : 1, hi = v->xhi && v->xhi < cap ? v->xhi : cap;
-          if (lo <= hi) v->xlo = lo, v->xhi = hi;
-        } else if (L->n_items < 2 && tn && tn->factor == 2 && v->need_hi && v->need_lo <= cap &&
-                   cap < v->need_hi) {
-          v->need_hi = cap;
+      /* the thread factor one that the block's thread count can still
+       * take (tile_thread_set); the factors before it leave one, unless
+       * the set and the narrowing's range have no divisor in common */
+      if (L->tile_threads && v->im == IM_DIV && L->n_items <= 2) {
+        int nd;
+        const int64_t *d = divisors_of(p->sh, v->q, &nd);
+        bool at = L->n_items == 2, meet = false;
+        for (int i = 0; i < nd && !meet; i++)
+          meet = tset_has(L->tile_tset, d[i]) &&
+                 (at ? !v->xhi || (d[i] >= v->xlo && d[i] <= v->xhi)
+                     : !v->need_hi || (d[i] >= v->need_lo && d[i] <= v->need_hi));
+        if (meet) {
+          v->tset = L->tile_tset;
+          v->tset_x = at;
+          v->tset_need = !at;
+          /* kept only where some factor meets it with the tile's other
+           * conditions (a guard's cap of shared memory leaves at most the
+           * cap to the factors after the first: none may hold a warp) */
+          bool some = false;
+          for (int i = 0; i < nd && !some; i++) some = div_ok(p, v, d[i]);
+          if (!some) v->tset = NULL, v->tset_x = v->tset_need = false;
         }
       }
       break;
@@ -1185,6 +1416,11 @@ static void item_vexp(const P *p, const S *s, vexp *v) {
     case LK_INTS:
       v->sh = S_INT;
       any_int(v);
+      if (pipeline_lists(p, s)) {
+        v->im = IM_SET;
+        v->set = v->set_buf;
+        v->n_set = pipeline_next(s, v->set_buf);
+      }
       break;
     default: DG_UNREACHABLE();
   }
@@ -1248,16 +1484,19 @@ static bool ibest_consider(ibest *b, int64_t x, const ipfx *f) {
 }
 
 /* Whether the divisor x of v->q keeps v's IM_DIV conditions. */
-static bool div_ok(P *p, const vexp *v, int64_t x) {
+static bool div_ok(const P *p, const vexp *v, int64_t x) {
   if (v->qrest && v->q / x > v->qrest) return false;
   if (v->xhi && (x < v->xlo || x > v->xhi)) return false;
-  if (v->need_hi) {
+  if (v->tset_x && !tset_has(v->tset, x)) return false;
+  if (v->need_hi || v->tset_need) {
     /* a divisor of q / x is one of q's */
     int n;
     const int64_t *d = divisors_of(p->sh, v->q, &n);
     int64_t r = v->q / x;
     for (int i = 0; i < n; i++)
-      if (d[i] >= v->need_lo && d[i] <= v->need_hi && r % d[i] == 0) return true;
+      if ((!v->need_hi || (d[i] >= v->need_lo && d[i] <= v->need_hi)) &&
+          (!v->tset_need || tset_has(v->tset, d[i])) && r % d[i] == 0)
+        return true;
     return false;
   }
   return true;
@@ -1344,6 +1583,10 @@ static void apply_top(P *p, S *s, int alt, const pval *v) {
     memcpy(t, L->sbuf, L->slen); /* a string key: the string just read */
     t[L->slen] = 0;
     L->ann = (uint8_t)tsel_ann_value_kind(v->shape == S_WORD ? word_name(v->word) : t);
+    L->key_alias = (int8_t)(v->shape == S_WORD && v->word >= W_ALIAS && v->word < W_ALIAS + 10 ? v->word - W_ALIAS : -1);
+    L->key_full = -1;
+    for (int k = 0; v->shape != S_WORD && k < tsel_ann_key_count(); k++)
+      if (strcmp(tsel_ann_key_at(k), t) == 0) L->key_full = (int8_t)k;
   }
   if (code == 'c') L->tile_last = L->last;
   L->n_args++;
@@ -1376,6 +1619,9 @@ static void apply_item(S *s, const pval *v) {
       L->last = v->i;
       break;
     case LK_CANDS: L->cands[L->n_cands++] = v->i; break;
+    case LK_INTS: /* kept for pipeline_next */
+      if (L->depth == 1 && L->n_cands < MAX_CANDS) L->cands[L->n_cands++] = v->i;
+      break;
     default: break;
   }
 }
@@ -1661,6 +1907,7 @@ static bool name_prefix(const P *p, const S *s, bool whole) {
     bool key = L->sm == SM_KEY;
     for (int i = 0; i < (key ? tsel_ann_key_count() : tsel_ann_tiling_count()); i++) {
       const char *k = key ? tsel_ann_key_at(i) : tsel_ann_tiling_at(i);
+      if (key && !string_key_fits(p, s, k)) continue;
       if (whole ? strlen(k) == L->slen && memcmp(k, L->sbuf, L->slen) == 0
                 : str_has_prefix(k, L->sbuf, L->slen))
         return true;
@@ -1831,44 +2078,91 @@ static bool loop_spatial(const dg_block *blk, const dg_stmt *loop) {
   return used;
 }
 
+/* The thread counts (at most 1,024) a block's spatial loops not tiled yet
+ * can still give, each its own divisor of its extent: the products, as
+ * bits of reach (1 in it on entry). */
+static void tset_grow(uint64_t *reach, int64_t ext) {
+  uint64_t from[TSET_WORDS];
+  memcpy(from, reach, sizeof from);
+  for (int64_t d = 2; d <= ext && d <= TSET_MAX; d++) {
+    if (ext % d) continue;
+    for (int64_t r = 1; r * d <= TSET_MAX; r++)
+      if (tset_has(from, r)) reach[r * d / 64] |= UINT64_C(1) << (r * d % 64);
+  }
+}
+
 /* A GPU multi-level tiling ("SSSRRSRS") fuses the third factors of its
  * spatial tiles into one loop bound to threadIdx.x: their product is the
- * block's threads, at most 1,024. The most this tile's third factor may be,
- * 1,024 over those of the block's spatial tiles written before it; 0 where
- * it is no spatial tile of such a tiling, or no cap can help (the earlier
- * ones are past 1,024 already, or not numbers). Before this the model could
- * write thread tiles of 1,876 threads (134 x 14) and bind them to
- * vthread.x, which the mask allows, where threadIdx.x could not hold them. */
-static int64_t tile_thread_cap(const S *s) {
+ * block's threads, at most 1,024, and at least the warp's 32 where the
+ * block's spatial loops hold more than 64 iterations (the bounds its
+ * sketch annotates, rule_mlt.c). Sets *set to the third factors this tile
+ * may have: x such that the block's spatial tiles written before it (their
+ * threads t), x and some choice of the loops not tiled yet (each a divisor
+ * of its extent: p) make t x p within those bounds. False where it is no
+ * spatial tile of such a tiling, or no factor could keep them (the earlier
+ * ones past 1,024 already, or not numbers), where only the 1,024 is kept.
+ * Before the 1,024 the model could write thread tiles of 1,876 threads
+ * (134 x 14) and bind them to vthread.x, which the mask allows, where
+ * threadIdx.x could not hold them; before the 32, blocks of 2 to 16 threads
+ * were the guard's commonest refusal (467 lines on 201 test tasks). */
+static bool tile_thread_set(const S *s, uint64_t *set) {
   const pctx *c = s->c;
   const pref *r = arg_ref(s, 0);
   const dg_block *blk = NULL;
+  memset(set, 0, TSET_WORDS * sizeof *set);
   const char *q = loop_tiling(c, r, &blk);
-  if (!q || strcmp(q, "SSSRRSRS") != 0 || !loop_spatial(blk, r->f->orig)) return 0;
+  if (!q || strcmp(q, "SSSRRSRS") != 0 || !loop_spatial(blk, r->f->orig)) return false;
   char name[48];
-  int64_t before = 1;
-  for (int e = 1; e <= c->n_edits; e++) {
-    const tsel_edit *t = &c->g->edits[e - 1];
-    if (t->op != TSEL_OP_TILE || t->n_args < 2 || t->args[0].kind != TV_REF || t->args[0].i != r->edit ||
-        t->args[0].sub < 0 || t->args[0].sub == r->sub || t->args[1].kind != TV_LIST || t->args[1].n != 5)
-      continue;
-    int n = snprintf(name, sizeof name, "t%d.%d", r->edit, t->args[0].sub);
+  int64_t before = 1, spatial = 1;
+  uint64_t reach[TSET_WORDS] = {1u << 1};
+  for (int i = 0; i < 64; i++) {
+    int n = snprintf(name, sizeof name, "t%d.%d", r->edit, i);
     const pref *lr = ref_at(c, ref_find(c, name, (size_t)n));
-    if (!lr || !lr->f->orig || lr->f->orig->kind != DG_STMT_FOR || !loop_spatial(blk, lr->f->orig))
+    if (!lr) break;
+    if (!lr->f || !lr->f->orig || lr->f->orig->kind != DG_STMT_FOR || !loop_spatial(blk, lr->f->orig))
       continue;
-    const tsel_val *x = &t->args[1].items[2];
-    if (x->kind != TV_INT || x->i < 1 || x->i > 1024) return 0;
+    int64_t ext = lr->f->ext;
+    if (ext < 1) return false;
+    spatial = spatial > TSET_MAX ? spatial : spatial * ext;
+    if (i == r->sub) continue;
+    const tsel_edit *tile = NULL;
+    for (int e = 1; e <= c->n_edits && !tile; e++) {
+      const tsel_edit *t = &c->g->edits[e - 1];
+      if (t->op == TSEL_OP_TILE && t->n_args >= 2 && t->args[0].kind == TV_REF &&
+          t->args[0].i == r->edit && t->args[0].sub == i)
+        tile = t;
+    }
+    if (!tile) {
+      tset_grow(reach, ext);
+      continue;
+    }
+    if (tile->args[1].kind != TV_LIST || tile->args[1].n != 5) continue;
+    const tsel_val *x = &tile->args[1].items[2];
+    if (x->kind != TV_INT || x->i < 1 || x->i > TSET_MAX) return false;
     before *= x->i;
-    if (before > 1024) return 0;
+    if (before > TSET_MAX) return false;
   }
-  return 1024 / before;
+  int64_t least = spatial > 64 ? 32 : 1, ext = r->f->ext;
+  bool any = false;
+  for (int pass = 0; pass < 2 && !any; pass++) {
+    if (pass == 1) least = 1; /* none reaches the warp: the 1,024 alone */
+    for (int64_t x = 1; before * x <= TSET_MAX; x++) {
+      bool ok = false;
+      for (int64_t pp = 1; !ok && before * x * pp <= TSET_MAX; pp++)
+        ok = tset_has(reach, pp) && before * x * pp >= least;
+      if (!ok) continue;
+      set[x / 64] |= UINT64_C(1) << (x % 64);
+      any |= ext >= 1 && ext % x == 0;
+    }
+  }
+  return any;
 }
 
 static void open_list(S *s, const vexp *v) {
   pline *L = &s->L;
   if (L->depth == 0) {
     L->tile_want = v->lk == LK_TILE ? tile_want(s) : 0;
-    L->tile_threads = v->lk == LK_TILE && L->tile_want == 5 ? tile_thread_cap(s) : 0;
+    L->tile_threads = v->lk == LK_TILE && L->tile_want == 5 && tile_thread_set(s, L->tile_tset);
     L->lk = v->lk;
     L->list_at = L->at;
     L->list_alt = v->alt;
@@ -1877,7 +2171,7 @@ static void open_list(S *s, const vexp *v) {
     L->has_none = L->unknown = false;
     L->prod = 1;
     L->last = 0;
-    if (v->lk == LK_CANDS) L->n_cands = 0;
+    if (v->lk == LK_CANDS || v->lk == LK_INTS) L->n_cands = 0;
   }
   L->depth++;
   L->just_opened = true;
@@ -1909,6 +2203,9 @@ static bool close_list(P *p, S *s) {
     }
     case LK_CANDS: if (empty) return false; break;
     case LK_FLOATS: if (L->n_items != L->n_cands) return false; break;
+    case LK_INTS:
+      if (L->depth == 1 && pipeline_lists(p, s) && !pipeline_whole(s)) return false;
+      break;
     default: break;
   }
   L->depth = 0;
@@ -1996,18 +2293,6 @@ static bool has_tensor_core_tiling(const pctx *c) {
         t->args[0].i < 1 || t->args[0].i >= e)
       continue;
     if (c->g->edits[t->args[0].i - 1].op == TSEL_OP_SPLIT) return true;
-  }
-  return false;
-}
-
-/* Whether a block of the graph so far is annotated with a multi-level
- * tiling's structure. */
-static bool has_tiling(const pctx *c) {
-  for (int e = 1; e <= c->n_edits; e++) {
-    const tsel_edit *a = &c->g->edits[e - 1];
-    if (a->op == TSEL_OP_ANNOTATE && a->n_args == 3 && a->args[0].kind == TV_REF && a->args[0].sub == -1 &&
-        tsel_tiling_of(c->g, (int)a->args[0].i))
-      return true;
   }
   return false;
 }
@@ -2364,7 +2649,6 @@ void tsel_prefix_unnarrow_after(tsel_prefix *p, int edit) {
   for (int e = edit < 0 ? 0 : edit; e < sh->n_narrows; e++) memset(&sh->narrows[e], 0, sizeof sh->narrows[e]);
 }
 
-
 static void adopt(P *p, const S *t) {
   pctx *old = p->s.c;
   hold(p, t->c);
@@ -2589,7 +2873,8 @@ static bool complete_string(P *p, S *t, dg_str *out) {
     for (int i = 0; (L->sm == SM_INTRIN || L->sm == SM_INTRIN0) && i < intrin_count() && !m; i++)
       if (str_has_prefix(intrin_at(i)->name, L->sbuf, L->slen)) m = intrin_at(i)->name;
     for (int i = 0; L->sm == SM_KEY && i < tsel_ann_key_count() && !m; i++)
-      if (str_has_prefix(tsel_ann_key_at(i), L->sbuf, L->slen)) m = tsel_ann_key_at(i);
+      if (str_has_prefix(tsel_ann_key_at(i), L->sbuf, L->slen) && string_key_fits(p, t, tsel_ann_key_at(i)))
+        m = tsel_ann_key_at(i);
     for (int i = 0; L->sm == SM_TILING && i < tsel_ann_tiling_count() && !m; i++)
       if (str_has_prefix(tsel_ann_tiling_at(i), L->sbuf, L->slen)) m = tsel_ann_tiling_at(i);
     if (!m) return false;
