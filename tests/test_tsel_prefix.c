@@ -2418,21 +2418,32 @@ DG_TEST(tsel_prefix_counts_the_tiling_factors) {
   ir_func_free(k);
 }
 
+/* A checker for spec's kernel (into *k) fed its header and body; NULL
+ * where it refuses them. */
+static tsel_prefix *fed_prefix(const char *spec, const char *body, dg_func **k) {
+  dg_status st;
+  *k = wl_build(spec, &st);
+  CHECKR(*k, NULL);
+  tsel_prefix *p = tsel_prefix_new(*k, spec, TSEL_TARGET_CUDA, &st);
+  CHECKR(p, NULL);
+  char head[200];
+  snprintf(head, sizeof head, "tsel 1 kernel %s\n", spec);
+  CHECKR(tsel_prefix_feed(p, head, strlen(head)) && tsel_prefix_feed(p, body, strlen(body)), NULL);
+  return p;
+}
+
 /* A GPU tiling's thread factors (the third of each spatial tile, fused
  * and bound to threadIdx.x) multiply to at most 1,024: after a tile of
  * n with 64 threads, m's tile may give 16 threads, not 32; the batch
  * tile then 1. A reduction tile has no thread factor. */
 DG_TEST(tsel_prefix_caps_a_tilings_threads) {
   const char *spec = "batch_matmul:b=4,n=512,m=512,k=64,dtype=f32";
-  dg_status st;
-  dg_func *k = wl_build(spec, &st);
-  CHECK_MSG(k, "%s", st.msg);
-  tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
-  CHECK_OK(st);
-  const char *head = "tsel 1 kernel batch_matmul:b=4,n=512,m=512,k=64,dtype=f32\n"
-                     "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\n"
-                     "t4 loops t1 x4\nt5 tile t4.1 [1 1 64 4 2] max=64\nt6 tile t4.2 [1 1 ";
-  CHECK(tsel_prefix_feed(p, head, strlen(head)));
+  const char *tiled = "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x4\n";
+  char body[300];
+  snprintf(body, sizeof body, "%st5 tile t4.1 [1 1 64 4 2] max=64\nt6 tile t4.2 [1 1 ", tiled);
+  dg_func *k;
+  tsel_prefix *p = fed_prefix(spec, body, &k);
+  CHECK(p);
   tsel_prefix *q = tsel_prefix_save(p);
   CHECK(!tsel_prefix_feed(q, "32", 2)); /* 64 x 32 threads */
   tsel_prefix_restore(q, p);
@@ -2446,28 +2457,13 @@ DG_TEST(tsel_prefix_caps_a_tilings_threads) {
   tsel_prefix_free(r);
   tsel_prefix_free(q);
   tsel_prefix_free(p);
+  ir_func_free(k);
   /* without the threads before it, 32 is allowed */
-  p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
-  const char *alone = "tsel 1 kernel batch_matmul:b=4,n=512,m=512,k=64,dtype=f32\n"
-                      "t1 block \"Z\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\n"
-                      "t4 loops t1 x4\nt5 tile t4.2 [1 1 32";
-  CHECK(tsel_prefix_feed(p, alone, strlen(alone)));
+  snprintf(body, sizeof body, "%st5 tile t4.2 [1 1 32", tiled);
+  p = fed_prefix(spec, body, &k);
+  CHECK(p);
   tsel_prefix_free(p);
   ir_func_free(k);
-}
-
-/* A checker for spec's kernel (into *k) fed its header and body; NULL
- * where it refuses them. */
-static tsel_prefix *fed_prefix(const char *spec, const char *body, dg_func **k) {
-  dg_status st;
-  *k = wl_build(spec, &st);
-  CHECKR(*k, NULL);
-  tsel_prefix *p = tsel_prefix_new(*k, spec, TSEL_TARGET_CUDA, &st);
-  CHECKR(p, NULL);
-  char head[200];
-  snprintf(head, sizeof head, "tsel 1 kernel %s\n", spec);
-  CHECKR(tsel_prefix_feed(p, head, strlen(head)) && tsel_prefix_feed(p, body, strlen(body)), NULL);
-  return p;
 }
 
 /* And at least the warp's 32 where the block's spatial loops hold more

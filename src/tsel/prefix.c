@@ -1192,9 +1192,10 @@ static bool pos_vexp(const P *p, const S *s, int alt, vexp *v) {
       v->sm = SM_KEY;
       /* a key once on a handle; the tiling's keys on blocks alone, the
        * thread bounds on a block of a tiling (as rule_mlt.c writes them) */
+      bool held = L->op == TSEL_OP_ANNOTATE && has_tiling(s->c);
       for (int w = 0; w < 10; w++) {
         const char *a = alias_words[w];
-        if (L->op != TSEL_OP_ANNOTATE || !has_tiling(s->c)) {
+        if (!held) {
           v->words |= 1u << (W_ALIAS + w);
           continue;
         }
