@@ -462,7 +462,7 @@ DG_TEST(tsel_prefix_refuses_faults_at_their_first_byte) {
       /* counts, axes, thread limits */
       {"t1 block \"Z\"\nt2 loops t1 x|5\n", "has 4 loops here, not 5"},
       {"t1 block \"Z\"\nt2 loops t1 x4\nt3 bind t2.0 threadIdx.|w\n", "unknown thread axis"},
-      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 fuse_bind t2.1 t2.2 t|hreadIdx.x\n", "exceeds the limit of 1024"},
+      {"t1 block \"Z\"\nt2 loops t1 x4\nt3 fuse t2.1 t2.2\nt4 bind t3 |threadIdx.x\n", "exceeds the limit of 1024"},
       {"t1 block \"Z\"\nt2 loops t1 x4\nt3 bind t2.1 threadIdx.|z\n", "exceeds the limit of 64"},
       /* regions, scopes, names */
       {"t1 block \"Z\"\nt2 cache_read t1 |2 shared []\n", "index 2 does not exist"},
@@ -1083,14 +1083,14 @@ static bool narrowed(const char *text) {
   return n;
 }
 
-/* The narrowings from the replay: the line of the refused byte (at) is a
- * fuse, fuse_bind or bind, a `loops` whose count the checker lost, or a
- * decompose_reduction, and the graph up to and with it does not replay (it
- * names a loop that is not plain or not the only child of the one before
- * it, binds a loop holding a reduction to other than threadIdx, counts
- * other loops than the block has, or puts an init below a reduction loop
- * or on a block without one). */
-static bool fuse_narrowed(const char *text, const dg_func *k, size_t at) {
+/* The narrowings from the replay: the line of the refused byte (at) names
+ * a handle and the graph up to and with it does not replay (a loop that is
+ * stale, not plain or not the only child of the one before it in a fuse, a
+ * loop holding a reduction bound to other than threadIdx or past its 1,024,
+ * a `loops` count other than the block's, an init below a reduction loop
+ * or on a block without one, an inline or a compute_at the schedule
+ * refuses). */
+static bool replay_narrowed(const char *text, const dg_func *k, size_t at) {
   dg_status st;
   tsel_graph *g = tsel_parse(text, NULL, &st);
   if (!g) return false;
@@ -1099,11 +1099,10 @@ static bool fuse_narrowed(const char *text, const dg_func *k, size_t at) {
   int edit = 0;
   for (int i = 0; i < g->n_edits; i++)
     if (g->edits[i].line == line) edit = i + 1;
-  int op = edit ? g->edits[edit - 1].op : -1;
-  bool fuse = op == TSEL_OP_FUSE || op == TSEL_OP_FUSE_BIND || op == TSEL_OP_BIND || op == TSEL_OP_LOOPS ||
-              op == TSEL_OP_DECOMPOSE_REDUCTION || op == TSEL_OP_INLINE || op == TSEL_OP_REVERSE_INLINE;
+  bool handle = false;
+  for (int a = 0; edit && a < g->edits[edit - 1].n_args; a++) handle |= g->edits[edit - 1].args[a].kind == TV_REF;
   tsel_graph_free(g);
-  if (!fuse) return false;
+  if (!handle) return false;
   /* the graph up to and with the changed edit, replayed */
   const char *end = strchr(text + at, '\n');
   size_t hn = end ? (size_t)(end - text) + 1 : strlen(text);
@@ -1160,7 +1159,7 @@ DG_TEST(tsel_prefix_mutations_are_sound) {
         } else if (bad >= 0) { /* (a text read whole but not complete lacks the final newline) */
           char why[600];
           CHECK_MSG(i < header || leading_zero(m, i) || !graph_checks(m, k, TSEL_TARGET_CUDA, why, sizeof why) ||
-                        narrowed(m) || fuse_narrowed(m, k, i + (size_t)bad),
+                        narrowed(m) || replay_narrowed(m, k, i + (size_t)bad),
                     "%s: '%c' at %zu is refused but checks (at %ld): ...%.80s", spec, reps[r], i, bad, m + (i > 60 ? i - 60 : 0));
           n_refused++;
         }
@@ -2224,6 +2223,94 @@ DG_TEST(tsel_prefix_loops_count_from_the_replay) {
   ir_func_free(k);
 }
 
+/* Whether the graph checks and replays on the kernel, and if not why. */
+static bool graph_replays(const char *text, dg_func *k, char *why, size_t n) {
+  if (!graph_checks(text, k, TSEL_TARGET_CUDA, why, n)) return false;
+  dg_status st;
+  tsel_graph *g = tsel_parse(text, NULL, &st);
+  sched_trace *t = g ? tsel_lower(g, &st) : NULL;
+  bool ok = false;
+  if (t) {
+    sched *s = sched_new(k, 0);
+    ok = sched_replay(s, t, false, false, &st);
+    sched_free(s);
+  }
+  if (!ok) snprintf(why, n, "%.200s", st.msg);
+  sched_trace_free(t);
+  tsel_graph_free(g);
+  return ok;
+}
+
+/* Where the replay refuses a handle, the mask does too, and only there: a
+ * loop a compute_at regenerated, a compute_at or a cache copy's location
+ * under a loop that holds the block or is not over its consumers, a split
+ * of a bound loop, a count of producers or consumers other than the
+ * block's, a storage_align offset past its factor. Each line's verdict is
+ * the replay's (checked here too), and the mask's at the line's end. */
+DG_TEST(tsel_prefix_refuses_what_the_replay_refuses) {
+  const char *spec = "conv2d_bias_bn_relu:n=1,h=8,w=8,ci=16,co=16,kernel=3,stride=1,pad=1,dilation=1,dtype=f32";
+  const char *head = "tsel 1 kernel conv2d_bias_bn_relu:n=1,h=8,w=8,ci=16,co=16,kernel=3,stride=1,pad=1,"
+                     "dilation=1,dtype=f32\n"
+                     "t1 block \"PaddedInput\"\n"
+                     "t2 block \"Conv2dOutput\"\n"
+                     "t3 block \"bias_add\"\n"
+                     "t4 block \"compute\"\n"
+                     "t5 block \"root\"\n"
+                     "t6 loops t1 x4\n"
+                     "t7 loops t2 x7\n"
+                     "t8 loops t3 x4\n";
+  static const struct {
+    const char *line;
+    bool ok;
+  } cases[] = {
+      {"t9 compute_at t1 t7.3\n", true},
+      {"t9 compute_at t1 t8.0\n", false},    /* its consumer is not under bias_add's loops */
+      {"t9 compute_at t2 t7.0\n", false},    /* the loop holds the block */
+      {"t9 reverse_compute_at t3 t7.3\n", true},
+      {"t9 compute_at t1 t7.3\nt10 fuse t6.0 t6.1\n", false}, /* t6.* regenerated */
+      {"t9 bind t6.0 blockIdx.x\nt10 tile t6.0 [1 1] max=64\n", false},
+      {"t9 fuse_bind t7.3 t7.4 threadIdx.x\n", true},
+      {"t9 fuse_bind t7.2 t7.3 t7.4 threadIdx.x\n", true},       /* 384 threads */
+      {"t9 fuse_bind t7.1 t7.2 t7.3 t7.4 threadIdx.x\n", false}, /* 3,072 threads */
+      {"t9 fuse_bind t7.3 t7.4 blockIdx.x\n", false},
+      {"t9 cache_read_at t2 0 shared t7.3\n", true},
+      {"t9 cache_read_at t2 0 shared t8.0\n", false}, /* not over its consumer */
+      {"t9 cache_write_at t2 0 local t7.3\n", true},
+      {"t9 cache_write_at t2 0 local t8.0\n", false},
+      {"t9 storage_align t1 0 3 32 31\n", true},
+      {"t9 storage_align t1 0 3 32 32\n", false}, /* an offset below the factor */
+      {"t9 consumers t1 x1\n", true},
+      {"t9 consumers t1 x2\n", false},
+      {"t9 producers t3 x1\n", true},
+      {"t9 producers t5 x1\n", false}, /* the root has none */
+  };
+  dg_status st;
+  dg_func *k = wl_build(spec, &st);
+  CHECK_MSG(k, "%s", st.msg);
+  if (!k) return;
+  tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
+  CHECK_MSG(p, "%s", st.msg);
+  if (!p) {
+    ir_func_free(k);
+    return;
+  }
+  CHECK(first_refused(p, head, strlen(head)) == -1);
+  tsel_prefix *q = tsel_prefix_save(p);
+  for (size_t i = 0; i < DG_ARRAY_LEN(cases); i++) {
+    char why[256] = "", text[2048];
+    snprintf(text, sizeof text, "%s%s", head, cases[i].line);
+    bool replays = graph_replays(text, k, why, sizeof why);
+    CHECK_MSG(replays == cases[i].ok, "%s: the replay %s (%s)", cases[i].line,
+              replays ? "takes it" : "refuses it", why);
+    tsel_prefix_restore(q, p);
+    bool taken = first_refused(q, cases[i].line, strlen(cases[i].line)) == -1;
+    CHECK_MSG(taken == cases[i].ok, "%s: the mask %s it", cases[i].line, taken ? "takes" : "refuses");
+  }
+  tsel_prefix_free(q);
+  tsel_prefix_free(p);
+  ir_func_free(k);
+}
+
 /* After a multi-level tiling's last tile the reorder is forced, level by
  * level (the structure's S and R), whole; the completion writes it too; a
  * tiling whose tile was tiled again is left to the model. */
@@ -2309,6 +2396,31 @@ DG_TEST(tsel_prefix_fuse_knows_the_nest) {
   tsel_prefix_restore(p, r);
   tsel_prefix_free(r);
   tsel_prefix_free(at);
+  tsel_prefix_free(p);
+  ir_func_free(k);
+}
+
+/* In a graph of a tiling a key goes once on a handle: a loop given all six
+ * of a loop's keys is no operand of annotate (the line would have no way
+ * on: a lost model's graph stuck there), and one given five still is. */
+DG_TEST(tsel_prefix_annotate_needs_a_key_left) {
+  dg_func *k;
+  tsel_prefix *p = bmm_prefix(&k);
+  CHECK(p);
+  if (!p) return;
+  const char *five = "t8 annotate t4.3 unroll_explicit 1\nt9 annotate t4.3 unroll_implicit 1\n"
+                     "t10 annotate t4.3 auto_unroll 1\nt11 annotate t4.3 unroll_pragma 1\n"
+                     "t12 annotate t4.3 tensorize_as \"\"\n";
+  CHECK_MSG(first_refused(p, five, strlen(five)) == -1, "the five keys refused");
+  tsel_prefix *q = tsel_prefix_save(p);
+  const char *sixth = "t13 annotate t4.3 tensorize_init \"\"\n";
+  CHECK(first_refused(q, sixth, strlen(sixth)) == -1);
+  const char *seventh = "t14 annotate t4.3 ";
+  long at = first_refused(q, seventh, strlen(seventh));
+  CHECK_MSG(at >= 0 && at <= (long)strlen(seventh) - 2, "t4.3 taken with no key left (refused at %ld)", at);
+  tsel_prefix_restore(q, p);
+  CHECK(first_refused(q, "t13 annotate t4.3 ", 18) == -1);
+  tsel_prefix_free(q);
   tsel_prefix_free(p);
   ir_func_free(k);
 }

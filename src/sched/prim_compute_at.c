@@ -515,14 +515,29 @@ bool prim_reverse_compute_at(prim_call *c, dg_status *st) {
 
 /* ---- SampleComputeLocation ------------------------------------------------------------------- */
 
-static bool can_compute_at(sched *s, dg_block *b, dg_stmt *loop) {
+static bool can_move(sched *s, dg_block *b, dg_stmt *loop, bool compute_at) {
   at_ctx *x = dg_calloc(1, sizeof *x);
-  *x = (at_ctx){.s = s, .f = s->f, .block = b, .loop = loop, .compute_at = true,
+  *x = (at_ctx){.s = s, .f = s->f, .block = b, .loop = loop, .compute_at = compute_at,
                 .preserve_unit_loops = true, .index = -1};
   dg_status st;
   bool ok = at_run(x, true, &st);
   free(x);
   return ok;
+}
+
+static bool can_compute_at(sched *s, dg_block *b, dg_stmt *loop) { return can_move(s, b, loop, true); }
+
+bool sched_compute_at_fits(sched *s, int block_rv, int loop_rv, bool reverse) {
+  if (sched_rv_stale(s, loop_rv)) return false;
+  if (block_rv < 0 || block_rv >= s->n_rvs || s->rvs[block_rv].kind != SCHED_RV_BLOCK) return true;
+  if (loop_rv < 0 || loop_rv >= s->n_rvs || s->rvs[loop_rv].kind != SCHED_RV_LOOP) return true;
+  sched_val bv = {.kind = SV_RV, .i = block_rv};
+  dg_status st;
+  dg_block *b = sched_rv_block(s, &bv, "block", &st);
+  if (!b) return true;
+  const sched_rv *l = &s->rvs[loop_rv];
+  if (!l->loop) return l->special != -2 || sched_inline_block(s, b, reverse, true, &st);
+  return can_move(s, b, l->loop, !reverse);
 }
 
 /* TVM's GetLoopIterType over the blocks directly under the loop: 0 spatial

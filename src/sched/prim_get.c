@@ -2,6 +2,7 @@
  * GetProducers, GetConsumers (TVM's get_block.cc semantics: loops up to the
  * nearest enclosing block; producers/consumers by read-after-write within
  * the block's scope, in program order). */
+#include <stdlib.h>
 #include <string.h>
 
 #include "sched/sched_impl.h"
@@ -130,29 +131,55 @@ static bool raw_dep(const dg_block *producer, const dg_block *consumer) {
   return false;
 }
 
+/* The blocks of b's scope that it reads from (producers) or that read from
+ * it, in program order, into out (the root has none). */
+static void neighbours(sched *s, dg_block *b, bool producers, block_list *out) {
+  out->n = 0;
+  sched_path p;
+  DG_ASSERT(sched_locate_block(s->f, b, &p));
+  dg_block *scope = sched_path_parent_block(&p, p.n - 1);
+  if (!scope) return;
+  block_list *l = dg_calloc(1, sizeof *l);
+  scope_blocks(scope->body, l);
+  int self = -1;
+  for (int i = 0; i < l->n; i++)
+    if (l->items[i] == b) self = i;
+  DG_ASSERT(self >= 0);
+  for (int i = producers ? 0 : self + 1; i < (producers ? self : l->n); i++)
+    if (producers ? raw_dep(l->items[i], b) : raw_dep(b, l->items[i])) out->items[out->n++] = l->items[i];
+  free(l);
+}
+
 static bool deps(prim_call *c, bool producers, dg_status *st) {
   dg_block *b = sched_rv_block(c->s, &c->inst->inputs[0], "block", st);
   if (!b) return false;
-  sched_path p;
-  DG_ASSERT(sched_locate_block(c->s->f, b, &p));
-  dg_block *scope = sched_path_parent_block(&p, p.n - 1);
-  if (!scope) return true; /* the root has no producers or consumers */
-  block_list l = {.n = 0};
-  scope_blocks(scope->body, &l);
-  int self = -1;
-  for (int i = 0; i < l.n; i++)
-    if (l.items[i] == b) self = i;
-  DG_ASSERT(self >= 0);
-  if (producers) {
-    for (int i = 0; i < self; i++)
-      if (raw_dep(l.items[i], b)) prim_out(c, sched_rv_new_block(c->s, l.items[i]));
-  } else {
-    for (int i = self + 1; i < l.n; i++)
-      if (raw_dep(b, l.items[i])) prim_out(c, sched_rv_new_block(c->s, l.items[i]));
-  }
+  block_list *l = dg_calloc(1, sizeof *l);
+  neighbours(c->s, b, producers, l);
+  for (int i = 0; i < l->n; i++) prim_out(c, sched_rv_new_block(c->s, l->items[i]));
+  free(l);
   return true;
+}
+
+int sched_block_neighbour_count(sched *s, int rv, bool producers) {
+  if (rv < 0 || rv >= s->n_rvs || s->rvs[rv].kind != SCHED_RV_BLOCK) return -1;
+  sched_val v = {.kind = SV_RV, .i = rv};
+  dg_status tmp;
+  dg_block *b = sched_rv_block(s, &v, "block", &tmp);
+  if (!b) return -1;
+  block_list *l = dg_calloc(1, sizeof *l);
+  neighbours(s, b, producers, l);
+  int n = l->n;
+  free(l);
+  return n;
 }
 
 bool prim_get_producers(prim_call *c, dg_status *st) { return deps(c, true, st); }
 bool prim_get_consumers(prim_call *c, dg_status *st) { return deps(c, false, st); }
 
+int sched_block_region_count(sched *s, int rv, bool write) {
+  if (rv < 0 || rv >= s->n_rvs || s->rvs[rv].kind != SCHED_RV_BLOCK) return -1;
+  sched_val v = {.kind = SV_RV, .i = rv};
+  dg_status tmp;
+  dg_block *b = sched_rv_block(s, &v, "block", &tmp);
+  return !b ? -1 : write ? b->n_writes : b->n_reads;
+}

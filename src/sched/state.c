@@ -157,6 +157,15 @@ dg_block *sched_rv_block(sched *s, const sched_val *v, const char *what, dg_stat
   return b;
 }
 
+bool sched_rv_stale(sched *s, int rv) {
+  if (rv < 0 || rv >= s->n_rvs) return false;
+  const sched_rv *r = &s->rvs[rv];
+  sched_path p;
+  if (r->kind == SCHED_RV_BLOCK) return !sched_locate_block(s->f, r->block, &p);
+  if (r->kind == SCHED_RV_LOOP && r->loop) return !sched_locate_stmt(s->f, r->loop, &p);
+  return false;
+}
+
 dg_stmt *sched_rv_loop(sched *s, const sched_val *v, const char *what, dg_status *st) {
   if (!rv_check(s, v, SCHED_RV_LOOP, what, st)) return NULL;
   dg_stmt *l = s->rvs[v->i].loop;

@@ -478,7 +478,11 @@ static void writer_step(writer *w) {
     stats->mask_secs += dg_now() - t0;
     stats->n_masks++;
     if (n == 0) {
-      w->ok = dg_fail(&w->st, DG_ERR_RUNTIME, "tsel decode: no token may follow (the checker is stuck)");
+      size_t len;
+      const char *text = tsel_prefix_text(p, &len), *line = text + len;
+      while (line > text && line[-1] != '\n') line--;
+      w->ok = dg_fail(&w->st, DG_ERR_RUNTIME, "tsel decode: no token may follow '%.*s' (the checker is stuck)",
+                      (int)(text + len - line > 200 ? 200 : text + len - line), line);
       break;
     }
     const float *logits = row_logits(d);
