@@ -384,6 +384,49 @@ static char *gemm_tiling_graph(const char *spec, const char *ti, const char *tj,
   return dg_str_take(&t);
 }
 
+/* A graph the model wrote for a test gemv: its copy t18, annotated for a
+ * cooperative fetch (t23), inlined at t30. Only the postprocessors refuse
+ * it ("an annotated copy block is gone"); the blame goes to the inline,
+ * which the guard takes back with everything after it. */
+DG_TEST(eval_guard_blames_an_inlined_copy_on_its_inline) {
+  const char *spec = "gemv:n=8297,k=6144,dtype=f32";
+  const char *text =
+      "tsel 1 kernel gemv:n=8297,k=6144,dtype=f32\n"
+      "t1 block \"C\"\nt2 block \"root\"\nt3 annotate t1 tiling \"SSSRRSRS\"\nt4 loops t1 x2\n"
+      "t5 tile t4.0 [1 1 1 8297 1] max=64\nt6 tile t5.0 [1 1 1 1] max=64\nt7 tile t5.1 [1 1 1 1] max=64\n"
+      "t8 tile t5.3 [8297 1] max=64\nt9 reorder t6.0 t7.0 t5.2 t6.1 t7.1 t5.4\nt10 tile t5.2 [1 1 1] max=64\n"
+      "t11 reorder t6.0 t7.0 t8.0 t5.4\n"
+      "t12 reorder t6.0 t7.0 t5.4 t6.1 t7.1 t10.0 t6.2 t7.3 t8.1 t6.3 t7.2 t8.0 t10.1 t10.2 t4.1\n"
+      "t13 fuse_bind t6.0 t7.0 blockIdx.x\nt14 fuse_bind t5.4 t6.1 t7.1 threadIdx.x\n"
+      "t15 fuse_bind t6.2 t7.3 t8.1 t6.3 t7.2 t8.0 blockIdx.x\nt16 fuse_bind t10.1 t10.2 threadIdx.x\n"
+      "t17 annotate t2 \"warp_execution\" 1\nt18 cache_read_at t1 0 shared t10.0\nt19 loops t18 x5\n"
+      "t20 fuse t4.1\nt21 loops t18 x5\nt22 fuse t21.4\nt23 coop t18 [1 2 3 4] =4\n"
+      "t24 cache_read_at t1 1 shared t10.0\nt25 loops t1 x6\nt26 fuse t25.5\n"
+      "t27 annotate t24 \"tirx.manifest_shared_memory_local_stage\" 1\nt28 annotate t24 \"double_buffer_scope\" 0\n"
+      "t29 annotate t1 \"warp_execution\" 1\nt30 inline t18\nt31 unroll_steps t2 [0 16 64 512 1024] =512\n"
+      "t32 postproc default\n";
+  dg_status st;
+  dg_func *f = wl_build(spec, &st);
+  CHECK_MSG(f, "%s", st.msg);
+  if (!f) return;
+  eval_guard g = {f, spec};
+  int back_to = 0;
+  tsel_tile_narrowing nw = {0};
+  CHECK(!eval_guard_line(&g, text, strlen(text), true, &back_to, &nw));
+  CHECK_EQ(back_to, 30);
+  tsel_graph *gr = tsel_parse(text, NULL, &st);
+  CHECK_MSG(gr, "%s", st.msg);
+  CHECK_EQ(tsel_copy_gone_blame(gr), 30);
+  tsel_graph_free(gr);
+  /* an inline of a copy that no coop named is no such blame */
+  gr = tsel_parse("tsel 1 kernel gemv:n=8297,k=6144,dtype=f32\nt1 block \"C\"\n"
+                  "t2 cache_read t1 0 shared [t1]\nt3 inline t2\n", NULL, &st);
+  CHECK_MSG(gr, "%s", st.msg);
+  CHECK_EQ(tsel_copy_gone_blame(gr), 0);
+  tsel_graph_free(gr);
+  ir_func_free(f);
+}
+
 /* A graph a model wrote for gemm m=896 n=64 k=8192 (validation split):
  * its shared stages, pipelined four deep, need 65,536 bytes, past the 48 KiB
  * VerifyGPUCode allows; the guard refuses its postproc line and blames the

@@ -59,6 +59,10 @@ int tsel_widest_tile(const tsel_graph *g, int64_t *inner);
  * the block too few); else the widest tile with its cap; 0 where no tile
  * has an inner extent above 1. */
 int tsel_shared_blame(const tsel_graph *g, int64_t bytes, int64_t limit, int64_t *cap);
+/* Where RewriteCooperativeFetch finds a copy annotated for a cooperative
+ * fetch gone: the latest inline or reverse_inline of a handle that a
+ * `coop` (or an annotate of its key) named; 0 where none is. */
+int tsel_copy_gone_blame(const tsel_graph *g);
 /* Which factor of tile edit `tile` (from 0) makes loops bound to
  * threadIdx, with its value in *value; -1 where none does. */
 int tsel_thread_factor(const tsel_graph *g, int tile, int64_t *value);

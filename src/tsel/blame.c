@@ -12,6 +12,9 @@
  * extents (a stage's region under its compute-at loop); the guard blames
  * the widest tile and caps it, and a block with threads out of bounds has
  * the blamed tile's thread factor narrowed (tsel_prefix_narrow_tile).
+ *
+ * A copy annotated for a cooperative fetch and later inlined is refused
+ * only by the postprocessors at the end: the blame goes to the inline.
  */
 #include <math.h>
 #include <string.h>
@@ -221,4 +224,29 @@ int tsel_thread_factor(const tsel_graph *g, int tile, int64_t *value) {
     return k;
   }
   return -1;
+}
+
+static bool same_ref(const tsel_val *a, const tsel_val *b) {
+  return a->kind == TV_REF && b->kind == TV_REF && a->i == b->i && a->sub == b->sub;
+}
+
+/* Whether edit e annotates its first operand for a cooperative fetch. */
+static bool marks_coop(const tsel_edit *e) {
+  if (e->op == TSEL_OP_COOP) return e->n_args > 0;
+  if (e->op != TSEL_OP_ANNOTATE || e->n_args < 2) return false;
+  const tsel_val *k = &e->args[1];
+  const char *key = k->kind == TV_WORD ? tsel_ann_full(k->s) : k->kind == TV_STR ? k->s : NULL;
+  return key && strcmp(key, "meta_schedule.cooperative_fetch") == 0;
+}
+
+int tsel_copy_gone_blame(const tsel_graph *g) {
+  for (int n = g->n_edits; n >= 1; n--) {
+    const tsel_edit *e = &g->edits[n - 1];
+    if ((e->op != TSEL_OP_INLINE && e->op != TSEL_OP_REVERSE_INLINE) || e->n_args < 1) continue;
+    for (int m = 1; m < n; m++) {
+      const tsel_edit *a = &g->edits[m - 1];
+      if (marks_coop(a) && same_ref(&a->args[0], &e->args[0])) return n;
+    }
+  }
+  return 0;
 }
