@@ -1083,6 +1083,20 @@ static bool narrowed(const char *text) {
   return n;
 }
 
+/* Whether the graph checks and replays on the kernel (the road's gates up
+ * to the replay), and if not why. */
+static bool graph_replays(const char *text, const dg_func *k, char *why, size_t n) {
+  eval_score_opts o;
+  memset(&o, 0, sizeof o);
+  o.kernel = k;
+  o.last = EVAL_GATE_REPLAY;
+  eval_score sc;
+  bool ok = eval_score_tsel(text, "graph", &o, &sc);
+  if (!ok && why) snprintf(why, n, "%.200s", sc.reason);
+  eval_score_free(&sc);
+  return ok;
+}
+
 /* The narrowings from the replay: the line of the refused byte (at) names
  * a handle and the graph up to and with it does not replay (a loop that is
  * stale, not plain or not the only child of the one before it in a fuse, a
@@ -1109,13 +1123,7 @@ static bool replay_narrowed(const char *text, const dg_func *k, size_t at) {
   char *head = dg_malloc(hn + 1);
   memcpy(head, text, hn);
   head[hn] = 0;
-  eval_score_opts o;
-  memset(&o, 0, sizeof o);
-  o.kernel = k;
-  o.last = EVAL_GATE_REPLAY;
-  eval_score sc;
-  bool replays = eval_score_tsel(head, "graph", &o, &sc);
-  eval_score_free(&sc);
+  bool replays = graph_replays(head, k, NULL, 0);
   free(head);
   return !replays;
 }
@@ -2223,23 +2231,7 @@ DG_TEST(tsel_prefix_loops_count_from_the_replay) {
   ir_func_free(k);
 }
 
-/* Whether the graph checks and replays on the kernel, and if not why. */
-static bool graph_replays(const char *text, dg_func *k, char *why, size_t n) {
-  if (!graph_checks(text, k, TSEL_TARGET_CUDA, why, n)) return false;
-  dg_status st;
-  tsel_graph *g = tsel_parse(text, NULL, &st);
-  sched_trace *t = g ? tsel_lower(g, &st) : NULL;
-  bool ok = false;
-  if (t) {
-    sched *s = sched_new(k, 0);
-    ok = sched_replay(s, t, false, false, &st);
-    sched_free(s);
-  }
-  if (!ok) snprintf(why, n, "%.200s", st.msg);
-  sched_trace_free(t);
-  tsel_graph_free(g);
-  return ok;
-}
+static tsel_prefix *fed_prefix(const char *spec, const char *body, dg_func **k);
 
 /* Where the replay refuses a handle, the mask does too, and only there: a
  * loop a compute_at regenerated, a compute_at or a cache copy's location
@@ -2249,9 +2241,7 @@ static bool graph_replays(const char *text, dg_func *k, char *why, size_t n) {
  * the replay's (checked here too), and the mask's at the line's end. */
 DG_TEST(tsel_prefix_refuses_what_the_replay_refuses) {
   const char *spec = "conv2d_bias_bn_relu:n=1,h=8,w=8,ci=16,co=16,kernel=3,stride=1,pad=1,dilation=1,dtype=f32";
-  const char *head = "tsel 1 kernel conv2d_bias_bn_relu:n=1,h=8,w=8,ci=16,co=16,kernel=3,stride=1,pad=1,"
-                     "dilation=1,dtype=f32\n"
-                     "t1 block \"PaddedInput\"\n"
+  const char *body = "t1 block \"PaddedInput\"\n"
                      "t2 block \"Conv2dOutput\"\n"
                      "t3 block \"bias_add\"\n"
                      "t4 block \"compute\"\n"
@@ -2284,21 +2274,17 @@ DG_TEST(tsel_prefix_refuses_what_the_replay_refuses) {
       {"t9 producers t3 x1\n", true},
       {"t9 producers t5 x1\n", false}, /* the root has none */
   };
-  dg_status st;
-  dg_func *k = wl_build(spec, &st);
-  CHECK_MSG(k, "%s", st.msg);
-  if (!k) return;
-  tsel_prefix *p = tsel_prefix_new(k, spec, TSEL_TARGET_CUDA, &st);
-  CHECK_MSG(p, "%s", st.msg);
+  dg_func *k = NULL;
+  tsel_prefix *p = fed_prefix(spec, body, &k);
+  CHECK(p);
   if (!p) {
     ir_func_free(k);
     return;
   }
-  CHECK(first_refused(p, head, strlen(head)) == -1);
   tsel_prefix *q = tsel_prefix_save(p);
   for (size_t i = 0; i < DG_ARRAY_LEN(cases); i++) {
     char why[256] = "", text[2048];
-    snprintf(text, sizeof text, "%s%s", head, cases[i].line);
+    snprintf(text, sizeof text, "tsel 1 kernel %s\n%s%s", spec, body, cases[i].line);
     bool replays = graph_replays(text, k, why, sizeof why);
     CHECK_MSG(replays == cases[i].ok, "%s: the replay %s (%s)", cases[i].line,
               replays ? "takes it" : "refuses it", why);

@@ -920,7 +920,7 @@ static bool at_fits(const P *p, pctx *c, const pref *b, const pref *l, bool reve
     int8_t *vals = dg_calloc((size_t)cap, sizeof *vals);
     for (int i = 0; i < c->at_cap; i++)
       if (c->at_keys[i]) {
-        int j = (int)(c->at_keys[i] * UINT64_C(0x9E3779B97F4A7C15) >> 40) & (cap - 1);
+        int j = (int)(dg_hash_combine(0, c->at_keys[i]) & (uint64_t)(cap - 1));
         while (keys[j]) j = (j + 1) & (cap - 1);
         keys[j] = c->at_keys[i], vals[j] = c->at_vals[i];
       }
@@ -928,7 +928,7 @@ static bool at_fits(const P *p, pctx *c, const pref *b, const pref *l, bool reve
     free(c->at_vals);
     c->at_keys = keys, c->at_vals = vals, c->at_cap = cap;
   }
-  int j = (int)(key * UINT64_C(0x9E3779B97F4A7C15) >> 40) & (c->at_cap - 1);
+  int j = (int)(dg_hash_combine(0, key) & (uint64_t)(c->at_cap - 1));
   while (c->at_keys[j] && c->at_keys[j] != key) j = (j + 1) & (c->at_cap - 1);
   if (!c->at_keys[j]) {
     c->at_keys[j] = key;
@@ -952,6 +952,15 @@ static bool block_movable(const P *p, pctx *c, const pref *b, bool reverse) {
     m->at_any[reverse] = any;
   }
   return m->at_any[reverse];
+}
+
+/* Whether the scratch's copy may go under loop ref i, asked once. */
+static bool copy_loop_fits(const pctx *c, copy_scratch *x, int i) {
+  if (x->ok[i] < 0) {
+    int rv = c->refs[i].rv, at = rv < x->n_map ? x->map[rv] : -1;
+    x->ok[i] = (int8_t)(at < 0 || sched_compute_at_fits(x->s, x->copy_rv, at, x->write));
+  }
+  return x->ok[i];
 }
 
 /* cache_read_at / cache_write_at tB I SCOPE L: whether the copy block the
@@ -1003,19 +1012,10 @@ static bool copy_fits(const P *p, pctx *c, const S *s, const pref *l) {
     memset(x->ok, -1, (size_t)(c->n_refs ? c->n_refs : 1));
     for (int i = 0; x->replayed && i < c->n_refs && !x->any; i++) {
       const pref *r = &c->refs[i];
-      if (r->kind != SCHED_RV_LOOP || !r->live || ref_stale(p, c, r)) continue;
-      int at = r->rv < x->n_map ? x->map[r->rv] : -1;
-      x->ok[i] = (int8_t)(at < 0 || sched_compute_at_fits(x->s, x->copy_rv, at, write));
-      x->any = x->ok[i];
+      x->any = r->kind == SCHED_RV_LOOP && r->live && !ref_stale(p, c, r) && copy_loop_fits(c, x, i);
     }
   }
-  if (!x->replayed || !x->any) return true;
-  int i = (int)(l - c->refs);
-  if (x->ok[i] < 0) {
-    int at = l->rv < x->n_map ? x->map[l->rv] : -1;
-    x->ok[i] = (int8_t)(at < 0 || sched_compute_at_fits(x->s, x->copy_rv, at, write));
-  }
-  return x->ok[i];
+  return !x->replayed || !x->any || copy_loop_fits(c, x, (int)(l - c->refs));
 }
 
 /* Whether a block of the graph so far is annotated with a multi-level
