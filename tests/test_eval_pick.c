@@ -911,3 +911,100 @@ DG_TEST(gpu_eval_times_the_labels) {
   dg_str_free(&graphs);
   dg_str_free(&specs);
 }
+
+/* ---- a batch's data made while its graphs are written ----------------- */
+
+#include <glob.h>
+#include <unistd.h>
+
+/* This process's measurement data files (inputs and references). */
+static int tune_data_files(void) {
+  char pat[96];
+  snprintf(pat, sizeof pat, "/tmp/dragon-tune-%ld-*", (long)getpid());
+  glob_t g;
+  int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+  globfree(&g);
+  return n;
+}
+
+typedef struct {
+  const char *good; /* GMM's graph */
+  int want;         /* data files the writer waits for */
+  bool saw;         /* they were there while it wrote */
+} slow_writer;
+
+/* Writes GMM's graph for GMM's task, none for the others, but first waits
+ * (up to 60 s) for the batch's data files: made meanwhile, they come; made
+ * by the judging after the writing, they never do. */
+static void write_after_data(void *ctx, const dg_func *const *f, const char *const *specs, const char *const *priors,
+                             const uint64_t *seeds, int n, char **texts, int64_t *tokens, dg_status *sts) {
+  (void)f, (void)priors, (void)seeds;
+  slow_writer *w = ctx;
+  for (int i = 0; i < 6000 && tune_data_files() < w->want; i++) usleep(10000);
+  w->saw = tune_data_files() >= w->want;
+  for (int i = 0; i < n; i++) {
+    tokens[i] = 0;
+    texts[i] = strcmp(specs[i], GMM) == 0 ? dg_strdup(w->good) : NULL;
+    if (!texts[i]) dg_fail(&sts[i], DG_ERR_PARSE, "no graph for %s", specs[i]);
+  }
+}
+
+/* On the GPU, with one writer, the workloads' data (inputs and float64
+ * references, made on the CPU) is made while the batch's graphs are
+ * written, not after: the judging then finds it made. Runs where NVRTC is
+ * (without a GPU every measurement fails with the worker's reason, after
+ * the data is made). */
+DG_TEST(eval_run_makes_a_batch_data_while_it_is_written) {
+  dg_status st;
+  if (!rt_nvrtc_available(&st)) {
+    SKIP("NVRTC is not here: %s", st.msg);
+  }
+  dg_func *f = wl_build(GMM, &st);
+  CHECK_MSG(f, "%s", st.msg);
+  char *good = f ? ts_graph_of("schedules/GMM.json", GMM, f) : NULL;
+  CHECK(good);
+  search_cuda_measure m = {3, 10, 1, NULL};
+  m.threads = 2;
+  m.allow_no_gpu = true;
+  CHECK_MSG(good && search_cuda_measure_init(&m, &st), "%s", st.msg);
+  if (!m.state) {
+    free(good);
+    ir_func_free(f);
+    return;
+  }
+  const char *specs[] = {GMM, "softmax:m=64,n=96,dtype=f32"};
+  slow_writer w = {good, tune_data_files() + 2, false};
+  FILE *progress = tmpfile();
+  eval_run_opts o;
+  memset(&o, 0, sizeof o);
+  o.specs = specs;
+  o.n = 2;
+  o.write_group = write_after_data;
+  o.write_ctx = &w;
+  o.write_group_size = 2;
+  o.write_threads = 1;
+  o.gpu = &m;
+  o.threads = 2;
+  o.progress = progress;
+  eval_result r;
+  CHECK_MSG(eval_run(&o, &r, &st), "%s", st.msg);
+  CHECK_MSG(w.saw, "the batch's data was not made while it was written");
+  CHECK_EQ(r.n, 2);
+  if (r.n == 2) {
+    CHECK_EQ(r.tasks[1].gate, EVAL_GATE_PARSE);
+    CHECK_MSG(rt_cuda_available(&st) ? r.tasks[0].gate == EVAL_PASSED : strstr(r.tasks[0].reason, "cuda") != NULL,
+              "%s", r.tasks[0].reason);
+  }
+  /* the judging made no data of its own */
+  CHECK_EQ(tune_data_files(), w.want);
+  char text[4096] = "";
+  rewind(progress);
+  size_t len = fread(text, 1, sizeof text - 1, progress);
+  text[len] = 0;
+  CHECK_MSG(strstr(text, "tasks 1 to 2: their data made in"), "%s", text);
+  fclose(progress);
+  eval_result_free(&r);
+  search_cuda_measure_free(&m);
+  free(good);
+  ir_func_free(f);
+}

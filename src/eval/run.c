@@ -262,6 +262,57 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
   return ok;
 }
 
+/* On the GPU with one writer, the workloads' data (their inputs and
+ * float64 references, compiled C run on the CPU) of the first two batches
+ * a group of graphs is written for (the 64 the measurement keeps) is made
+ * while the model writes the group on the GPU, and kept for the judging
+ * (search_cuda_measure_prepare), which otherwise waited for it with the
+ * GPU idle. Nothing else uses o->gpu meanwhile: the judging starts after
+ * prepare_finish. */
+enum { PREPARED = 2 * EVAL_BATCH };
+typedef struct {
+  const eval_run_opts *o;
+  int lo, hi;
+  rt_tasks *tk;
+  double secs, build0, run0;
+} batch_data;
+
+static void prepare_on_thread(void *p, int i) {
+  (void)i;
+  batch_data *d = p;
+  const eval_run_opts *o = d->o;
+  dg_func *f[PREPARED];
+  int n = 0;
+  double t0 = dg_now();
+  for (int k = d->lo; k < d->hi; k++) {
+    dg_status st;
+    /* a spec that does not build is reported by the judging */
+    if (!(o->done && o->done[k]) && (f[n] = wl_build(o->specs[k], &st))) n++;
+  }
+  search_cuda_measure_prepare(o->gpu, (const dg_func *const *)f, n);
+  for (int k = 0; k < n; k++) ir_func_free(f[k]);
+  d->secs = dg_now() - t0;
+}
+
+static void prepare_start(const eval_run_opts *o, int lo, int hi, batch_data *d) {
+  *d = (batch_data){o, lo, hi, NULL, 0, o->gpu->stats.t_data_build, o->gpu->stats.t_data_run};
+  d->tk = rt_tasks_start(1, 1, prepare_on_thread, d);
+}
+
+static void prepare_finish(batch_data *d, double t_writing) {
+  if (!d->tk) return;
+  double t0 = dg_now();
+  rt_tasks_free(d->tk);
+  d->tk = NULL;
+  const eval_run_opts *o = d->o;
+  if (o->progress)
+    fprintf(o->progress,
+            "tasks %d to %d: their data made in %.1f s while their graphs were written in %.1f s (waited "
+            "%.1f s more; references compiled in %.1f and run in %.1f thread-s)\n",
+            d->lo + 1, d->hi, d->secs, t_writing, dg_now() - t0, o->gpu->stats.t_data_build - d->build0,
+            o->gpu->stats.t_data_run - d->run0);
+}
+
 static void write_progress(const eval_run_opts *o, int done, int n, double secs) {
   if (!o->progress) return;
   fprintf(o->progress, "written %d of %d (%.1f s, ETA %.0f s)\n", done, n, secs,
@@ -325,6 +376,10 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
     eval_task *t = &out->tasks[i];
     bool resumed = o->done && o->done[i];
     int hi = i + EVAL_BATCH < o->n ? i + EVAL_BATCH : o->n;
+    batch_data data = {0};
+    double t_batch = t_writing;
+    if (batched && i % EVAL_BATCH == 0 && next_group < groups && wc.unwritten[next_group * wc.size] < hi)
+      prepare_start(o, i, i + PREPARED < o->n ? i + PREPARED : o->n, &data);
     for (; batched && i % EVAL_BATCH == 0 && next_group < groups &&
            wc.unwritten[next_group * wc.size] < hi;
          next_group++) {
@@ -334,6 +389,7 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
       written_n += n_unwritten - next_group * wc.size < wc.size ? n_unwritten - next_group * wc.size : wc.size;
       write_progress(o, written_n, n_unwritten, t_writing);
     }
+    prepare_finish(&data, t_writing - t_batch);
     if (batched && i % EVAL_BATCH == 0 &&
         !judge_batch(o, i, i + EVAL_BATCH < o->n ? i + EVAL_BATCH : o->n, out->tasks, ahead, st)) {
       dg_status_prefix(st, "tasks %d to %d", i + 1, i + EVAL_BATCH < o->n ? i + EVAL_BATCH : o->n);
