@@ -949,12 +949,13 @@ static void write_after_data(void *ctx, const dg_func *const *f, const char *con
   }
 }
 
-/* On the GPU, with one writer, the workloads' data (inputs and float64
- * references, made on the CPU) is made while the batch's graphs are
- * written, not after: the judging then finds it made. Runs where NVRTC is
- * (without a GPU every measurement fails with the worker's reason, after
- * the data is made). */
-DG_TEST(eval_run_makes_a_batch_data_while_it_is_written) {
+/* On the GPU the workloads' data (inputs and float64 references, made on
+ * the CPU) is made ahead: the first batch's while its graphs are written,
+ * the next batch's while the one before is judged, each kept before its
+ * own judging, which then makes none. Runs where NVRTC is (without a GPU
+ * every measurement fails with the worker's reason, after the data is
+ * made). */
+DG_TEST(eval_run_makes_a_batch_data_ahead) {
   dg_status st;
   if (!rt_nvrtc_available(&st)) {
     SKIP("NVRTC is not here: %s", st.msg);
@@ -972,36 +973,44 @@ DG_TEST(eval_run_makes_a_batch_data_while_it_is_written) {
     ir_func_free(f);
     return;
   }
-  const char *specs[] = {GMM, "softmax:m=64,n=96,dtype=f32"};
-  slow_writer w = {good, tune_data_files() + 2, false};
+  /* two batches: GMM's 32 tasks (one workload), then a softmax */
+  enum { N = 33 };
+  const char *specs[N];
+  for (int i = 0; i < N - 1; i++) specs[i] = GMM;
+  specs[N - 1] = "softmax:m=64,n=96,dtype=f32";
+  int before = tune_data_files();
+  slow_writer w = {good, before + 1, false};
   FILE *progress = tmpfile();
   eval_run_opts o;
   memset(&o, 0, sizeof o);
   o.specs = specs;
-  o.n = 2;
+  o.n = N;
   o.write_group = write_after_data;
   o.write_ctx = &w;
-  o.write_group_size = 2;
+  o.write_group_size = N;
   o.write_threads = 1;
   o.gpu = &m;
   o.threads = 2;
   o.progress = progress;
   eval_result r;
   CHECK_MSG(eval_run(&o, &r, &st), "%s", st.msg);
-  CHECK_MSG(w.saw, "the batch's data was not made while it was written");
-  CHECK_EQ(r.n, 2);
-  if (r.n == 2) {
-    CHECK_EQ(r.tasks[1].gate, EVAL_GATE_PARSE);
+  CHECK_MSG(w.saw, "the first batch's data was not made while it was written");
+  CHECK_EQ(r.n, N);
+  if (r.n == N) {
+    CHECK_EQ(r.tasks[N - 1].gate, EVAL_GATE_PARSE);
     CHECK_MSG(rt_cuda_available(&st) ? r.tasks[0].gate == EVAL_PASSED : strstr(r.tasks[0].reason, "cuda") != NULL,
               "%s", r.tasks[0].reason);
   }
-  /* the judging made no data of its own */
-  CHECK_EQ(tune_data_files(), w.want);
-  char text[4096] = "";
+  /* each workload's data made once, ahead of its judging */
+  CHECK_EQ(tune_data_files(), before + 2);
+  static char text[65536];
   rewind(progress);
   size_t len = fread(text, 1, sizeof text - 1, progress);
   text[len] = 0;
-  CHECK_MSG(strstr(text, "tasks 1 to 2: their data made in"), "%s", text);
+  const char *first = strstr(text, "tasks 1 to 32: their data made ahead"),
+             *judged = strstr(text, "judged tasks 1 to 32"),
+             *second = strstr(text, "tasks 33 to 33: their data made ahead");
+  CHECK_MSG(first && judged && second && first < judged && judged < second, "%s", text);
   fclose(progress);
   eval_result_free(&r);
   search_cuda_measure_free(&m);

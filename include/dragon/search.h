@@ -551,6 +551,16 @@ void search_cuda_measure_free(search_cuda_measure *m);
  * whose file cannot be made is tried again, and its candidates fail with
  * the reason, when it is measured. */
 void search_cuda_measure_prepare(search_cuda_measure *m, const dg_func *const *f, int n);
+/* The same in two halves, so that the files are made on threads while m
+ * measures other workloads: start reads what m keeps and starts the
+ * threads (the first 32 distinct workloads of f, copied); finish, called
+ * where m is not measuring, waits for them and keeps what they made (a
+ * workload m kept meanwhile keeps its own file). The threads touch m only
+ * to read its seed. NULL from start (no measurement set up, n <= 0) is
+ * finished as nothing. */
+typedef struct search_cuda_data search_cuda_data;
+search_cuda_data *search_cuda_measure_prepare_start(search_cuda_measure *m, const dg_func *const *f, int n);
+void search_cuda_measure_prepare_finish(search_cuda_measure *m, search_cuda_data *x);
 void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, int n,
                          search_measure_result *out, const search_measure_sink *sink);
 /* As search_measure_cuda, for candidates of many workloads (f[i] is

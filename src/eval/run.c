@@ -262,55 +262,47 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
   return ok;
 }
 
-/* On the GPU with one writer, the workloads' data (their inputs and
- * float64 references, compiled C run on the CPU) of the first two batches
- * a group of graphs is written for (the 64 the measurement keeps) is made
- * while the model writes the group on the GPU, and kept for the judging
- * (search_cuda_measure_prepare), which otherwise waited for it with the
- * GPU idle. Nothing else uses o->gpu meanwhile: the judging starts after
- * prepare_finish. */
-enum { PREPARED = 2 * EVAL_BATCH };
+/* On the GPU, a batch's workloads' data (their inputs and float64
+ * references, compiled C run on the CPU) is made ahead: the first batch's
+ * while the model writes it, each next one's while the batch before it is
+ * judged (search_cuda_measure_prepare_start), and kept just before its
+ * own judging (prepare_finish), which otherwise waited for it with the GPU
+ * idle. A workload of the batch being judged is left to that judging. */
 typedef struct {
-  const eval_run_opts *o;
-  int lo, hi;
-  rt_tasks *tk;
-  double secs, build0, run0;
+  search_cuda_data *x;
+  int lo, hi; /* its tasks */
 } batch_data;
 
-static void prepare_on_thread(void *p, int i) {
-  (void)i;
-  batch_data *d = p;
-  const eval_run_opts *o = d->o;
-  dg_func *f[PREPARED];
+static bool spec_in(const eval_run_opts *o, const char *spec, int lo, int hi) {
+  for (int k = lo; k < hi; k++)
+    if (strcmp(o->specs[k], spec) == 0) return true;
+  return false;
+}
+
+static void data_ahead_start(const eval_run_opts *o, int lo, int hi, int skip_lo, int skip_hi, batch_data *d) {
+  dg_func *f[EVAL_BATCH] = {0};
   int n = 0;
-  double t0 = dg_now();
-  for (int k = d->lo; k < d->hi; k++) {
+  for (int k = lo; k < hi && n < EVAL_BATCH; k++) {
     dg_status st;
-    /* a spec that does not build is reported by the judging */
-    if (!(o->done && o->done[k]) && (f[n] = wl_build(o->specs[k], &st))) n++;
+    /* a spec that does not build is reported by its judging */
+    if (!(o->done && o->done[k]) && !spec_in(o, o->specs[k], skip_lo, skip_hi) &&
+        (f[n] = wl_build(o->specs[k], &st)))
+      n++;
   }
-  search_cuda_measure_prepare(o->gpu, (const dg_func *const *)f, n);
+  *d = (batch_data){search_cuda_measure_prepare_start(o->gpu, (const dg_func *const *)f, n), lo, hi};
   for (int k = 0; k < n; k++) ir_func_free(f[k]);
-  d->secs = dg_now() - t0;
 }
 
-static void prepare_start(const eval_run_opts *o, int lo, int hi, batch_data *d) {
-  *d = (batch_data){o, lo, hi, NULL, 0, o->gpu->stats.t_data_build, o->gpu->stats.t_data_run};
-  d->tk = rt_tasks_start(1, 1, prepare_on_thread, d);
-}
-
-static void prepare_finish(batch_data *d, double t_writing) {
-  if (!d->tk) return;
-  double t0 = dg_now();
-  rt_tasks_free(d->tk);
-  d->tk = NULL;
-  const eval_run_opts *o = d->o;
+static void data_ahead_finish(const eval_run_opts *o, batch_data *d) {
+  if (!d->x) return;
+  double t0 = dg_now(), b0 = o->gpu->stats.t_data_build, r0 = o->gpu->stats.t_data_run;
+  search_cuda_measure_prepare_finish(o->gpu, d->x);
+  d->x = NULL;
   if (o->progress)
     fprintf(o->progress,
-            "tasks %d to %d: their data made in %.1f s while their graphs were written in %.1f s (waited "
-            "%.1f s more; references compiled in %.1f and run in %.1f thread-s)\n",
-            d->lo + 1, d->hi, d->secs, t_writing, dg_now() - t0, o->gpu->stats.t_data_build - d->build0,
-            o->gpu->stats.t_data_run - d->run0);
+            "tasks %d to %d: their data made ahead (waited %.1f s for it; references compiled in %.1f and run in "
+            "%.1f thread-s)\n",
+            d->lo + 1, d->hi, dg_now() - t0, o->gpu->stats.t_data_build - b0, o->gpu->stats.t_data_run - r0);
 }
 
 static void write_progress(const eval_run_opts *o, int done, int n, double secs) {
@@ -372,14 +364,15 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
   }
   bool ok = true;
   bool batched = o->gpu && ahead;
+  batch_data data = {0};
   for (int i = 0; i < o->n && ok; i++) {
     eval_task *t = &out->tasks[i];
     bool resumed = o->done && o->done[i];
     int hi = i + EVAL_BATCH < o->n ? i + EVAL_BATCH : o->n;
-    batch_data data = {0};
-    double t_batch = t_writing;
-    if (batched && i % EVAL_BATCH == 0 && next_group < groups && wc.unwritten[next_group * wc.size] < hi)
-      prepare_start(o, i, i + PREPARED < o->n ? i + PREPARED : o->n, &data);
+    bool batch_start = batched && i % EVAL_BATCH == 0;
+    /* where the batch's graphs are still to write, its data is made meanwhile */
+    if (batch_start && !data.x && next_group < groups && wc.unwritten[next_group * wc.size] < hi)
+      data_ahead_start(o, i, hi, 0, 0, &data);
     for (; batched && i % EVAL_BATCH == 0 && next_group < groups &&
            wc.unwritten[next_group * wc.size] < hi;
          next_group++) {
@@ -389,9 +382,11 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
       written_n += n_unwritten - next_group * wc.size < wc.size ? n_unwritten - next_group * wc.size : wc.size;
       write_progress(o, written_n, n_unwritten, t_writing);
     }
-    prepare_finish(&data, t_writing - t_batch);
-    if (batched && i % EVAL_BATCH == 0 &&
-        !judge_batch(o, i, i + EVAL_BATCH < o->n ? i + EVAL_BATCH : o->n, out->tasks, ahead, st)) {
+    if (batch_start) {
+      data_ahead_finish(o, &data);
+      if (hi < o->n) data_ahead_start(o, hi, hi + EVAL_BATCH < o->n ? hi + EVAL_BATCH : o->n, i, hi, &data);
+    }
+    if (batch_start && !judge_batch(o, i, hi, out->tasks, ahead, st)) {
       dg_status_prefix(st, "tasks %d to %d", i + 1, i + EVAL_BATCH < o->n ? i + EVAL_BATCH : o->n);
       out->t_total = dg_now() - t_start;
       ok = false;
@@ -435,6 +430,7 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
       fflush(o->progress);
     }
   }
+  data_ahead_finish(o, &data); /* a run stopped before the batch made ahead */
   if (ahead) {
     for (int i = 0; i < o->n; i++) free(ahead[i].graph);
     free(ahead);

@@ -42,6 +42,11 @@ typedef struct {
 } data_file;
 
 enum { DATA_FILES = 64 }; /* kept at once; the least recently used goes */
+/* Workloads whose data files one round of search_measure_cuda_many uses at
+ * most, and one prepare_start makes: well within those kept, so none is
+ * dropped while its candidates wait in the round, nor when a batch
+ * prepared while the round measures is kept after it. */
+enum { MANY_WORKLOADS = DATA_FILES / 2 };
 
 struct search_cuda_measure_state {
   struct rt_worker_pool *pool;
@@ -208,7 +213,7 @@ static void data_start(search_cuda_measure *m, const dg_func *const *f, const ui
 
 /* Waits for the files still being made, keeps those made for later calls
  * (a failed one goes: it is made again, and reported, when its workload is
- * measured) and frees d. */
+ * measured; one kept meanwhile by a measurement goes too) and frees d. */
 static void data_finish(search_cuda_measure *m, const uint64_t *hs, round_data *d) {
   if (d->tasks) rt_tasks_free(d->tasks);
   if (d->n_tasks > 0) m->stats.t_data += (d->t_ready > d->t0 ? d->t_ready : dg_now()) - d->t0;
@@ -216,7 +221,7 @@ static void data_finish(search_cuda_measure *m, const uint64_t *hs, round_data *
     int w = d->task_w[t];
     m->stats.t_data_build += d->secs[w][0];
     m->stats.t_data_run += d->secs[w][1];
-    if (d->ok[w]) data_keep(m->state, hs[w], d->path[w]);
+    if (d->ok[w] && !data_find(m->state, hs[w])) data_keep(m->state, hs[w], d->path[w]);
     else unlink(d->path[w]);
   }
   free(d->path);
@@ -227,23 +232,40 @@ static void data_finish(search_cuda_measure *m, const uint64_t *hs, round_data *
   free(d->task_w);
 }
 
-void search_cuda_measure_prepare(search_cuda_measure *m, const dg_func *const *f, int n) {
-  if (!m->state || n <= 0) return;
-  /* the workloads, each once, no more than are kept at once */
-  const dg_func **wl = dg_malloc(sizeof *wl * (size_t)n);
-  uint64_t *hs = dg_malloc(sizeof *hs * (size_t)n);
-  int nw = 0;
-  for (int i = 0; i < n && nw < DATA_FILES; i++) {
+struct search_cuda_data {
+  dg_func **wl; /* (nw) the workloads, each once, copies */
+  uint64_t *hs;
+  int nw;
+  round_data d;
+};
+
+search_cuda_data *search_cuda_measure_prepare_start(search_cuda_measure *m, const dg_func *const *f, int n) {
+  if (!m->state || n <= 0) return NULL;
+  /* the workloads, each once, no more than a round measures at once */
+  search_cuda_data *x = dg_calloc(1, sizeof *x);
+  x->wl = dg_malloc(sizeof *x->wl * (size_t)n);
+  x->hs = dg_malloc(sizeof *x->hs * (size_t)n);
+  for (int i = 0; i < n && x->nw < MANY_WORKLOADS; i++) {
     uint64_t h = ir_func_hash(f[i]);
     bool seen = false;
-    for (int j = 0; j < nw && !seen; j++) seen = hs[j] == h;
-    if (!seen) wl[nw] = f[i], hs[nw++] = h;
+    for (int j = 0; j < x->nw && !seen; j++) seen = x->hs[j] == h;
+    if (!seen) x->wl[x->nw] = ir_func_clone(f[i]), x->hs[x->nw++] = h;
   }
-  round_data d;
-  data_start(m, wl, hs, nw, &d);
-  data_finish(m, hs, &d);
-  free(wl);
-  free(hs);
+  data_start(m, (const dg_func *const *)x->wl, x->hs, x->nw, &x->d);
+  return x;
+}
+
+void search_cuda_measure_prepare_finish(search_cuda_measure *m, search_cuda_data *x) {
+  if (!x) return;
+  data_finish(m, x->hs, &x->d);
+  for (int w = 0; w < x->nw; w++) ir_func_free(x->wl[w]);
+  free(x->wl);
+  free(x->hs);
+  free(x);
+}
+
+void search_cuda_measure_prepare(search_cuda_measure *m, const dg_func *const *f, int n) {
+  search_cuda_measure_prepare_finish(m, search_cuda_measure_prepare_start(m, f, n));
 }
 
 /* One worker, one job at a time. No warm spare: where the GPU is in an
@@ -604,11 +626,6 @@ void search_measure_cuda(void *ctx, const dg_func *f, const search_cand *cand, i
   free(idx);
   m->stats.t_wall += dg_now() - t_start;
 }
-
-/* Workloads whose data files one round of search_measure_cuda_many uses at
- * most: well within those kept, so none is dropped while its candidates
- * wait in the round. */
-enum { MANY_WORKLOADS = DATA_FILES / 2 };
 
 void search_measure_cuda_many(void *ctx, const dg_func *const *f, const search_cand *cand, int n,
                               search_measure_result *out, const search_measure_sink *sink) {

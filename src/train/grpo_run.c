@@ -626,9 +626,19 @@ static bool one_step(grpo_run_args *a, run_t *r, tok_tokenizer *tok, grpo_step_s
       else prompt_free(&rp[n_p]);
     }
     sample_t *rs = dg_calloc((size_t)(n_p ? n_p : 1) * g, sizeof *rs);
+    /* the prompts' data (inputs, float64 references) made on the CPU while
+     * their samples are written, kept for the judging */
+    search_cuda_data *data = NULL;
+    if (a->gpu && !a->reward) {
+      const dg_func **fs = dg_calloc((size_t)(n_p ? n_p : 1), sizeof *fs);
+      for (int k = 0; k < n_p; k++) fs[k] = rp[k].f;
+      data = search_cuda_measure_prepare_start(a->gpu, fs, n_p);
+      free(fs);
+    }
     double ta = dg_now();
     if (r->gpu && !a->write_on_cpu) {
       if (!write_gpu(a, r->gpu, rp, n_p, rs, g, st)) {
+        search_cuda_measure_prepare_finish(a->gpu, data);
         for (int i = 0; i < n_p * g; i++) sample_free(&rs[i]);
         for (int k = 0; k < n_p; k++) prompt_free(&rp[k]);
         free(rp);
@@ -647,6 +657,7 @@ static bool one_step(grpo_run_args *a, run_t *r, tok_tokenizer *tok, grpo_step_s
       rt_tasks_free(tk);
     }
     double tb = dg_now();
+    search_cuda_measure_prepare_finish(a->gpu, data); /* its wait is the judging's */
     double c0 = a->gpu ? a->gpu->stats.t_compile : 0, cw0 = a->gpu ? a->gpu->stats.t_compile_wait : 0,
            gw0 = a->gpu ? a->gpu->stats.t_gpu_wait : 0;
     judge(a, rp, n_p, rs, g);
