@@ -20,6 +20,10 @@
 #               labelled alone, each timed beside its label; --refine: the
 #               split's refinement examples as tasks, SPLIT.refine.*)
 #   RESUME_FROM an eval.tgz brought back earlier (its tasks are kept)
+#   SEARCH_DB=0 no comparison with the search (default: the committed
+#               records merged into a database first, `--search-db`: each
+#               correct output with a timed label against the search after
+#               64, 256 and 1,000 trials and at the model's cost)
 #   GPU_TESTS=1 first the tests of the GPU's writing, judging and measuring
 #               (gpu_optimize, gpu_decode, search_cuda_measure_many,
 #               gpu_measure_cuda_rounds, gpu_nn_sample; at most 150 s)
@@ -56,6 +60,17 @@ if [ -n "${GPU_TESTS:-}" ]; then
   note "gpu tests: exit $?; $(tail -1 "$LOGDIR/gpu_tests.txt")"
 fi
 
+SEARCH_ARGS=""
+if [ "${SEARCH_DB:-1}" != 0 ]; then
+  t=$(date +%s)
+  # beside the logs, not among them: the archive brings the logs back
+  SDB=$(mktemp -d /tmp/dragon-search-db.XXXXXX)
+  if "$DRAGON" db merge data/records --db "$SDB/db" >"$LOGDIR/search-db.txt" 2>&1; then
+    SEARCH_ARGS="--search-db $SDB/db"
+  fi
+  note "search database: $(tail -1 "$LOGDIR/search-db.txt") ($(($(date +%s) - t)) s)"
+fi
+
 set -- $SPLITS
 n=$#
 for split in "$@"; do
@@ -69,7 +84,8 @@ for split in "$@"; do
   t=$(date +%s)
   # shellcheck disable=SC2086
   timeout -s INT -k 10 "$share" "$DRAGON" eval --split "$split" --limit "$LIMIT" --model "$MODEL" \
-    --target cuda --resume --out "$LOGDIR/eval" ${EVAL_ARGS:-} >"$LOGDIR/eval-$split.out" 2>"$LOGDIR/eval-$split.log"
+    --target cuda --resume --out "$LOGDIR/eval" $SEARCH_ARGS ${EVAL_ARGS:-} >"$LOGDIR/eval-$split.out" \
+    2>"$LOGDIR/eval-$split.log"
   rc=$?
   note "eval $split: exit $rc in $(($(date +%s) - t)) s (of $share); $(cat "$LOGDIR/eval/$split".*tasks.jsonl 2>/dev/null | grep -c .) tasks judged; $(grep -m1 '^# ' "$LOGDIR/eval-$split.out")"
   grep '^|' "$LOGDIR/eval-$split.out" | tail -3

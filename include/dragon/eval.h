@@ -308,4 +308,46 @@ char *eval_result_json(const eval_result *r, const char *model, const char *spli
                        double temperature);
 char *eval_result_table(const eval_result *r, const char *model, const char *split);
 
+/* ---- against the search (versus.c) ----------------------------------------- */
+
+/* The search's trial counts an output is read against: 64, 256, 1,000. */
+enum { EVAL_SEARCH_POINTS = 3 };
+extern const int eval_search_trials[EVAL_SEARCH_POINTS];
+
+/* One correct output with a timed label, against its workload's search as
+ * its records tell it (the labelling run on the label's device). */
+typedef struct {
+  int task; /* index into the eval_result */
+  char family[64];
+  double model_cost;    /* seconds: writing, the gates, one measurement */
+  double model_speedup; /* the output over the baseline, 0: not timed */
+  int trials;           /* the search's trials (records) on that device */
+  double per_trial_s;   /* its mean wall seconds a trial, 0: unknown */
+  /* at eval_search_trials[k] trials (0: no point there): the search's time
+   * over the output's, the search's speedup over the baseline, its wall
+   * seconds */
+  double vs[EVAL_SEARCH_POINTS], search_speedup[EVAL_SEARCH_POINTS], wall[EVAL_SEARCH_POINTS];
+  int at_cost_trials; /* trials the search's rate fits in model_cost */
+  double vs_at_cost;  /* the search's best of those over the output, 0: none measured */
+} eval_versus_task;
+
+typedef struct {
+  eval_versus_task *tasks;
+  int n;
+} eval_versus;
+
+struct search_db;
+/* Reads every task of r whose output passed beside a timed label against
+ * db's records of its workload (see versus.c for how the search's time at
+ * N trials is brought to the run's clock); tasks whose workload db has no
+ * valid record of are left out. */
+bool eval_versus_search(const eval_result *r, const struct search_db *db, eval_versus *out, dg_status *st);
+void eval_versus_free(eval_versus *v);
+/* The comparison as a Markdown section, a row per family and one for all.
+ * Caller frees. */
+char *eval_versus_table(const eval_versus *v);
+/* The cost-speed plane's points, as tab-separated lines: "model COST
+ * SPEEDUP" and "searchN WALL SPEEDUP" (speedups over the baseline). */
+void eval_versus_points(const eval_versus *v, dg_str *out);
+
 #endif

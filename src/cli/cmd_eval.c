@@ -359,10 +359,70 @@ static void model_name(const char *arg, char *out, size_t n) {
   snprintf(out, n, "%s", slash ? slash + 1 : buf);
 }
 
+/* ---- against the search: a section of SPLIT.md, SPLIT.search.png ------------ */
+
+/* The cost-speed plane: each correct output (the model's seconds, its
+ * speedup over the baseline) beside its search at 64, 256 and 1,000 trials
+ * (the search's wall seconds, its speedup). */
+static bool plot_versus(const eval_versus *v, const char *dir, const char *base, const char *name, dg_status *st) {
+  dg_str pts, sc;
+  dg_str_init(&pts);
+  dg_str_init(&sc);
+  eval_versus_points(v, &pts);
+  char pts_path[1600];
+  snprintf(pts_path, sizeof pts_path, "%s/%s.search.tsv", dir, base);
+  bool ok = dg_write_file_atomic(pts_path, pts.s ? pts.s : "", pts.len, st);
+  for (int fmt = 0; ok && fmt < 2; fmt++) {
+    dg_str_clear(&sc);
+    dg_str_printf(&sc, "%s\nset output '%s/%s.search.%s'\n",
+                  fmt ? "set terminal svg size 800,560 noenhanced" : "set terminal pngcairo size 800,560 noenhanced",
+                  dir, base, fmt ? "svg" : "png");
+    dg_str_printf(&sc,
+                  "set datafile separator '\\t'\nset logscale xy\nset key top left\n"
+                  "set title '%s on %s: the first output against the search (%d tasks)'\n"
+                  "set xlabel 'wall seconds'\nset ylabel 'speedup over the untuned baseline'\n"
+                  "plot '< grep ^model %s' using 2:3 with points pt 7 ps 0.6 title 'model, first output', \\\n"
+                  "     '< grep ^search64 %s' using 2:3 with points pt 6 ps 0.6 title 'search, 64 trials', \\\n"
+                  "     '< grep ^search256 %s' using 2:3 with points pt 4 ps 0.6 title 'search, 256 trials', \\\n"
+                  "     '< grep ^search1000 %s' using 2:3 with points pt 8 ps 0.6 title 'search, 1,000 trials'\n",
+                  name, base, v->n, pts_path, pts_path, pts_path, pts_path);
+    ok = cli_gnuplot(sc.s, st);
+  }
+  dg_str_free(&pts);
+  dg_str_free(&sc);
+  return ok;
+}
+
+/* Reads the correct, labelled outputs against the search's records in
+ * db_dir and appends the section to *table; the plot is best effort. */
+static bool versus_section(const eval_result *res, const char *db_dir, const char *dir, const char *base,
+                           const char *name, char **table, dg_status *st) {
+  search_db *db = NULL;
+  if (!search_db_open_readonly(db_dir, &db, st)) {
+    dg_status_prefix(st, "--search-db");
+    return false;
+  }
+  eval_versus v;
+  bool ok = eval_versus_search(res, db, &v, st);
+  search_db_close(db);
+  if (!ok) return false;
+  char *sec = eval_versus_table(&v);
+  dg_str t;
+  dg_str_init(&t);
+  dg_str_printf(&t, "%s\n%s", *table, sec);
+  free(sec);
+  free(*table);
+  *table = dg_str_take(&t);
+  dg_status pst;
+  if (!plot_versus(&v, dir, base, name, &pst)) fprintf(stderr, "dragon eval: no plot against the search: %s\n", pst.msg);
+  eval_versus_free(&v);
+  return true;
+}
+
 int cmd_eval(int argc, char **argv) {
   const char *split_name = "test", *workloads = NULL, *model_arg = NULL, *tokp = NULL,
              *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE,
-             *labels_path = NULL, *guard_log = NULL;
+             *labels_path = NULL, *guard_log = NULL, *search_db_dir = NULL;
   int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048, restarts = CLI_RESTARTS;
   double temperature = 0, max_work = -1, restart_temperature = 1.0;
   int n_past = 0;
@@ -402,6 +462,10 @@ int cmd_eval(int argc, char **argv) {
       {"--refine", CLI_OPT_FLAG, &refine, 0, 0,
        "refinement tasks: each refinement example of the tasks' workloads (in --labels) is a task, its prior in "
        "the prompt and, on the GPU, timed beside the output; SPLIT.refine.* are written"},
+      {"--search-db", CLI_OPT_STR, &search_db_dir, 0, 0,
+       "a tuning database with the labels' records (`dragon db merge data/records --db DIR`): on the GPU, each "
+       "correct output with a timed label is read against the search after 64, 256 and 1,000 trials and at the "
+       "model's cost, per family (a section of SPLIT.md, the plot SPLIT.search.png and .svg)"},
       {"--out", CLI_OPT_STR, &out_dir, 0, 0, "where SPLIT.json and SPLIT.md go (default eval/MODEL)"},
       {"--resume", CLI_OPT_FLAG, &resume, 0, 0, "keep the tasks an interrupted run of the same evaluation judged (OUT/SPLIT.tasks.jsonl) and do the rest"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no line per task on stderr"},
@@ -662,6 +726,13 @@ int cmd_eval(int argc, char **argv) {
     free(table);
     table = dg_str_take(&t);
   }
+  /* the evaluation is kept whatever the comparison meets */
+  dg_status vst;
+  if (search_db_dir && res.timed && !refine && !versus_section(&res, search_db_dir, dir, base, name, &table, &vst))
+    fprintf(stderr, "dragon eval: no comparison with the search: %s\n", vst.msg);
+  if (search_db_dir && (!res.timed || refine))
+    fprintf(stderr, "dragon eval: --search-db: %s, no comparison with the search\n",
+            refine ? "refinement tasks" : "nothing timed (no GPU)");
   if (no_numbers && !have_gpu)
     printf("(--no-numbers: each task stopped after the build gate; \"passed\" is not Correct@1)\n");
   fputs(table, stdout);
