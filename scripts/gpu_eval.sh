@@ -47,7 +47,7 @@ machine_log
 DRAGON=./$BUILD/dragon
 # The float64 references of large workloads run their outer loops on all cores.
 export DRAGON_CFLAGS="-fopenmp"
-trap 'cp "$LOGDIR/summary.txt" "$OUTDIR/"; tar czf "$OUTDIR/eval.tgz" -C "$LOGDIR" .' EXIT
+trap 'cp "$LOGDIR/summary.txt" "$OUTDIR/"; tar czf "$OUTDIR/eval.tgz" -C "$LOGDIR" .; rm -rf "${SDB:-/nonexistent}"' EXIT
 
 if [ -n "${RESUME_FROM:-}" ]; then
   tar xzf "$RESUME_FROM" -C "$LOGDIR" ./eval 2>/dev/null || tar xzf "$RESUME_FROM" -C "$LOGDIR" eval
