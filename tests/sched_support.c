@@ -1,6 +1,9 @@
 /* sched_support.c: the helpers of sched_support.h. */
+#include <glob.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dragon/codegen.h"
 #include "dragon/rt.h"
@@ -127,4 +130,13 @@ char *ts_graph_of(const char *trace_path, const char *spec, const dg_func *f) {
   char *text = tsel_print(g);
   tsel_graph_free(g);
   return text;
+}
+
+int ts_tune_data_files(void) {
+  char pat[96];
+  snprintf(pat, sizeof pat, "/tmp/dragon-tune-%ld-*", (long)getpid());
+  glob_t g;
+  int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
+  globfree(&g);
+  return n;
 }

@@ -34,6 +34,10 @@ bool ts_source_matches(const dg_func *ref, const char *src, rt_dist dist);
  * dragon writes labels (no why/expect lines); NULL on failure. */
 char *ts_graph_of(const char *trace_path, const char *spec, const dg_func *f);
 
+/* This process's measurement data files (search_cuda_measure's inputs
+ * and references, /tmp/dragon-tune-PID-*). */
+int ts_tune_data_files(void);
+
 static inline sched_val ts_int(int64_t v) { return (sched_val){.kind = SV_INT, .i = v}; }
 static const sched_val TS_NONE = {.kind = SV_NONE};
 

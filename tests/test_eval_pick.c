@@ -914,18 +914,7 @@ DG_TEST(gpu_eval_times_the_labels) {
 
 /* ---- a batch's data made while its graphs are written ----------------- */
 
-#include <glob.h>
 #include <unistd.h>
-
-/* This process's measurement data files (inputs and references). */
-static int tune_data_files(void) {
-  char pat[96];
-  snprintf(pat, sizeof pat, "/tmp/dragon-tune-%ld-*", (long)getpid());
-  glob_t g;
-  int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
-  globfree(&g);
-  return n;
-}
 
 typedef struct {
   const char *good; /* GMM's graph */
@@ -940,8 +929,8 @@ static void write_after_data(void *ctx, const dg_func *const *f, const char *con
                              const uint64_t *seeds, int n, char **texts, int64_t *tokens, dg_status *sts) {
   (void)f, (void)priors, (void)seeds;
   slow_writer *w = ctx;
-  for (int i = 0; i < 6000 && tune_data_files() < w->want; i++) usleep(10000);
-  w->saw = tune_data_files() >= w->want;
+  for (int i = 0; i < 6000 && ts_tune_data_files() < w->want; i++) usleep(10000);
+  w->saw = ts_tune_data_files() >= w->want;
   for (int i = 0; i < n; i++) {
     tokens[i] = 0;
     texts[i] = strcmp(specs[i], GMM) == 0 ? dg_strdup(w->good) : NULL;
@@ -978,7 +967,7 @@ DG_TEST(eval_run_makes_a_batch_data_ahead) {
   const char *specs[N];
   for (int i = 0; i < N - 1; i++) specs[i] = GMM;
   specs[N - 1] = "softmax:m=64,n=96,dtype=f32";
-  int before = tune_data_files();
+  int before = ts_tune_data_files();
   slow_writer w = {good, before + 1, false};
   FILE *progress = tmpfile();
   eval_run_opts o;
@@ -1002,7 +991,7 @@ DG_TEST(eval_run_makes_a_batch_data_ahead) {
               "%s", r.tasks[0].reason);
   }
   /* each workload's data made once, ahead of its judging */
-  CHECK_EQ(tune_data_files(), before + 2);
+  CHECK_EQ(ts_tune_data_files(), before + 2);
   static char text[65536];
   rewind(progress);
   size_t len = fread(text, 1, sizeof text - 1, progress);

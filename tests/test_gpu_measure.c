@@ -16,7 +16,6 @@
  * (where NVRTC is): candidates of two workloads in one round, each matched
  * back to its own index and its own workload's data.
  */
-#include <glob.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -24,6 +23,7 @@
 #include "dragon/sched.h"
 #include "dragon/search.h"
 #include "dragon/wl.h"
+#include "sched_support.h"
 #include "test.h"
 
 /* n candidates: copies of schedules/NAME.json replayed on spec, then, with
@@ -143,17 +143,6 @@ DG_TEST(search_cuda_measure_pipeline) {
   }
 }
 
-/* This process's data files (search_cuda_measure's inputs and
- * references). */
-static int data_files(void) {
-  char pat[96];
-  snprintf(pat, sizeof pat, "/tmp/dragon-tune-%ld-*", (long)getpid());
-  glob_t g;
-  int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
-  globfree(&g);
-  return n;
-}
-
 /* A batch's workloads are prepared at once, each once: measuring one of
  * them then makes no file of its own, and free removes them all. */
 DG_TEST(search_cuda_measure_prepare_keeps_files) {
@@ -164,7 +153,7 @@ DG_TEST(search_cuda_measure_prepare_keeps_files) {
   bool on_gpu = rt_cuda_available(&st);
   search_cuda_measure m;
   CHECK_MSG(measure_open(&m, &st), "%s", st.msg);
-  int before = data_files();
+  int before = ts_tune_data_files();
   dg_func *gmm = NULL, *nrm = wl_build("NRM/0", &st);
   CHECK(nrm);
   enum { N = 2 };
@@ -172,13 +161,13 @@ DG_TEST(search_cuda_measure_prepare_keeps_files) {
   CHECK(c != NULL);
   const dg_func *batch[3] = {gmm, nrm, gmm};
   search_cuda_measure_prepare(&m, batch, 3);
-  CHECK_EQ(data_files(), before + 2);
+  CHECK_EQ(ts_tune_data_files(), before + 2);
   measure_and_check(&m, gmm, c, N, false, on_gpu);
-  CHECK_EQ(data_files(), before + 2);
+  CHECK_EQ(ts_tune_data_files(), before + 2);
   search_cuda_measure_prepare(&m, batch, 3); /* kept: nothing new */
-  CHECK_EQ(data_files(), before + 2);
+  CHECK_EQ(ts_tune_data_files(), before + 2);
   search_cuda_measure_free(&m);
-  CHECK_EQ(data_files(), before);
+  CHECK_EQ(ts_tune_data_files(), before);
   search_cands_free(c, N);
   ir_func_free(gmm);
   ir_func_free(nrm);
@@ -236,7 +225,7 @@ DG_TEST(search_cuda_measure_many_workloads) {
   bool on_gpu = rt_cuda_available(&st);
   search_cuda_measure m;
   CHECK_MSG(measure_open(&m, &st), "%s", st.msg);
-  int before = data_files();
+  int before = ts_tune_data_files();
   dg_func *gmm = NULL, *nrm = NULL;
   search_cand *cg = cands_of("GMM", "GMM/0", 2, true, &gmm);
   search_cand *cn = cands_of("NRM", "NRM/0", 2, false, &nrm);
@@ -250,7 +239,7 @@ DG_TEST(search_cuda_measure_many_workloads) {
   sink_count sc = {{0}};
   search_measure_sink sink = {count_sink, &sc};
   search_measure_cuda_many(&m, f, c, N, out, &sink);
-  CHECK_EQ(data_files(), before + 2);
+  CHECK_EQ(ts_tune_data_files(), before + 2);
   for (int i = 0; i < N; i++) {
     CHECK_MSG(sc.calls[i] == 1, "candidate %d: the sink was told %d times", i, sc.calls[i]);
     if (i == N - 1) {
@@ -267,7 +256,7 @@ DG_TEST(search_cuda_measure_many_workloads) {
   CHECK_EQ(m.stats.lowered, N - 1);
   CHECK_EQ(m.stats.compiled, N - 1);
   search_cuda_measure_free(&m);
-  CHECK_EQ(data_files(), before);
+  CHECK_EQ(ts_tune_data_files(), before);
   search_cands_free(cg, 3);
   search_cands_free(cn, 2);
   ir_func_free(gmm);
@@ -287,7 +276,7 @@ DG_TEST(search_cuda_measure_many_data_fails) {
   char *saved = env ? dg_strdup(env) : NULL;
   search_cuda_measure m;
   CHECK_MSG(measure_open(&m, &st), "%s", st.msg);
-  int before = data_files();
+  int before = ts_tune_data_files();
   dg_func *gmm = NULL;
   search_cand *cg = cands_of("GMM", "GMM/0", 2, true, &gmm);
   CHECK(cg != NULL);
@@ -308,7 +297,7 @@ DG_TEST(search_cuda_measure_many_data_fails) {
     if (i < N - 1) CHECK_MSG(strstr(out[i].error, "cc: compiling"), "candidate %d: %s", i, out[i].error);
     else CHECK_MSG(strstr(out[i].error, "lower: "), "%s", out[i].error);
   }
-  CHECK_EQ(data_files(), before);
+  CHECK_EQ(ts_tune_data_files(), before);
   print_stats(&m);
   CHECK_EQ(m.stats.candidates, N);
   CHECK_EQ(m.stats.ran, 0);

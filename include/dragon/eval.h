@@ -307,6 +307,9 @@ double eval_task_vs_prior(const eval_task *t);
 char *eval_result_json(const eval_result *r, const char *model, const char *split, uint64_t seed,
                        double temperature);
 char *eval_result_table(const eval_result *r, const char *model, const char *split);
+/* The median of x[0..n) (sorted in place; for an even n the geometric mean
+ * of the middle two: the values are ratios or times), 0 for none. */
+double eval_median_ratio(double *x, int n);
 
 /* ---- against the search (versus.c) ----------------------------------------- */
 

@@ -456,10 +456,6 @@ static double speedup_of(const eval_task *t) {
                                                                           : 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 double eval_task_vs_prior(const eval_task *t) {
   return t->prior_secs > 0 && t->gate == EVAL_PASSED && t->secs > 0 ? t->prior_secs / t->secs : 0;
@@ -469,9 +465,12 @@ double eval_task_vs_label(const eval_task *t) {
   return t->label_secs > 0 && t->gate == EVAL_PASSED && t->secs > 0 ? t->label_secs / t->secs : 0;
 }
 
-/* The median of x[0..n) (sorted here; the geometric mean of the middle two
- * for an even n: these are ratios), 0 for none. */
-static double median_ratio(double *x, int n) {
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double eval_median_ratio(double *x, int n) {
   if (n == 0) return 0;
   qsort(x, (size_t)n, sizeof *x, cmp_double);
   return n % 2 ? x[n / 2] : sqrt(x[n / 2 - 1] * x[n / 2]);
@@ -496,7 +495,7 @@ static vs_label vs_label_of(const eval_result *r, const char *family) {
     if (q > 0) x[v.passed++] = q;
     v.near += q >= 0.9;
   }
-  v.median = median_ratio(x, v.passed);
+  v.median = eval_median_ratio(x, v.passed);
   free(x);
   return v;
 }
@@ -571,7 +570,7 @@ static void table_row(dg_str *s, const char *name, const eval_result *r, const c
   if (r->timed && r->refine)
     dg_str_printf(s, " %.1f%% | %.1f%% |", n ? 100.0 * g1 / n : 0.0, n ? 100.0 * g2 / n : 0.0);
   if (r->timed) {
-    double med = median_ratio(sp, ns);
+    double med = eval_median_ratio(sp, ns);
     dg_str_printf(s, " %.1f%% | %.1f%% | %s%.2fx |", n ? 100.0 * f2 / n : 0.0,
                   n ? 100.0 * f10 / n : 0.0, ns ? "" : "-", med);
   }

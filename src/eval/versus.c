@@ -189,18 +189,6 @@ void eval_versus_free(eval_versus *v) {
   memset(v, 0, sizeof *v);
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* The median of x[0..n) (sorted here), 0 for none. */
-static double median(double *x, int n) {
-  if (n == 0) return 0;
-  qsort(x, (size_t)n, sizeof *x, cmp_double);
-  return n % 2 ? x[n / 2] : sqrt(x[n / 2 - 1] * x[n / 2]);
-}
-
 static void put_ratio(dg_str *s, double x, int n) {
   if (n) dg_str_printf(s, " %.2fx (%d) |", x, n);
   else dg_str_puts(s, " - |");
@@ -232,11 +220,11 @@ static void versus_row(dg_str *s, const char *name, const eval_versus *v, const 
     if (t->vs_at_cost > 0) c2[nc++] = t->vs_at_cost;
   }
   dg_str_printf(s, "| %s | %d |", name, n);
-  put_secs(s, median(cost, n), n);
-  for (int k = 0; k < EVAL_SEARCH_POINTS; k++) put_ratio(s, median(vs[k], nv[k]), nv[k]);
-  for (int k = 0; k < EVAL_SEARCH_POINTS - 1; k++) put_secs(s, median(wall[k], nw[k]), nw[k]);
+  put_secs(s, eval_median_ratio(cost, n), n);
+  for (int k = 0; k < EVAL_SEARCH_POINTS; k++) put_ratio(s, eval_median_ratio(vs[k], nv[k]), nv[k]);
+  for (int k = 0; k < EVAL_SEARCH_POINTS - 1; k++) put_secs(s, eval_median_ratio(wall[k], nw[k]), nw[k]);
   dg_str_printf(s, " %d |", some);
-  put_ratio(s, median(c2, nc), nc);
+  put_ratio(s, eval_median_ratio(c2, nc), nc);
   dg_str_puts(s, "\n");
   for (int k = 0; k < EVAL_SEARCH_POINTS; k++) {
     free(vs[k]);
