@@ -73,7 +73,7 @@ static void read_search(const search_db *db, const int *idx, int n, const char *
     const search_record *r = search_db_record_at(db, idx[i]);
     if (search_record_valid(r) && (!best || search_record_secs(r) < search_record_secs(best))) best = r;
   }
-  if (!best) return;
+  if (!best || !(search_record_secs(best) > 0)) return;
   const char *device = best->device ? best->device : "";
   double best_all = search_record_secs(best), run_best = SEARCH_FAILED_SECS;
   int trials = 0;
