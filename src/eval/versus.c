@@ -64,6 +64,10 @@ static int cmp_keyed(const void *a, const void *b) {
   return strcmp(((const keyed *)a)->hash, ((const keyed *)b)->hash);
 }
 
+static int cmp_task(const void *a, const void *b) {
+  return ((const eval_versus_task *)a)->task - ((const eval_versus_task *)b)->task;
+}
+
 /* One task's search, from its records (indices into db, in order). */
 static void read_search(const search_db *db, const int *idx, int n, const char *hash, const eval_task *t,
                         eval_versus_task *v) {
@@ -167,13 +171,7 @@ bool eval_versus_search(const eval_result *r, const search_db *db, eval_versus *
     read_search(db, idx[head], count[head], keys[k].hash, t, v);
     if (v->trials > 0) out->n++;
   }
-  /* in the tasks' order */
-  for (int i = 1; i < out->n; i++)
-    for (int j = i; j > 0 && out->tasks[j - 1].task > out->tasks[j].task; j--) {
-      eval_versus_task x = out->tasks[j];
-      out->tasks[j] = out->tasks[j - 1];
-      out->tasks[j - 1] = x;
-    }
+  qsort(out->tasks, (size_t)out->n, sizeof *out->tasks, cmp_task); /* in the tasks' order */
   for (int k = 0; k < nk; k++) free(idx[k]);
   free(idx);
   free(which);
