@@ -101,3 +101,18 @@ DG_TEST(eval_versus_reads_the_search_from_its_records) {
   ir_func_free(f);
   ir_func_free(g);
 }
+
+/* `dragon eval --search-db` where nothing is timed says so and keeps the
+ * evaluation (the comparison needs the GPU's times). */
+DG_TEST(eval_cli_search_db_without_times) {
+  char args[1400], *out = NULL;
+  snprintf(args, sizeof args,
+           "eval --workloads 'softmax:m=64,n=96,dtype=f32' --target c --no-numbers --search-db %s/no_such_db "
+           "--out %s/evs --quiet",
+           dg_test_tmpdir(), dg_test_tmpdir());
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "--search-db: nothing timed (no GPU), no comparison with the search") &&
+                strstr(out, "Correct@1"),
+            "rc %d: %s", rc, out);
+  free(out);
+}
