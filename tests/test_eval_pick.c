@@ -914,6 +914,7 @@ DG_TEST(gpu_eval_times_the_labels) {
 
 /* ---- a batch's data made while its graphs are written ----------------- */
 
+#include <pthread.h>
 #include <unistd.h>
 
 typedef struct {
@@ -1001,6 +1002,108 @@ DG_TEST(eval_run_makes_a_batch_data_ahead) {
              *second = strstr(text, "tasks 33 to 33: their data made ahead");
   CHECK_MSG(first && judged && second && first < judged && judged < second, "%s", text);
   fclose(progress);
+  eval_result_free(&r);
+  search_cuda_measure_free(&m);
+  free(good);
+  ir_func_free(f);
+}
+
+/* ---- the graphs written while the batches before them are judged ------- */
+
+typedef struct {
+  const char *good;
+  int calls;          /* write_group calls begun */
+  bool second_begun;  /* the second group's writing has begun */
+  bool judged_while;  /* the first task was judged while it was being written */
+  pthread_mutex_t mu;
+} overlap_writer;
+
+static void write_overlapping(void *ctx, const dg_func *const *f, const char *const *specs, const char *const *priors,
+                              const uint64_t *seeds, int n, char **texts, int64_t *tokens, dg_status *sts) {
+  (void)f, (void)specs, (void)priors, (void)seeds, (void)sts;
+  overlap_writer *w = ctx;
+  pthread_mutex_lock(&w->mu);
+  if (++w->calls == 2) w->second_begun = true;
+  pthread_mutex_unlock(&w->mu);
+  for (int i = 0; i < n; i++) {
+    tokens[i] = 0;
+    texts[i] = dg_strdup(w->good);
+  }
+}
+
+/* The first task's outcome waits (up to 60 s) for the second group's
+ * writing to begin: it does while the batches of the first are judged,
+ * never where a group is written only when the judging reaches it. */
+static bool first_judged(void *ctx, int i, const eval_task *t, dg_status *st) {
+  (void)t, (void)st;
+  overlap_writer *w = ctx;
+  if (i != 0) return true;
+  for (int k = 0; k < 6000; k++) {
+    pthread_mutex_lock(&w->mu);
+    bool begun = w->second_begun;
+    pthread_mutex_unlock(&w->mu);
+    if (begun) {
+      w->judged_while = true;
+      break;
+    }
+    usleep(10000);
+  }
+  return true;
+}
+
+/* On the GPU with one writer, the groups are written on a thread of their
+ * own while the main thread judges the batches written before: the first
+ * group two batches, the next ones larger (write_group_size). */
+DG_TEST(eval_run_writes_while_it_judges) {
+  dg_status st;
+  if (!rt_nvrtc_available(&st)) {
+    SKIP("NVRTC is not here: %s", st.msg);
+  }
+  dg_func *f = wl_build(GMM, &st);
+  CHECK_MSG(f, "%s", st.msg);
+  char *good = f ? ts_graph_of("schedules/GMM.json", GMM, f) : NULL;
+  CHECK(good);
+  search_cuda_measure m = {3, 10, 1, NULL};
+  m.threads = 2;
+  m.allow_no_gpu = true;
+  CHECK_MSG(good && search_cuda_measure_init(&m, &st), "%s", st.msg);
+  if (!m.state) {
+    free(good);
+    ir_func_free(f);
+    return;
+  }
+  enum { N = 65 }; /* groups of 64 and 1 */
+  const char *specs[N];
+  for (int i = 0; i < N; i++) specs[i] = GMM;
+  overlap_writer w = {.good = good};
+  pthread_mutex_init(&w.mu, NULL);
+  FILE *progress = tmpfile();
+  eval_run_opts o;
+  memset(&o, 0, sizeof o);
+  o.specs = specs;
+  o.n = N;
+  o.write_group = write_overlapping;
+  o.write_ctx = &w;
+  o.write_group_size = 128;
+  o.write_threads = 1;
+  o.gpu = &m;
+  o.threads = 2;
+  o.progress = progress;
+  o.on_task = first_judged;
+  o.on_task_ctx = &w;
+  eval_result r;
+  CHECK_MSG(eval_run(&o, &r, &st), "%s", st.msg);
+  CHECK_EQ(w.calls, 2);
+  CHECK_MSG(w.judged_while, "the second group was not written while the first was judged");
+  CHECK_EQ(r.n, N);
+  for (int i = 0; i < r.n; i++) CHECK_MSG(r.tasks[i].graph && strcmp(r.tasks[i].graph, good) == 0, "task %d", i);
+  static char text[65536];
+  rewind(progress);
+  size_t len = fread(text, 1, sizeof text - 1, progress);
+  text[len] = 0;
+  CHECK_MSG(strstr(text, "written 64 of 65") && strstr(text, "written 65 of 65"), "%s", text);
+  fclose(progress);
+  pthread_mutex_destroy(&w.mu);
   eval_result_free(&r);
   search_cuda_measure_free(&m);
   free(good);

@@ -504,6 +504,8 @@ DG_TEST(tsel_prefix_refuses_faults_at_their_first_byte) {
   fault_at(k, gmm, TSEL_TARGET_CPU, "t1 block \"Z\"\nt2 cache_read t1 0 |shared []\n", "not available on the cpu");
   /* and what is read whole */
   reads_whole(k, gmm, "t1 block \"Z\"\nt2 loops t1 x4\nt3 split t2.1 [3 43]\nt4 postproc default\n");
+  /* a block the graph made, by its name (the checker takes any here) */
+  reads_whole(k, gmm, "t1 block \"Z\"\nt2 cache_read t1 0 shared [t1]\nt3 block \"X_shared\"\nt4 postproc default\n");
   reads_whole(k, gmm, "t1 block \"Z\"\nt2 loops t1 x4\nt3 split t2.1 [_ 3 5]\nt4 postproc\n");
   reads_whole(k, gmm,
               "t1 block \"Z\"\nt2 postproc\nt3 loops t1 x4\nt4 vectorize t3.3\nwhy t4: vectors\nexpect p1: fast\n");
@@ -543,6 +545,10 @@ DG_TEST(tsel_prefix_refuses_only_documented_narrowings) {
       "t1 block \"Z\"\nt2 annotate t1 \"warp_execution\" 0|7\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 annotate t1 \"warp_execution\" -|0\nt3 postproc default\n",
       "t1 block \"Z\"\nt2 block \"|\\x5a\"\nt3 postproc default\n",
+      /* where the checker takes any block name (after a cache_read), a
+       * name of the replayed graph's blocks only */
+      "t1 block \"Z\"\nt2 cache_read t1 0 shared [t1]\nt3 block \"|Q\"\nt4 postproc default\n",
+      "t1 block \"Z\"\nt2 cache_read t1 0 shared [t1]\nt3 block \"Z|x\"\nt4 postproc default\n",
       /* annotations MetaSchedule does not write: another key, a value of
        * another kind than its key's */
       "t1 block \"Z\"\nt2 annotate t1 \"|k\" 1\nt3 postproc default\n",
@@ -1113,7 +1119,7 @@ static bool replay_narrowed(const char *text, const dg_func *k, size_t at) {
   int edit = 0;
   for (int i = 0; i < g->n_edits; i++)
     if (g->edits[i].line == line) edit = i + 1;
-  bool handle = false;
+  bool handle = edit && g->edits[edit - 1].op == TSEL_OP_BLOCK; /* a name the replay finds */
   for (int a = 0; edit && a < g->edits[edit - 1].n_args; a++) handle |= g->edits[edit - 1].args[a].kind == TV_REF;
   tsel_graph_free(g);
   if (!handle) return false;

@@ -34,6 +34,8 @@ extern "C" {
  * process: a process that will later fork GPU workers must not call it
  * (nn_cuda_dp_launch's workers check the devices themselves). */
 int nn_cuda_device_count(dg_status *st);
+/* The CUDA device ordinal this thread's kernels go to (0 where unknown). */
+int nn_cuda_current_device(void);
 
 typedef struct nn_cuda_model nn_cuda_model;
 

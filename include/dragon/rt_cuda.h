@@ -245,6 +245,17 @@ typedef struct {
                         itself costs a job, whatever other processes wait */
 } rt_cuda_result;
 
+/* One measurement at a time on a GPU (gpu_lock.c): every measuring worker
+ * holds the lock of its GPU while it runs a job, and a process that runs
+ * kernels of its own on a GPU where another may be measuring (the model
+ * writing graphs while an evaluation times the ones written before) takes
+ * the same lock around them. rt_gpu_lock_open_device: the lock of CUDA
+ * device ordinal dev, -1 where it cannot be opened (then rt_gpu_lock and
+ * rt_gpu_unlock do nothing). */
+int rt_gpu_lock_open_device(int dev);
+void rt_gpu_lock(int fd); /* waits for the GPU */
+void rt_gpu_unlock(int fd);
+
 typedef struct rt_cuda_ctx rt_cuda_ctx;
 
 /* Initialises CUDA in this process (see fork safety above), the device's

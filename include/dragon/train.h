@@ -371,6 +371,7 @@ typedef struct {
   int64_t refills;  /* prefills of rows that took the next jobs (gpu_rows) */
   int rows;         /* rows of the cache */
   int threads;      /* host threads the writers ran on */
+  double lock_wait_s; /* waiting for the GPU's lock (a measurement beside the writing) */
 } train_decode_gpu_stats;
 
 /* train_decode_jobs with the model on the GPU: gpu's weights (bf16), every

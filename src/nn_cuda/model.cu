@@ -82,6 +82,15 @@ extern "C" int nn_cuda_device_count(dg_status *st) {
   return n;
 }
 
+extern "C" int nn_cuda_current_device(void) {
+  int d = 0;
+  if (cudaGetDevice(&d) != cudaSuccess) {
+    cudaGetLastError();
+    d = 0;
+  }
+  return d;
+}
+
 /* ---- memory table -------------------------------------------------------- */
 
 /* X(type, field, count) of the activations and scratch, for N rows. */

@@ -156,10 +156,9 @@ void rt_nvrtc_worker_init(void);
 
 /* ---- one measurement at a time on a GPU (gpu_lock.c) ------------------------ */
 
-/* The lock file of device dev (its PCI address), or -1 if none opens. */
+/* The lock file of device dev (its PCI address), or -1 if none opens
+ * (rt_gpu_lock and rt_gpu_unlock: rt_cuda.h). */
 int rt_gpu_lock_open(const rt_cu_api *cu, int dev);
-void rt_gpu_lock(int fd);   /* waits for the GPU; fd < 0: nothing */
-void rt_gpu_unlock(int fd);
 
 /* ---- runs (cuda_run.c), shared with the GPU job (cuda_job.c) --------------- */
 

@@ -42,6 +42,13 @@ int rt_gpu_lock_open(const rt_cu_api *cu, int dev) {
   return fd;
 }
 
+int rt_gpu_lock_open_device(int dev) {
+  dg_status st;
+  const rt_cu_api *cu = rt_cu_api_load(&st);
+  /* cuInit: a no-op where the process uses the GPU already */
+  return cu && cu->Init(0) == 0 ? rt_gpu_lock_open(cu, dev) : -1;
+}
+
 void rt_gpu_lock(int fd) {
   if (fd < 0) return;
   while (flock(fd, LOCK_EX) != 0 && errno == EINTR) {

@@ -58,6 +58,7 @@
 #include <pthread.h>
 
 #include "dragon/nn_cuda.h"
+#include "dragon/rt_cuda.h"
 #endif
 
 void train_decode_opts_default(train_decode_opts *o) {
@@ -731,7 +732,28 @@ typedef struct {
   bool go, stop, failed;
   dg_status err;
   int64_t steps, refills;
+  int lock;            /* the GPU's lock (gpu_lock_of), -1 none */
+  double lock_wait_s;  /* spent waiting for it */
 } gpu_loop;
+
+/* The lock of the GPU the model runs on (gpu_lock.c), held around each of
+ * the writers' steps there (launches to logits copied back): a measuring
+ * worker beside the writing, an evaluation timing the graphs written
+ * before, then times its kernels on a GPU running nothing else, and the
+ * writer waits for a job at most. Opened once a process. */
+static pthread_once_t gpu_lock_once = PTHREAD_ONCE_INIT;
+static int gpu_lock_fd = -1;
+static void gpu_lock_open(void) { gpu_lock_fd = rt_gpu_lock_open_device(nn_cuda_current_device()); }
+static int gpu_lock_of(void) {
+  pthread_once(&gpu_lock_once, gpu_lock_open);
+  return gpu_lock_fd;
+}
+
+static void gpu_take(gpu_loop *L) {
+  double t0 = dg_now();
+  rt_gpu_lock(L->lock);
+  L->lock_wait_s += dg_now() - t0;
+}
 
 typedef struct {
   gpu_loop *L;
@@ -788,8 +810,11 @@ static int gpu_refill(gpu_loop *L, int decoding) {
   }
   int started = 0;
   if (k > 0) {
-    if (!nn_cuda_kv_refill(L->kv, rows, pr, lens, k, &L->err) ||
-        !nn_cuda_kv_logits(L->kv, L->step_logits, &L->err)) {
+    gpu_take(L);
+    bool fed = nn_cuda_kv_refill(L->kv, rows, pr, lens, k, &L->err) &&
+               nn_cuda_kv_logits(L->kv, L->step_logits, &L->err);
+    rt_gpu_unlock(L->lock);
+    if (!fed) {
       L->failed = L->stop = true;
     } else {
       int V = L->g->V;
@@ -824,7 +849,11 @@ static void gpu_feed(gpu_loop *L) {
     if (started == 0 && L->next >= L->n_jobs) L->stop = true;
     return;
   }
-  if (!nn_cuda_kv_step(L->kv, L->tokens, L->active, &L->err) || !nn_cuda_kv_logits(L->kv, L->step_logits, &L->err)) {
+  gpu_take(L);
+  bool fed = nn_cuda_kv_step(L->kv, L->tokens, L->active, &L->err) &&
+             nn_cuda_kv_logits(L->kv, L->step_logits, &L->err);
+  rt_gpu_unlock(L->lock);
+  if (!fed) {
     L->failed = L->stop = true;
     return;
   }
@@ -935,7 +964,7 @@ bool train_decode_jobs_cuda(train_cuda *gpu, tok_tokenizer *const *toks, tsel_ma
   }
   gpu_loop L = {.n_jobs = n, .n = R, .jobs = jobs, .live = live, .kv = kv, .toks = toks, .masks = masks,
                 .target = target, .o = o, .traces = traces, .stats = stats, .texts = texts, .errs = errs,
-                .maxT = maxT, .threads = threads};
+                .maxT = maxT, .threads = threads, .lock = gpu_lock_of()};
   L.w = dg_calloc((size_t)n, sizeof *L.w);
   L.pf = dg_calloc((size_t)n, sizeof *L.pf);
   L.local = dg_calloc((size_t)n, sizeof *L.local);
@@ -955,7 +984,9 @@ bool train_decode_jobs_cuda(train_cuda *gpu, tok_tokenizer *const *toks, tsel_ma
   }
   gpu_rows g = {kv, dg_malloc(sizeof(float) * (size_t)R * V), V};
   L.g = &g;
+  gpu_take(&L);
   bool ok = nn_cuda_kv_prefill(kv, pr, lens, R, st) && nn_cuda_kv_logits(kv, g.logits, st);
+  rt_gpu_unlock(L.lock);
   free(pr);
   free(lens);
   if (gs) gs->prefill_s = dg_now() - t0, gs->rows = R;
@@ -964,7 +995,9 @@ bool train_decode_jobs_cuda(train_cuda *gpu, tok_tokenizer *const *toks, tsel_ma
   if (ok) {
     double t1 = dg_now();
     gpu_run(&L, threads);
-    if (gs) gs->steps = L.steps, gs->refills = L.refills, gs->decode_s = dg_now() - t1, gs->threads = L.threads;
+    if (gs)
+      gs->steps = L.steps, gs->refills = L.refills, gs->decode_s = dg_now() - t1, gs->threads = L.threads,
+      gs->lock_wait_s = L.lock_wait_s;
     if (L.failed) ok = (*st = L.err, false);
   }
   writers_finish(L.w, L.pf, live, n, ok, texts, errs);

@@ -153,6 +153,12 @@ struct pctx {
   int8_t nest; /* -1 not replayed yet, 0 the replay failed, 1 replayed */
   sched *nest_s;
   int *nest_map, nest_n;
+  /* where the checker takes any block name (blocks_free), the replayed
+   * schedule's block names, sorted and unique (block_names, lazily; -1
+   * until then, 0 where the graph does not replay) */
+  int8_t bnames_known;
+  char **bnames;
+  int n_bnames;
   /* at_fits's verdicts: key (block rv, loop rv, reverse) + 1 (0: empty),
    * open addressing */
   uint64_t *at_keys;
@@ -553,6 +559,8 @@ static void ctx_free(pctx *c) {
   free(c->idline);
   sched_free(c->nest_s);
   free(c->nest_map);
+  for (int i = 0; i < c->n_bnames; i++) free(c->bnames[i]);
+  free(c->bnames);
   free(c->at_keys);
   free(c->at_vals);
   for (int i = 0; i < COPY_SCRATCH; i++) {
@@ -608,7 +616,7 @@ static pctx *ctx_build(pshared *sh, const char *text, size_t len) {
   }
   qsort(c->refs, (size_t)c->n_refs, sizeof(pref), cmp_ref);
   c->id_len = (uint8_t)snprintf(c->id, sizeof c->id, "t%d ", c->n_edits + 1);
-  c->regions_dirty = c->blocks_free = c->nest = -1;
+  c->regions_dirty = c->blocks_free = c->nest = c->bnames_known = -1;
   { /* a line the graph fixes, where the checker takes it */
     dg_str d;
     dg_str_init(&d);
@@ -769,6 +777,58 @@ static int loops_count(const P *p, pctx *c, int ri) {
 static bool blocks_free(const P *p, pctx *c) {
   if (c->blocks_free < 0) c->blocks_free = (int8_t)probe(p->sh, c, "block \"\"");
   return c->blocks_free;
+}
+
+static void nest_names_walk(pctx *c, const dg_stmt *s, int *cap) {
+  if (!s) return;
+  switch (s->kind) {
+    case DG_STMT_FOR: nest_names_walk(c, s->body, cap); break;
+    case DG_STMT_SEQ:
+      for (int i = 0; i < s->n; i++) nest_names_walk(c, s->stmts[i], cap);
+      break;
+    case DG_STMT_IF:
+      nest_names_walk(c, s->then_s, cap);
+      nest_names_walk(c, s->else_s, cap);
+      break;
+    case DG_STMT_BLOCK:
+      if (strlen(s->block->name) <= MAX_SBUF) {
+        if (c->n_bnames == *cap) {
+          *cap = *cap ? 2 * *cap : 16;
+          c->bnames = dg_realloc(c->bnames, sizeof(char *) * (size_t)*cap);
+        }
+        c->bnames[c->n_bnames++] = dg_strdup(s->block->name);
+      }
+      nest_names_walk(c, s->block->body, cap);
+      break;
+    case DG_STMT_STORE: break;
+  }
+}
+
+/* The block names `block "..."` may write here: the kernel's while the
+ * checker knows them; where it takes any name (after an edit that makes
+ * blocks), those of the replayed graph, so that a name is one the guard's
+ * replay finds (a made-up name was 1 of the 14 failures on 1,056 test
+ * tasks). NULL where the graph does not replay: then any name. */
+static const char *const *block_names(const P *p, pctx *c, int *n) {
+  if (!blocks_free(p, c)) {
+    *n = p->sh->n_names;
+    return (const char *const *)p->sh->names;
+  }
+  if (c->bnames_known < 0) {
+    sched *rs = nest_of(p, c);
+    int cap = 0;
+    if (rs) nest_names_walk(c, sched_func(rs)->body, &cap);
+    if (c->n_bnames > 1) qsort(c->bnames, (size_t)c->n_bnames, sizeof(char *), cmp_str);
+    int u = 0;
+    for (int i = 0; i < c->n_bnames; i++) {
+      if (u > 0 && strcmp(c->bnames[u - 1], c->bnames[i]) == 0) free(c->bnames[i]);
+      else c->bnames[u++] = c->bnames[i];
+    }
+    c->n_bnames = u;
+    c->bnames_known = rs != NULL && u > 0;
+  }
+  *n = c->n_bnames;
+  return c->bnames_known > 0 ? (const char *const *)c->bnames : NULL;
 }
 
 /* ---- signatures -------------------------------------------------------------------- */
@@ -1371,8 +1431,8 @@ static bool pos_vexp(const P *p, const S *s, int alt, vexp *v) {
     case 's':
       v->sh = S_STR;
       v->sm = L->op == TSEL_OP_TENSORIZE                        ? SM_INTRIN
-              : L->op == TSEL_OP_BLOCK && !blocks_free(p, s->c) ? SM_NAMES
-                                                                : SM_ANY;
+              : L->op == TSEL_OP_BLOCK && block_names(p, s->c, &(int){0}) ? SM_NAMES
+                                                                           : SM_ANY;
       break;
     case 'a': {
       v->sh = S_WORD;
@@ -2152,18 +2212,20 @@ static bool name_prefix(const P *p, const S *s, bool whole) {
     }
     return false;
   }
-  const pshared *sh = p->sh;
-  int lo = 0, hi = sh->n_names;
+  int n_names = 0;
+  const char *const *names = block_names(p, s->c, &n_names);
+  if (!names) return false;
+  int lo = 0, hi = n_names;
   while (lo < hi) { /* first name >= sbuf */
     int mid = (lo + hi) / 2;
-    const char *m = sh->names[mid];
+    const char *m = names[mid];
     size_t ml = strlen(m);
     int d = memcmp(m, L->sbuf, ml < L->slen ? ml : L->slen);
     if (d < 0 || (d == 0 && ml < L->slen)) lo = mid + 1;
     else hi = mid;
   }
-  if (lo >= sh->n_names) return false;
-  const char *m = sh->names[lo];
+  if (lo >= n_names) return false;
+  const char *m = names[lo];
   return whole ? strlen(m) == L->slen && memcmp(m, L->sbuf, L->slen) == 0 : str_has_prefix(m, L->sbuf, L->slen);
 }
 
@@ -3105,9 +3167,12 @@ static bool complete_string(P *p, S *t, dg_str *out) {
     if (name_prefix(p, t, true) && try_str(p, t, out, "\"")) return true; /* a whole name already, or "" */
     const char *m = NULL;
     if (L->sm == SM_EXACT) m = p->sh->k->name;
-    else if (L->sm == SM_NAMES)
-      for (int i = 0; i < p->sh->n_names && !m; i++)
-        if (str_has_prefix(p->sh->names[i], L->sbuf, L->slen)) m = p->sh->names[i];
+    else if (L->sm == SM_NAMES) {
+      int n_names = 0;
+      const char *const *names = block_names(p, t->c, &n_names);
+      for (int i = 0; names && i < n_names && !m; i++)
+        if (str_has_prefix(names[i], L->sbuf, L->slen)) m = names[i];
+    }
     for (int i = 0; (L->sm == SM_INTRIN || L->sm == SM_INTRIN0) && i < intrin_count() && !m; i++)
       if (str_has_prefix(intrin_at(i)->name, L->sbuf, L->slen)) m = intrin_at(i)->name;
     for (int i = 0; L->sm == SM_KEY && i < tsel_ann_key_count() && !m; i++)
