@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "dragon/eval.h"
+#include "dragon/rt_cuda.h"
 #include "dragon/search.h"
 #include "dragon/tsel.h"
 #include "dragon/wl.h"
@@ -618,4 +619,61 @@ DG_TEST(eval_guard_caps_a_tile_that_keeps_its_threads) {
   CHECK_EQ(cap, 193);
   tsel_graph_free(gr);
   free(text);
+}
+
+/* On the GPU a batch measures each scheduled kernel once: outputs whose
+ * kernels are equal (a prompt's samples that agree) share one candidate of
+ * the round and its outcome. Runs where NVRTC is (without a GPU every
+ * measurement fails with the worker's reason, the same for the equal
+ * ones). */
+DG_TEST(eval_score_batch_measures_a_kernel_once) {
+  dg_status st;
+  if (!rt_nvrtc_available(&st)) {
+    SKIP("NVRTC is not here: %s", st.msg);
+  }
+  dg_func *gmm = wl_build(GMM, &st);
+  dg_func *rsum = wl_build("reduce_sum:m=64,n=256,dtype=f32", &st);
+  CHECK(gmm && rsum);
+  char *good = ts_graph_of("schedules/GMM.json", GMM, gmm);
+  sched *bs = NULL;
+  CHECK(search_baseline_schedule(rsum, NULL, &bs, &st));
+  tsel_graph *g = tsel_lift(sched_get_trace(bs), "reduce_sum:m=64,n=256,dtype=f32", rsum, NULL, &st);
+  CHECK(g && good);
+  char *rgraph = tsel_print(g);
+  tsel_graph_free(g);
+  sched_free(bs);
+  search_cuda_measure m = {3, 10, 1, NULL};
+  m.threads = 2;
+  m.allow_no_gpu = true;
+  CHECK_MSG(search_cuda_measure_init(&m, &st), "%s", st.msg);
+  const eval_item items[] = {
+      {good, "a", gmm, GMM, NULL},
+      {rgraph, "rsum", rsum, "reduce_sum:m=64,n=256,dtype=f32", NULL},
+      {good, "b", gmm, GMM, NULL},
+      {good, "c", gmm, GMM, NULL},
+  };
+  int n = (int)DG_ARRAY_LEN(items);
+  eval_score_opts o;
+  memset(&o, 0, sizeof o);
+  o.last = EVAL_GATE_MEASURE;
+  o.gpu = &m;
+  eval_score *sc = dg_calloc((size_t)n, sizeof *sc);
+  int64_t before = m.stats.candidates;
+  eval_score_batch(items, n, &o, 2, sc);
+  if (m.state) {
+    CHECK_EQ(m.stats.candidates - before, 2);
+    CHECK(sc[0].kernel_hash != 0 && sc[0].kernel_hash == sc[2].kernel_hash && sc[2].kernel_hash == sc[3].kernel_hash);
+    for (int i = 2; i < n; i++) {
+      CHECK_EQ(sc[i].failed, sc[0].failed);
+      CHECK_STREQ(sc[i].reason, sc[0].reason);
+      CHECK(sc[i].secs == sc[0].secs);
+    }
+  }
+  for (int i = 0; i < n; i++) eval_score_free(&sc[i]);
+  free(sc);
+  search_cuda_measure_free(&m);
+  free(good);
+  free(rgraph);
+  ir_func_free(gmm);
+  ir_func_free(rsum);
 }

@@ -423,32 +423,42 @@ void eval_score_batch(const eval_item *items, int n, const eval_score_opts *o, i
   }
   rt_tasks_free(t);
   if (!b.gpu_after) return;
-  const dg_func **kernels = dg_malloc(sizeof *kernels * (size_t)(n ? n : 1));
-  int nk = 0;
-  for (int i = 0; i < n; i++)
-    if (out[i].failed == EVAL_PASSED) kernels[nk++] = items[i].kernel;
   /* one round on the GPU for every output that got this far: the data of
    * their workloads made at once, every build on every core while the GPU
-   * measures those ready (each checked on its first run, then timed) */
-  search_cand *c = dg_calloc((size_t)(nk ? nk : 1), sizeof *c);
-  search_measure_result *r = dg_calloc((size_t)(nk ? nk : 1), sizeof *r);
-  eval_score **who = dg_calloc((size_t)(nk ? nk : 1), sizeof *who);
+   * measures those ready (each checked on its first run, then timed). An
+   * output whose scheduled kernel is one already in the round (its kernel
+   * hash: a prompt's GRPO samples often agree, an output its label) takes
+   * that one's measurement: built and run once, and equal kernels get
+   * equal times, where noise would rank them */
+  const dg_func **kernels = dg_malloc(sizeof *kernels * (size_t)(n ? n : 1));
+  search_cand *c = dg_calloc((size_t)(n ? n : 1), sizeof *c);
+  search_measure_result *r = dg_calloc((size_t)(n ? n : 1), sizeof *r);
+  int *of = dg_malloc(sizeof(int) * (size_t)(n ? n : 1)); /* output i's candidate, -1 none */
   int k = 0;
-  for (int i = 0; i < n; i++)
-    if (out[i].failed == EVAL_PASSED) {
-      who[k] = &out[i];
-      c[k++] = (search_cand){out[i].trace, out[i].scheduled, out[i].kernel_hash, 0, false};
-    }
+  for (int i = 0; i < n; i++) {
+    of[i] = -1;
+    if (out[i].failed != EVAL_PASSED) continue;
+    for (int j = 0; j < i && of[i] < 0; j++)
+      if (of[j] >= 0 && out[i].kernel_hash != 0 && out[j].kernel_hash == out[i].kernel_hash) of[i] = of[j];
+    if (of[i] >= 0) continue;
+    of[i] = k;
+    kernels[k] = items[i].kernel;
+    c[k++] = (search_cand){out[i].trace, out[i].scheduled, out[i].kernel_hash, 0, false};
+  }
   double t0 = dg_now();
   search_measure_cuda_many(o->gpu, kernels, c, k, r, NULL);
-  double each = k ? (dg_now() - t0) / k : 0;
-  for (int j = 0; j < k; j++) {
-    if (r[j].n_secs == 0) fail_at(who[j], gpu_failure_gate(r[j].error), "%s", r[j].error);
-    else who[j]->secs = r[j].secs[0];
-    who[j]->t_total += each;
+  int outputs = 0;
+  for (int i = 0; i < n; i++) outputs += of[i] >= 0;
+  double each = outputs ? (dg_now() - t0) / outputs : 0;
+  for (int i = 0; i < n; i++) {
+    if (of[i] < 0) continue;
+    const search_measure_result *m = &r[of[i]];
+    if (m->n_secs == 0) fail_at(&out[i], gpu_failure_gate(m->error), "%s", m->error);
+    else out[i].secs = m->secs[0];
+    out[i].t_total += each;
   }
+  free(of);
   free(kernels);
   free(c);
   free(r);
-  free(who);
 }
