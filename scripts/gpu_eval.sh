@@ -15,7 +15,8 @@
 #   SPLITS      the splits, in order (default "test heldout_family heldout_shape")
 #   LIMIT       each split's first N workloads (default 0: all)
 #   WINDOW      seconds the whole script may take (default 520): the splits
-#               share what the tests leave, in order; a split cut short is kept
+#               take what the tests leave, in order, each all that is left
+#               (SHARE=equal: an equal share each); a split cut short is kept
 #   EVAL_ARGS   more flags for `dragon eval` (--labelled: the tasks the search
 #               labelled alone, each timed beside its label; --refine: the
 #               split's refinement examples as tasks, SPLIT.refine.*)
@@ -75,7 +76,11 @@ set -- $SPLITS
 n=$#
 for split in "$@"; do
   left=$((WINDOW - ($(date +%s) - t_script) - 15))
-  share=$((left / n))
+  # in order, each split the rest of the window (SHARE=equal: an equal share
+  # of it): an evaluation resumes where it was cut, so one split finished
+  # is worth more than three begun
+  share=$left
+  [ "${SHARE:-rest}" = equal ] && share=$((left / n))
   n=$((n - 1))
   if [ "$share" -lt 20 ]; then
     note "eval $split: not started ($left s left)"
