@@ -516,27 +516,35 @@ static const int64_t *divisors_of(pshared *sh, int64_t q, int *n) {
   return d->d;
 }
 
-static void kwalk(pshared *sh, const dg_stmt *s, int depth) {
+/* Calls fn on every block of the statement tree, in order, with the loops
+ * above it up to the block above it (semantic.c's collect: loops restart
+ * below a block). */
+static void walk_blocks(const dg_stmt *s, int depth, void (*fn)(void *, const dg_block *, int), void *ctx) {
   if (!s) return;
   switch (s->kind) {
-    case DG_STMT_FOR: kwalk(sh, s->body, depth + 1); break;
+    case DG_STMT_FOR: walk_blocks(s->body, depth + 1, fn, ctx); break;
     case DG_STMT_SEQ:
-      for (int i = 0; i < s->n; i++) kwalk(sh, s->stmts[i], depth);
+      for (int i = 0; i < s->n; i++) walk_blocks(s->stmts[i], depth, fn, ctx);
       break;
     case DG_STMT_IF:
-      kwalk(sh, s->then_s, depth);
-      kwalk(sh, s->else_s, depth);
+      walk_blocks(s->then_s, depth, fn, ctx);
+      walk_blocks(s->else_s, depth, fn, ctx);
       break;
-    case DG_STMT_BLOCK: /* semantic.c's collect: loops restart below a block */
-      if (sh->n_kb == sh->cap_kb) {
-        sh->cap_kb = sh->cap_kb ? 2 * sh->cap_kb : 16;
-        sh->kb = dg_realloc(sh->kb, sizeof(kblock) * (size_t)sh->cap_kb);
-      }
-      sh->kb[sh->n_kb++] = (kblock){s->block, depth > 64 ? 64 : depth};
-      kwalk(sh, s->block->body, 0);
+    case DG_STMT_BLOCK:
+      fn(ctx, s->block, depth);
+      walk_blocks(s->block->body, 0, fn, ctx);
       break;
     case DG_STMT_STORE: break;
   }
+}
+
+static void kblock_add(void *ctx, const dg_block *b, int depth) {
+  pshared *sh = ctx;
+  if (sh->n_kb == sh->cap_kb) {
+    sh->cap_kb = sh->cap_kb ? 2 * sh->cap_kb : 16;
+    sh->kb = dg_realloc(sh->kb, sizeof(kblock) * (size_t)sh->cap_kb);
+  }
+  sh->kb[sh->n_kb++] = (kblock){b, depth > 64 ? 64 : depth};
 }
 
 static int kernel_loops(const pshared *sh, const dg_block *b) {
@@ -779,29 +787,21 @@ static bool blocks_free(const P *p, pctx *c) {
   return c->blocks_free;
 }
 
-static void nest_names_walk(pctx *c, const dg_stmt *s, int *cap) {
-  if (!s) return;
-  switch (s->kind) {
-    case DG_STMT_FOR: nest_names_walk(c, s->body, cap); break;
-    case DG_STMT_SEQ:
-      for (int i = 0; i < s->n; i++) nest_names_walk(c, s->stmts[i], cap);
-      break;
-    case DG_STMT_IF:
-      nest_names_walk(c, s->then_s, cap);
-      nest_names_walk(c, s->else_s, cap);
-      break;
-    case DG_STMT_BLOCK:
-      if (strlen(s->block->name) <= MAX_SBUF) {
-        if (c->n_bnames == *cap) {
-          *cap = *cap ? 2 * *cap : 16;
-          c->bnames = dg_realloc(c->bnames, sizeof(char *) * (size_t)*cap);
-        }
-        c->bnames[c->n_bnames++] = dg_strdup(s->block->name);
-      }
-      nest_names_walk(c, s->block->body, cap);
-      break;
-    case DG_STMT_STORE: break;
+typedef struct {
+  pctx *c;
+  int cap;
+} names_acc;
+
+static void nest_name_add(void *ctx, const dg_block *b, int depth) {
+  (void)depth;
+  names_acc *a = ctx;
+  pctx *c = a->c;
+  if (strlen(b->name) > MAX_SBUF) return;
+  if (c->n_bnames == a->cap) {
+    a->cap = a->cap ? 2 * a->cap : 16;
+    c->bnames = dg_realloc(c->bnames, sizeof(char *) * (size_t)a->cap);
   }
+  c->bnames[c->n_bnames++] = dg_strdup(b->name);
 }
 
 /* The block names `block "..."` may write here: the kernel's while the
@@ -816,8 +816,8 @@ static const char *const *block_names(const P *p, pctx *c, int *n) {
   }
   if (c->bnames_known < 0) {
     sched *rs = nest_of(p, c);
-    int cap = 0;
-    if (rs) nest_names_walk(c, sched_func(rs)->body, &cap);
+    names_acc acc = {c, 0};
+    if (rs) walk_blocks(sched_func(rs)->body, 0, nest_name_add, &acc);
     if (c->n_bnames > 1) qsort(c->bnames, (size_t)c->n_bnames, sizeof(char *), cmp_str);
     int u = 0;
     for (int i = 0; i < c->n_bnames; i++) {
@@ -2876,7 +2876,7 @@ tsel_prefix *tsel_prefix_new(const dg_func *kernel, const char *spec, tsel_targe
   dg_str_printf(&h, "tsel 1 kernel %s\n", spec);
   sh->header_len = h.len;
   sh->header = dg_str_take(&h);
-  kwalk(sh, kernel->body, 0);
+  walk_blocks(kernel->body, 0, kblock_add, sh);
   sh->names = dg_calloc((size_t)(sh->n_kb ? sh->n_kb : 1), sizeof(char *));
   int n_short = 0; /* names the automaton can spell (MAX_SBUF bytes at most) */
   for (int i = 0; i < sh->n_kb; i++)
