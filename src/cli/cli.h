@@ -145,6 +145,7 @@ typedef struct {
   int gave_up;        /* graphs whose guard ran out of backtracks (and restarts) */
   int64_t restarts;   /* graphs written again from their first edit line */
   double guard_secs;
+  double lock_wait_s; /* on the GPU, waiting for its lock (a measurement beside the writing) */
 } cli_write_stats;
 double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const char *kernel_text,
                        const char *prior, int k, const train_decode_opts *o, uint64_t seed,

@@ -40,6 +40,7 @@ static void add_stats(writer_ctx *w, const cli_write_stats *ws) {
   w->ws.gave_up += ws->gave_up;
   w->ws.restarts += ws->restarts;
   w->ws.guard_secs += ws->guard_secs;
+  w->ws.lock_wait_s += ws->lock_wait_s;
   pthread_mutex_unlock(&w->lock);
 }
 
@@ -739,6 +740,8 @@ int cmd_eval(int argc, char **argv) {
   if (!graphs)
     printf("\ndecoding: %lld tokens; the line guard %s\n", (long long)w.ws.tokens,
            unconstrained ? "off, and no mask" : no_guard ? "off" : "on");
+  if (!graphs && w.ws.lock_wait_s > 0)
+    printf("writing on the GPU waited %.1f s for its lock (the measurements beside it)\n", w.ws.lock_wait_s);
   if (!graphs && !no_guard && !unconstrained)
     printf("guard: %lld lines taken back (%lld to a narrowed tile), %lld graphs written again "
            "from the start, %d past its backtrack limit, %.1f s\n",

@@ -227,7 +227,7 @@ static void give_slot(cli_model *cm, cli_writer_slot *s) {
 /* The jobs on the GPU: the writers on up to one thread a core, each with a
  * slot of its own (fewer where no more could be made). */
 static bool write_on_gpu(cli_model *cm, const train_decode_job *jobs, int n, const train_decode_opts *o, char **texts,
-                         train_decode_stats *ds, dg_status *es, dg_status *st) {
+                         train_decode_stats *ds, dg_status *es, double *lock_wait_s, dg_status *st) {
   int want = rt_cpu_count() < n ? rt_cpu_count() : n, threads = 0;
   cli_writer_slot **slots = dg_calloc((size_t)want, sizeof *slots);
   tok_tokenizer **toks = dg_calloc((size_t)want, sizeof *toks);
@@ -239,9 +239,11 @@ static bool write_on_gpu(cli_model *cm, const train_decode_job *jobs, int n, con
     masks[threads] = slots[threads]->mask;
     threads++;
   }
+  train_decode_gpu_stats gs = {0};
   bool ok = threads > 0 ? train_decode_jobs_cuda(cm->gpu, toks, masks, threads, jobs, n, TSEL_TARGET_CUDA, o, texts,
-                                                 NULL, ds, es, NULL, st)
+                                                 NULL, ds, es, &gs, st)
                         : dg_fail(st, DG_ERR_RUNTIME, "%.400s", errs.s ? errs.s : "no tokenizer");
+  if (lock_wait_s) *lock_wait_s += gs.lock_wait_s;
   for (int t = 0; t < threads; t++) give_slot(cm, slots[t]);
   dg_str_free(&errs);
   free(slots);
@@ -354,7 +356,8 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
       dg_status *es = dg_calloc((size_t)k, sizeof *es);
       for (int i = 0; i < k; i++)
         jobs[i] = (train_decode_job){ids.data, (int)ids.len, f, spec, seed + (uint64_t)i, NULL};
-      if (!write_on_gpu(cm, jobs, k, &go, texts, ds, es, &st)) snprintf(why[0], sizeof why[0], "decoding failed: %.260s", st.msg);
+      if (!write_on_gpu(cm, jobs, k, &go, texts, ds, es, ws ? &ws->lock_wait_s : NULL, &st))
+        snprintf(why[0], sizeof why[0], "decoding failed: %.260s", st.msg);
       for (int i = 0; i < k; i++)
         if (!texts[i]) snprintf(why[i], sizeof why[i], "decoding failed: %.260s", es[i].msg[0] ? es[i].msg : st.msg);
       free(jobs);
@@ -428,7 +431,7 @@ void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *co
     give_slot(cm, slot);
     slot = NULL;
   }
-  bool wrote = on_gpu ? write_on_gpu(cm, jobs, m, &go, got, ds, es, &st)
+  bool wrote = on_gpu ? write_on_gpu(cm, jobs, m, &go, got, ds, es, ws ? &ws->lock_wait_s : NULL, &st)
                       : train_decode_jobs(&cm->m, slot->tok, slot->mask, jobs, m, TSEL_TARGET_CUDA, &go, got, NULL,
                                           ds, es, &st);
   if (!wrote) {
