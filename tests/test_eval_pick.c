@@ -820,9 +820,13 @@ DG_TEST(gpu_optimize_and_eval_write_on_gpu) {
     free(kept);
     free(out);
   }
-  snprintf(args, sizeof args, "eval --split val --limit 4 --target cuda --out %s/eval_g", dg_test_tmpdir());
+  /* 66 tasks: a group of 64, then one of 2 written while the first is
+   * judged (the writer's steps and the measurements taking the GPU's lock
+   * in turn) */
+  snprintf(args, sizeof args, "eval --split val --limit 66 --target cuda --out %s/eval_g", dg_test_tmpdir());
   int rc = dg_test_run_dragon(args, NULL, &out);
-  CHECK_MSG(rc == 0 && strstr(out, "Correct@1"), "rc %d: %s", rc, out);
+  CHECK_MSG(rc == 0 && strstr(out, "Correct@1") && strstr(out, "written 64 of 66") && strstr(out, "written 66 of 66"),
+            "rc %d: %s", rc, out);
   free(out);
   char path[800];
   snprintf(path, sizeof path, "%s/eval_g/val.tasks.jsonl", dg_test_tmpdir());
