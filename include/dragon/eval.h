@@ -224,7 +224,10 @@ typedef struct {
   eval_group_writer_fn write_group;
   int write_group_size; /* > 0: the tasks a group holds (one writer a group
                            that writes them all in one call: the GPU's,
-                           its cache rows taking them in turn) */
+                           its cache rows taking them in turn); with gpu
+                           and one write thread, the groups grow from 64
+                           tasks to it and are written on a thread beside
+                           the judging */
   struct search_cuda_measure *gpu; /* NULL: the C emulation, nothing timed */
   uint64_t seed;                   /* task i's output is written with seed + i */
   int threads;                     /* the checks; <= 0: every core */
