@@ -948,6 +948,22 @@ static bool gpu_judging_set_up(dg_func **f, char **good, search_cuda_measure *m,
 #include <pthread.h>
 #include <unistd.h>
 
+/* An evaluation of specs on the GPU measurement m, its graphs written by
+ * one group writer in groups of up to size tasks. */
+static void gpu_run_opts(eval_run_opts *o, const char **specs, int n, eval_group_writer_fn write, void *ctx, int size,
+                         search_cuda_measure *m, FILE *progress) {
+  memset(o, 0, sizeof *o);
+  o->specs = specs;
+  o->n = n;
+  o->write_group = write;
+  o->write_ctx = ctx;
+  o->write_group_size = size;
+  o->write_threads = 1;
+  o->gpu = m;
+  o->threads = 2;
+  o->progress = progress;
+}
+
 typedef struct {
   const char *good; /* GMM's graph */
   int want;         /* data files the writer waits for */
@@ -992,16 +1008,7 @@ DG_TEST(eval_run_makes_a_batch_data_ahead) {
   slow_writer w = {good, before + 1, false};
   FILE *progress = tmpfile();
   eval_run_opts o;
-  memset(&o, 0, sizeof o);
-  o.specs = specs;
-  o.n = N;
-  o.write_group = write_after_data;
-  o.write_ctx = &w;
-  o.write_group_size = N;
-  o.write_threads = 1;
-  o.gpu = &m;
-  o.threads = 2;
-  o.progress = progress;
+  gpu_run_opts(&o, specs, N, write_after_data, &w, N, &m, progress);
   eval_result r;
   CHECK_MSG(eval_run(&o, &r, &st), "%s", st.msg);
   CHECK_MSG(w.saw, "the first batch's data was not made while it was written");
@@ -1088,16 +1095,7 @@ DG_TEST(eval_run_writes_while_it_judges) {
   pthread_mutex_init(&w.mu, NULL);
   FILE *progress = tmpfile();
   eval_run_opts o;
-  memset(&o, 0, sizeof o);
-  o.specs = specs;
-  o.n = N;
-  o.write_group = write_overlapping;
-  o.write_ctx = &w;
-  o.write_group_size = 128;
-  o.write_threads = 1;
-  o.gpu = &m;
-  o.threads = 2;
-  o.progress = progress;
+  gpu_run_opts(&o, specs, N, write_overlapping, &w, 128, &m, progress);
   o.on_task = first_judged;
   o.on_task_ctx = &w;
   eval_result r;
