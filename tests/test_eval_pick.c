@@ -1009,6 +1009,7 @@ DG_TEST(eval_run_makes_a_batch_data_ahead) {
   FILE *progress = tmpfile();
   eval_run_opts o;
   gpu_run_opts(&o, specs, N, write_after_data, &w, N, &m, progress);
+  o.judges = 1; /* one measuring context: its data files counted */
   eval_result r;
   CHECK_MSG(eval_run(&o, &r, &st), "%s", st.msg);
   CHECK_MSG(w.saw, "the first batch's data was not made while it was written");
@@ -1112,6 +1113,60 @@ DG_TEST(eval_run_writes_while_it_judges) {
   fclose(progress);
   pthread_mutex_destroy(&w.mu);
   eval_result_free(&r);
+  search_cuda_measure_free(&m);
+  free(good);
+  ir_func_free(f);
+}
+
+/* On the GPU the batches are judged by two judges (eval_run_opts.judges),
+ * each on a thread with a measuring context of its own, while the main
+ * thread takes them in order: the same outcome for every task as one
+ * judge gives, the second context's measurements counted in the first's
+ * stats.
+ * GMM's tasks and softmax's (GMM's graph does not fit it) alternate, so a
+ * batch's outcomes put on another batch's tasks would show. */
+DG_TEST(eval_run_judges_two_batches_at_once) {
+  dg_func *f = NULL;
+  char *good = NULL;
+  search_cuda_measure m;
+  char why[300];
+  dg_status st;
+  if (!gpu_judging_set_up(&f, &good, &m, why, sizeof why)) SKIP("%s", why);
+  enum { N = 65 }; /* batches of 32, 32 and 1; groups of 64 and 1 */
+  const char *specs[N];
+  for (int i = 0; i < N; i++) specs[i] = i % 3 == 2 ? "softmax:m=64,n=96,dtype=f32" : GMM;
+  eval_result r[2];
+  int64_t candidates[2];
+  for (int k = 0; k < 2; k++) {
+    overlap_writer w = {.good = good};
+    pthread_mutex_init(&w.mu, NULL);
+    eval_run_opts o;
+    gpu_run_opts(&o, specs, N, write_overlapping, &w, 128, &m, NULL);
+    o.judges = k + 1;
+    int64_t c0 = m.stats.candidates;
+    CHECK_MSG(eval_run(&o, &r[k], &st), "%s", st.msg);
+    candidates[k] = m.stats.candidates - c0;
+    pthread_mutex_destroy(&w.mu);
+    CHECK_EQ(r[k].n, N);
+    CHECK_EQ(r[k].judges, k + 1);
+    /* how many overlap depends on the batches' times (here, where the
+     * compiles are cached, they may not) */
+    CHECK_MSG(r[k].judged_at_once >= 1 && r[k].judged_at_once <= k + 1, "%d", r[k].judged_at_once);
+  }
+  CHECK_MSG(candidates[0] > 0 && candidates[1] == candidates[0], "%lld, %lld", (long long)candidates[0],
+            (long long)candidates[1]);
+  int gmm_gate = -1;
+  for (int i = 0; i < N && r[0].n == N && r[1].n == N; i++) {
+    const eval_task *a = &r[0].tasks[i], *b = &r[1].tasks[i];
+    CHECK_MSG(a->gate == b->gate && strcmp(a->reason, b->reason) == 0 && strcmp(a->spec, specs[i]) == 0 &&
+                  strcmp(b->spec, specs[i]) == 0,
+              "task %d: %s (%s) against %s (%s)", i, eval_gate_name(a->gate), a->reason, eval_gate_name(b->gate),
+              b->reason);
+    if (i == 0) gmm_gate = (int)a->gate;
+    /* softmax's outcome is not GMM's */
+    if (i % 3 == 2) CHECK_MSG((int)b->gate != gmm_gate, "task %d: %s", i, eval_gate_name(b->gate));
+  }
+  for (int k = 0; k < 2; k++) eval_result_free(&r[k]);
   search_cuda_measure_free(&m);
   free(good);
   ir_func_free(f);

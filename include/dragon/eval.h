@@ -260,6 +260,10 @@ typedef struct {
   /* without a GPU: every task stops after the build gate (eval_pick_opts'
    * no_numbers); "passed" is then no Correct@1 */
   bool no_numbers;
+  /* on the GPU: batches judged at once, each judge with a measuring
+   * context of its own set up as gpu is (its stats added to gpu's at the
+   * end), while another waits for its slowest compile; <= 0: 2 */
+  int judges;
 } eval_run_opts;
 
 /* A refinement counts as faster than its prior when it is at least this
@@ -290,6 +294,8 @@ typedef struct {
   int correct, fast_2, fast_10;
   int faster, faster_2; /* refinements correct and EVAL_REFINE_GAIN / 2x faster than their priors */
   double t_total;
+  int judges;         /* on the GPU: the batches' judges (eval_run_opts.judges), 0 elsewhere */
+  int judged_at_once; /* batches being judged at once, at most */
 } eval_result;
 
 /* Runs every task; false (st set) only when a task cannot be set up (a

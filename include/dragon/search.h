@@ -545,6 +545,8 @@ typedef struct search_cuda_measure {
 } search_cuda_measure;
 bool search_cuda_measure_init(search_cuda_measure *m, dg_status *st);
 void search_cuda_measure_free(search_cuda_measure *m);
+/* Adds from's stats to into's (contexts measuring side by side). */
+void search_cuda_measure_add_stats(search_cuda_measure *into, const search_cuda_measure *from);
 /* Makes, at once on m->threads threads (0: every core), the data files
  * (inputs and float64 reference) of the workloads that search_measure_cuda
  * is about to measure and has not kept (it keeps the last 64). A workload

@@ -9,7 +9,8 @@
  * the writer's graph itself passes, never because the baseline did. On
  * the GPU the outputs written ahead are judged 32 tasks at a time in one
  * batch (judge_batch: the same gates and measurements, each output beside
- * its baseline, compiled on every core while the GPU measures).
+ * its baseline, compiled on every core while the GPU measures), two
+ * batches at once by judges on threads of their own (judge_batches).
  * Outcomes go to JSON (every task, for tables and plots elsewhere) and to
  * a Markdown table by family.
  */
@@ -166,8 +167,10 @@ static void run_task(const eval_run_opts *o, int i, eval_task *t, written *ahead
  * The same gates and numbers as eval_pick_best, task by task. False (st
  * set) only when a task's spec does not build. */
 #define EVAL_BATCH 32
-static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks, written *ahead,
-                        dg_status *st) {
+/* Batches judged at once by default (eval_run_opts.judges). */
+#define EVAL_JUDGES 2
+static bool judge_batch(const eval_run_opts *o, search_cuda_measure *gpu, int lo, int hi, eval_task *tasks,
+                        written *ahead, dg_status *st) {
   int n = 0, idx[EVAL_BATCH];
   for (int i = lo; i < hi; i++)
     if (!(o->done && o->done[i])) idx[n++] = i;
@@ -216,23 +219,23 @@ static bool judge_batch(const eval_run_opts *o, int lo, int hi, eval_task *tasks
     eval_score_opts eo;
     memset(&eo, 0, sizeof eo);
     eo.last = EVAL_GATE_MEASURE;
-    eo.gpu = o->gpu;
+    eo.gpu = gpu;
     double t0 = dg_now();
-    double w0 = o->gpu->stats.t_wall, d0 = o->gpu->stats.t_data, g0 = o->gpu->stats.t_gpu_wait,
-           c0 = o->gpu->stats.t_compile_wait, b0 = o->gpu->stats.t_data_build, r0 = o->gpu->stats.t_data_run;
+    double w0 = gpu->stats.t_wall, d0 = gpu->stats.t_data, g0 = gpu->stats.t_gpu_wait,
+           c0 = gpu->stats.t_compile_wait, b0 = gpu->stats.t_data_build, r0 = gpu->stats.t_data_run;
     eval_score_batch(items, n_items, &eo, o->threads, sc);
     double each = (dg_now() - t0) / n;
     if (o->progress) {
       /* where a batch's time goes: the gates up to the build, then the
        * GPU round (the workloads' data, inputs and float64 references,
        * made while the candidates build) */
-      double w = o->gpu->stats.t_wall - w0, d = o->gpu->stats.t_data - d0;
+      double w = gpu->stats.t_wall - w0, d = gpu->stats.t_data - d0;
       fprintf(o->progress,
               "judged tasks %d to %d in %.1f s: gates %.1f s, measuring %.1f s (the workloads' "
               "data made after %.1f s: references compiled in %.1f and run in %.1f thread-s; waiting "
               "for the GPU %.1f s, for a compile or data %.1f s)\n",
-              lo + 1, hi, each * n, each * n - w, w, d, o->gpu->stats.t_data_build - b0,
-              o->gpu->stats.t_data_run - r0, o->gpu->stats.t_gpu_wait - g0, o->gpu->stats.t_compile_wait - c0);
+              lo + 1, hi, each * n, each * n - w, w, d, gpu->stats.t_data_build - b0,
+              gpu->stats.t_data_run - r0, gpu->stats.t_gpu_wait - g0, gpu->stats.t_compile_wait - c0);
     }
     for (int k = 0; k < n; k++) {
       int i = idx[k];
@@ -289,7 +292,8 @@ static bool spec_in(const eval_run_opts *o, const char *spec, int lo, int hi) {
   return false;
 }
 
-static void data_ahead_start(const eval_run_opts *o, int lo, int hi, int skip_lo, int skip_hi, batch_data *d) {
+static void data_ahead_start(const eval_run_opts *o, search_cuda_measure *gpu, int lo, int hi, int skip_lo,
+                             int skip_hi, batch_data *d) {
   dg_func *f[EVAL_BATCH] = {0};
   int n = 0;
   for (int k = lo; k < hi && n < EVAL_BATCH; k++) {
@@ -299,20 +303,20 @@ static void data_ahead_start(const eval_run_opts *o, int lo, int hi, int skip_lo
         (f[n] = wl_build(o->specs[k], &st)))
       n++;
   }
-  *d = (batch_data){search_cuda_measure_prepare_start(o->gpu, (const dg_func *const *)f, n), lo, hi};
+  *d = (batch_data){search_cuda_measure_prepare_start(gpu, (const dg_func *const *)f, n), lo, hi};
   for (int k = 0; k < n; k++) ir_func_free(f[k]);
 }
 
-static void data_ahead_finish(const eval_run_opts *o, batch_data *d) {
+static void data_ahead_finish(const eval_run_opts *o, search_cuda_measure *gpu, batch_data *d) {
   if (!d->x) return;
-  double t0 = dg_now(), b0 = o->gpu->stats.t_data_build, r0 = o->gpu->stats.t_data_run;
-  search_cuda_measure_prepare_finish(o->gpu, d->x);
+  double t0 = dg_now(), b0 = gpu->stats.t_data_build, r0 = gpu->stats.t_data_run;
+  search_cuda_measure_prepare_finish(gpu, d->x);
   d->x = NULL;
   if (o->progress)
     fprintf(o->progress,
             "tasks %d to %d: their data made ahead (waited %.1f s for it; references compiled in %.1f and run in "
             "%.1f thread-s)\n",
-            d->lo + 1, d->hi, dg_now() - t0, o->gpu->stats.t_data_build - b0, o->gpu->stats.t_data_run - r0);
+            d->lo + 1, d->hi, dg_now() - t0, gpu->stats.t_data_build - b0, gpu->stats.t_data_run - r0);
 }
 
 static void write_progress(const eval_run_opts *o, int done, int n, double secs) {
@@ -415,6 +419,136 @@ static int *growing_groups(int n_unwritten, int size, int *groups) {
   return start;
 }
 
+/* On the GPU, the batches are judged by judges (eval_run_opts.judges), each
+ * on a thread of its own with a measuring context of its own (its worker
+ * on the GPU, its data files), taking the next batch not taken: a batch
+ * waits for its slowest compile (16-42 s where its GPU work is 4-6 s, the
+ * test split on 2026-12-07), and meanwhile another judge compiles and
+ * measures the next. The measuring jobs of every judge take the GPU's lock
+ * in turn (gpu_lock.c), so each kernel is still timed alone, and NVRTC's
+ * processes are shared (nvrtc_pool.c: a compile waits for a free one).
+ * Each judge makes the data of the batch it takes next while it judges
+ * the one before. The main thread takes the judged batches in order. */
+typedef struct {
+  const eval_run_opts *o;
+  eval_task *tasks;
+  written *ahead;
+  lazy_writer *lw; /* NULL: every graph was written before the judging */
+  write_ctx *wc;
+  int groups;
+  int n_batches;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  int next;           /* the next batch no judge took */
+  signed char *state; /* per batch: 0 not judged, 1 judged, -1 a spec did not build */
+  dg_status *why;     /* per batch, for -1 */
+  bool stop;          /* no batch is taken once it is set */
+  int busy, peak;     /* batches being judged now, at most */
+} judging;
+
+typedef struct {
+  judging *J;
+  search_cuda_measure *gpu;
+  pthread_t thread;
+  bool started;
+} judge;
+
+/* The next batch for a judge, or -1: none left, or stopped. */
+static int judge_take(judging *J) {
+  pthread_mutex_lock(&J->mu);
+  int b = J->stop || J->next >= J->n_batches ? -1 : J->next++;
+  pthread_mutex_unlock(&J->mu);
+  return b;
+}
+
+static bool judging_stopped(judging *J) {
+  pthread_mutex_lock(&J->mu);
+  bool stop = J->stop;
+  pthread_mutex_unlock(&J->mu);
+  return stop;
+}
+
+static int batch_hi(const eval_run_opts *o, int b) {
+  return (b + 1) * EVAL_BATCH < o->n ? (b + 1) * EVAL_BATCH : o->n;
+}
+
+static void *judge_batches(void *arg) {
+  judge *jd = arg;
+  judging *J = jd->J;
+  const eval_run_opts *o = J->o;
+  batch_data data = {0};
+  int b = judge_take(J);
+  while (b >= 0) {
+    int lo = b * EVAL_BATCH, hi = batch_hi(o, b);
+    /* where the batch's graphs are still to write, its data is made meanwhile */
+    if (J->lw) {
+      int need = groups_below(J->wc, J->groups, hi);
+      if (!lazy_written(J->lw, need)) {
+        if (!data.x) data_ahead_start(o, jd->gpu, lo, hi, 0, 0, &data);
+        double waited = lazy_wait(J->lw, need);
+        if (o->progress) fprintf(o->progress, "tasks %d to %d: waited %.1f s for their graphs\n", lo + 1, hi, waited);
+      }
+    }
+    if (judging_stopped(J)) break;
+    data_ahead_finish(o, jd->gpu, &data);
+    int next = judge_take(J);
+    if (next >= 0) data_ahead_start(o, jd->gpu, next * EVAL_BATCH, batch_hi(o, next), lo, hi, &data);
+    pthread_mutex_lock(&J->mu);
+    if (++J->busy > J->peak) J->peak = J->busy;
+    pthread_mutex_unlock(&J->mu);
+    dg_status st;
+    dg_status_ok(&st);
+    bool ok = judge_batch(o, jd->gpu, lo, hi, J->tasks, J->ahead, &st);
+    pthread_mutex_lock(&J->mu);
+    J->busy--;
+    J->state[b] = ok ? 1 : -1;
+    if (!ok) J->why[b] = st;
+    pthread_cond_broadcast(&J->cv);
+    pthread_mutex_unlock(&J->mu);
+    if (!ok) break; /* the run stops at this batch */
+    b = next;
+  }
+  data_ahead_finish(o, jd->gpu, &data); /* taken, then stopped before it */
+  return NULL;
+}
+
+/* Batch b judged: true, or false with st set (a spec that did not build). */
+static bool judged_wait(judging *J, int b, dg_status *st) {
+  pthread_mutex_lock(&J->mu);
+  while (J->state[b] == 0) pthread_cond_wait(&J->cv, &J->mu);
+  bool ok = J->state[b] > 0;
+  if (!ok) *st = J->why[b];
+  pthread_mutex_unlock(&J->mu);
+  return ok;
+}
+
+/* The judges' measuring contexts: o->gpu the first, the others set up as
+ * it is (a context that cannot be set up leaves fewer judges, said why). */
+static int judges_open(const eval_run_opts *o, int want, search_cuda_measure **more) {
+  *more = want > 1 ? dg_calloc((size_t)(want - 1), sizeof **more) : NULL;
+  int n = 1;
+  for (; n < want; n++) {
+    search_cuda_measure *m = &(*more)[n - 1];
+    const search_cuda_measure *g = o->gpu;
+    *m = (search_cuda_measure){g->repeats, g->timeout_s, g->seed, NULL, g->threads, g->allow_no_gpu,
+                               g->compile_limit_s, g->deadline};
+    dg_status st;
+    if (!search_cuda_measure_init(m, &st)) {
+      if (o->progress) fprintf(o->progress, "judging with %d judges, not %d: %s\n", n, want, st.msg);
+      break;
+    }
+  }
+  return n;
+}
+
+static void judges_close(const eval_run_opts *o, int n, search_cuda_measure *more) {
+  for (int k = 0; k + 1 < n; k++) {
+    search_cuda_measure_add_stats(o->gpu, &more[k]);
+    search_cuda_measure_free(&more[k]);
+  }
+  free(more);
+}
+
 bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
   memset(out, 0, sizeof *out);
   dg_status_ok(st);
@@ -455,16 +589,17 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
       pthread_cond_init(&lw.cv, NULL);
       if (pthread_create(&lw.thread, NULL, lazy_write, &lw) == 0) {
         lw.started = true;
-      } else { /* no thread: each group written here when its batch comes */
+      } else { /* no thread: every group written here, then judged */
         pthread_mutex_destroy(&lw.mu);
         pthread_cond_destroy(&lw.cv);
+        lazy = false;
       }
     }
     if (!lazy) {
       rt_tasks *tk = rt_tasks_start(groups, threads, write_group_on_thread, &wc);
       int g;
       while ((g = rt_tasks_next(tk, true)) >= 0) {
-        written_n += n_unwritten - g * size < size ? n_unwritten - g * size : size;
+        written_n += group_n(&wc, g);
         write_progress(o, written_n, n_unwritten, dg_now() - t_start);
       }
       rt_tasks_free(tk);
@@ -480,34 +615,31 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
   }
   bool ok = true;
   bool batched = o->gpu && ahead;
-  batch_data data = {0};
+  judging J = {0};
+  judge *jd = NULL;
+  search_cuda_measure *more = NULL;
+  int n_judges = 0, started = 0;
+  if (batched && o->n > 0) {
+    n_judges = judges_open(o, o->judges > 0 ? o->judges : EVAL_JUDGES, &more);
+    J = (judging){.o = o, .tasks = out->tasks, .ahead = ahead, .lw = lw.started ? &lw : NULL, .wc = &wc,
+                  .groups = groups, .n_batches = (o->n + EVAL_BATCH - 1) / EVAL_BATCH};
+    J.state = dg_calloc((size_t)J.n_batches, 1);
+    J.why = dg_calloc((size_t)J.n_batches, sizeof *J.why);
+    pthread_mutex_init(&J.mu, NULL);
+    pthread_cond_init(&J.cv, NULL);
+    jd = dg_calloc((size_t)n_judges, sizeof *jd);
+    for (int k = 0; k < n_judges; k++) {
+      jd[k] = (judge){&J, k == 0 ? o->gpu : &more[k - 1]};
+      jd[k].started = pthread_create(&jd[k].thread, NULL, judge_batches, &jd[k]) == 0;
+      started += jd[k].started;
+    }
+    if (started == 0) judge_batches(&jd[0]); /* no thread: every batch judged here first */
+  }
   for (int i = 0; i < o->n && ok; i++) {
     eval_task *t = &out->tasks[i];
     bool resumed = o->done && o->done[i];
-    int hi = i + EVAL_BATCH < o->n ? i + EVAL_BATCH : o->n;
-    bool batch_start = batched && i % EVAL_BATCH == 0;
-    /* where the batch's graphs are still to write, its data is made meanwhile */
-    if (batch_start && lazy && groups > 0) {
-      int need = groups_below(&wc, groups, hi);
-      if (!lw.started) { /* written here, one group after another */
-        for (; lw.done < need; lw.done++) {
-          if (!data.x) data_ahead_start(o, i, hi, 0, 0, &data);
-          write_group_on_thread(&wc, lw.done);
-          written_n += group_n(&wc, lw.done);
-          write_progress(o, written_n, n_unwritten, dg_now() - t_start);
-        }
-      } else if (!lazy_written(&lw, need)) {
-        if (!data.x) data_ahead_start(o, i, hi, 0, 0, &data);
-        double waited = lazy_wait(&lw, need);
-        if (o->progress) fprintf(o->progress, "tasks %d to %d: waited %.1f s for their graphs\n", i + 1, hi, waited);
-      }
-    }
-    if (batch_start) {
-      data_ahead_finish(o, &data);
-      if (hi < o->n) data_ahead_start(o, hi, hi + EVAL_BATCH < o->n ? hi + EVAL_BATCH : o->n, i, hi, &data);
-    }
-    if (batch_start && !judge_batch(o, i, hi, out->tasks, ahead, st)) {
-      dg_status_prefix(st, "tasks %d to %d", i + 1, i + EVAL_BATCH < o->n ? i + EVAL_BATCH : o->n);
+    if (batched && i % EVAL_BATCH == 0 && !judged_wait(&J, i / EVAL_BATCH, st)) {
+      dg_status_prefix(st, "tasks %d to %d", i + 1, batch_hi(o, i / EVAL_BATCH));
       out->t_total = dg_now() - t_start;
       ok = false;
       break;
@@ -550,8 +682,24 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
       fflush(o->progress);
     }
   }
-  data_ahead_finish(o, &data); /* a run stopped before the batch made ahead */
-  lazy_stop(&lw);               /* a run stopped early waits for the group being written */
+  if (jd) { /* a run stopped early waits for the batches being judged */
+    pthread_mutex_lock(&J.mu);
+    J.stop = true;
+    pthread_mutex_unlock(&J.mu);
+  }
+  lazy_stop(&lw); /* and for the group being written (the judges waiting for it go on) */
+  if (jd) {
+    for (int k = 0; k < n_judges; k++)
+      if (jd[k].started) pthread_join(jd[k].thread, NULL);
+    out->judges = n_judges;
+    out->judged_at_once = J.peak;
+    judges_close(o, n_judges, more);
+    pthread_mutex_destroy(&J.mu);
+    pthread_cond_destroy(&J.cv);
+    free(J.state);
+    free(J.why);
+    free(jd);
+  }
   free(lazy_start);
   if (ahead) {
     for (int i = 0; i < o->n; i++) free(ahead[i].graph);

@@ -307,6 +307,15 @@ void search_cuda_measure_free(search_cuda_measure *m) {
   m->state = NULL;
 }
 
+void search_cuda_measure_add_stats(search_cuda_measure *into, const search_cuda_measure *from) {
+#define ADD(f) into->stats.f += from->stats.f
+  ADD(candidates), ADD(lowered), ADD(compiled), ADD(ran), ADD(passed), ADD(cached), ADD(memory_full);
+  ADD(t_lower), ADD(t_compile), ADD(t_gpu_wait), ADD(t_compile_wait), ADD(t_worker), ADD(t_held);
+  ADD(t_wall), ADD(t_data), ADD(t_data_build), ADD(t_data_run);
+#undef ADD
+  _Static_assert(sizeof into->stats == 17 * 8, "a stat added here too");
+}
+
 static void fail(search_measure_result *r, const char *why) {
   r->n_secs = 0;
   size_t n = strlen(why);
