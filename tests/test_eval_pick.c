@@ -536,6 +536,111 @@ DG_TEST(eval_table_reads_refinements_against_their_priors) {
   free(json);
 }
 
+/* Writes one {workload, graph} line a pair into path (graph NULL: none). */
+static void graphs_file(const char *path, const char *const *w, const char *const *g, int n) {
+  dg_str file;
+  dg_str_init(&file);
+  for (int i = 0; i < n; i++) {
+    if (!g[i]) continue;
+    json_t *a = json_pack("{s:s, s:s}", "workload", w[i], "graph", g[i]);
+    char *l = json_dumps(a, JSON_COMPACT);
+    dg_str_printf(&file, "%s\n", l);
+    free(l);
+    json_decref(a);
+  }
+  dg_status st;
+  CHECK_MSG(dg_write_file_atomic(path, file.s, file.len, &st), "%s", st.msg);
+  dg_str_free(&file);
+}
+
+/* --against: another writer's outputs (here another evaluation's tasks
+ * file) judged beside this one's: the tasks where either is correct, and
+ * those where only this one is; in the JSON, the table and after a resume.
+ * A line that is not an output is refused naming the file and line. */
+DG_TEST(eval_cli_against_another_writer) {
+  dg_status st;
+  const char *w[] = {W1, W2, W3};
+  dg_func *f[3];
+  char *g[3];
+  for (int i = 0; i < 3; i++) {
+    f[i] = wl_build(w[i], &st);
+    CHECK(f[i]);
+    g[i] = f[i] ? baseline_graph(f[i], w[i]) : NULL;
+    CHECK(g[i]);
+  }
+  if (!g[0] || !g[1] || !g[2]) return;
+  /* this writer: W1 right, W2 W1's graph (wrong), W3 right; the other:
+   * W1 W3's graph (wrong), W2 right, W3 none */
+  const char *mine[] = {g[0], g[0], g[2]}, *other[] = {g[2], g[1], NULL};
+  char pa[600], pb[600], out_a[700], out_b[700], args[3000];
+  snprintf(pa, sizeof pa, "%s/against_a.jsonl", dg_test_tmpdir());
+  snprintf(pb, sizeof pb, "%s/against_b.jsonl", dg_test_tmpdir());
+  snprintf(out_a, sizeof out_a, "%s/ev_against_a", dg_test_tmpdir());
+  snprintf(out_b, sizeof out_b, "%s/ev_against_b", dg_test_tmpdir());
+  graphs_file(pa, w, mine, 3);
+  graphs_file(pb, w, other, 3);
+  char *out = NULL;
+  snprintf(args, sizeof args, "eval --workloads '%s;%s;%s' --graphs %s --target c --out %s --quiet", W1, W2, W3,
+           pb, out_b);
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "3 tasks, Correct@1 1 (33.3%)"), "rc %d: %s", rc, out);
+  free(out);
+  snprintf(args, sizeof args,
+           "eval --workloads '%s;%s;%s' --graphs %s --against %s/test.tasks.jsonl --target c --out %s --quiet", W1,
+           W2, W3, pa, out_b, out_a);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0 && strstr(out, "3 tasks, Correct@1 2 (66.7%)") &&
+                strstr(out, "of the 3 tasks where either is correct (of 3 with both outputs), this one is correct "
+                            "and the other not on 2"),
+            "rc %d: %s", rc, out);
+  free(out);
+  char jpath[800];
+  snprintf(jpath, sizeof jpath, "%s/test.json", out_a);
+  json_error_t je;
+  for (int pass = 0; pass < 2; pass++) {
+    json_t *j = json_load_file(jpath, 0, &je);
+    CHECK_MSG(j, "%s", je.text);
+    if (!j) break;
+    CHECK_EQ(json_integer_value(json_object_get(j, "against_n")), 3);
+    CHECK_EQ(json_integer_value(json_object_get(j, "against_either")), 3);
+    CHECK_EQ(json_integer_value(json_object_get(j, "against_only")), 2);
+    const char *want[] = {"header", "passed", "parse"};
+    for (size_t i = 0; i < 3; i++)
+      CHECK_STREQ(json_string_value(json_object_get(json_array_get(json_object_get(j, "tasks"), i), "against_gate")),
+                  want[i]);
+    json_decref(j);
+    if (pass == 1) break;
+    /* resumed after its first task: the other's outcome comes back from the tasks file */
+    char tpath[800];
+    snprintf(tpath, sizeof tpath, "%s/test.tasks.jsonl", out_a);
+    size_t tn;
+    char *text = dg_read_file(tpath, &tn, &st);
+    CHECK_MSG(text && strchr(text, '\n'), "%s", st.msg);
+    if (!text) break;
+    CHECK(dg_write_file_atomic(tpath, text, (size_t)(strchr(text, '\n') + 1 - text), &st));
+    free(text);
+    snprintf(args, sizeof args,
+             "eval --workloads '%s;%s;%s' --graphs %s --against %s/test.tasks.jsonl --target c --out %s --resume",
+             W1, W2, W3, pa, out_b, out_a);
+    rc = dg_test_run_dragon(args, NULL, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "resuming: 1 of 3 tasks") && strstr(out, "this one is correct and the other not on 2"),
+              "rc %d: %s", rc, out);
+    free(out);
+  }
+  /* a line that is not an output */
+  static const char bad[] = "{\"workload\": \"" W1 "\", \"graph\": 7}\n";
+  CHECK(dg_write_file_atomic(pb, bad, strlen(bad), &st));
+  snprintf(args, sizeof args, "eval --workloads '%s' --graphs %s --against %s --target c --out %s --quiet", W1, pa,
+           pb, out_a);
+  rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc != 0 && strstr(out, "against_b.jsonl:1"), "rc %d: %s", rc, out);
+  free(out);
+  for (int i = 0; i < 3; i++) {
+    free(g[i]);
+    ir_func_free(f[i]);
+  }
+}
+
 /* --refine: each refinement example of the tasks' workloads is a task
  * named as the example (a workload with two priors is two tasks, a
  * workload not among the tasks none); its files are SPLIT.refine.*; an

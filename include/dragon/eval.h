@@ -260,6 +260,12 @@ typedef struct {
   /* without a GPU: every task stops after the build gate (eval_pick_opts'
    * no_numbers); "passed" is then no Correct@1 */
   bool no_numbers;
+  /* another writer's outputs: against[i], where against and it are not
+   * NULL, is its graph for task i ("" where it wrote none), judged beside
+   * this output (on the GPU timed in the same batch): which of the two is
+   * correct, and where both are, which is faster (an SFT model's outputs
+   * against an RL model's) */
+  const char *const *against;
   /* on the GPU: batches judged at once, each judge with a measuring
    * context of its own set up as gpu is (its stats added to gpu's at the
    * end), while another waits for its slowest compile; <= 0: 2 */
@@ -281,6 +287,9 @@ typedef struct eval_task {
   double baseline_secs;    /* 0: not timed */
   double label_secs;       /* the search label's time beside it; 0: no label, or not timed */
   double prior_secs;       /* a refinement's prior's time beside it; 0: none, or not timed */
+  bool has_against;        /* another writer's output was judged beside it (eval_run_opts.against) */
+  eval_gate against_gate;  /* that output's first failed gate, or EVAL_PASSED */
+  double against_secs;     /* its time; 0: not correct, or not timed */
   double t_write, t_check; /* seconds writing, checking and timing */
   int64_t tokens;
   char *graph;             /* the output as written (owned; NULL: none) */
@@ -294,6 +303,11 @@ typedef struct {
   int correct, fast_2, fast_10;
   int faster, faster_2; /* refinements correct and EVAL_REFINE_GAIN / 2x faster than their priors */
   double t_total;
+  /* against another writer (eval_run_opts.against): the tasks with its
+   * output, those where either output is correct, those where this one is
+   * correct and the other is not, and where both are, this one faster
+   * (timed only; equal kernels are measured once, so they tie) */
+  int against_n, against_either, against_only, against_faster;
   int judges;         /* on the GPU: the batches' judges (eval_run_opts.judges), 0 elsewhere */
   int judged_at_once; /* batches being judged at once, at most */
 } eval_result;
@@ -305,6 +319,9 @@ void eval_result_free(eval_result *r);
 /* Against the search (tasks with a timed label): the label's time over the
  * output's where the output passed, else 0 (the output lost). */
 double eval_task_vs_label(const eval_task *t);
+/* The other writer's output's time over this one's (both correct and
+ * timed; > 1: this one is faster), else 0. */
+double eval_task_vs_against(const eval_task *t);
 /* A refinement against its prior: the prior's time over the output's
  * where both were timed and the output passed, else 0. */
 double eval_task_vs_prior(const eval_task *t);

@@ -123,6 +123,35 @@ static json_t *load_graphs(const char *path, dg_status *st) {
   return map;
 }
 
+/* ---- another writer's outputs ------------------------------------------- */
+
+/* An --against line: its task (its name, else its workload) -> its graph,
+ * "" where that writer wrote none (a task line of an evaluation). */
+static bool take_against(void *ctx, json_t *j) {
+  const char *w = json_string_value(json_object_get(j, "workload"));
+  const char *task = json_string_value(json_object_get(j, "task"));
+  json_t *g = json_object_get(j, "graph");
+  if (!w || (g && !json_is_string(g))) return false;
+  json_object_set_new(ctx, task ? task : w, json_string(g ? json_string_value(g) : ""));
+  return true;
+}
+
+/* --against FILE: another writer's outputs, as --graphs takes them or as
+ * an evaluation keeps its tasks (SPLIT.tasks.jsonl: a task it wrote no
+ * graph for has none); errors name the line. */
+static json_t *load_against(const char *path, dg_status *st) {
+  char *text = cli_read_text(path, st);
+  if (!text) return NULL;
+  json_t *map = json_object();
+  if (!each_json_line(text, path, "want {\"workload\": SPEC, \"graph\": TSEL} (\"task\": its name, for a refinement)",
+                      take_against, map, st)) {
+    json_decref(map);
+    map = NULL;
+  }
+  free(text);
+  return map;
+}
+
 /* ---- the search's labels: a split's construction examples ---------------- */
 
 typedef struct {
@@ -186,6 +215,10 @@ static bool keep_task(void *ctx, int i, const eval_task *t, dg_status *st) {
   if (t->label_secs > 0) json_object_set_new(j, "label_secs", json_real(t->label_secs));
   if (t->prior_secs > 0) json_object_set_new(j, "prior_secs", json_real(t->prior_secs));
   if (t->name) json_object_set_new(j, "task", json_string(t->name));
+  if (t->has_against) {
+    json_object_set_new(j, "against_gate", json_string(eval_gate_name(t->against_gate)));
+    if (t->against_secs > 0) json_object_set_new(j, "against_secs", json_real(t->against_secs));
+  }
   char *line = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17));
   json_decref(j);
   dg_str s;
@@ -227,8 +260,9 @@ static eval_task **load_done(const char *path, const char *key, const char *cons
     const char *w = j ? json_string_value(json_object_get(j, "workload")) : NULL;
     const char *g = j ? json_string_value(json_object_get(j, "gate")) : NULL;
     const char *r = j ? json_string_value(json_object_get(j, "reason")) : NULL;
-    eval_gate gate;
-    if (!k || !w || !g || !r || !eval_gate_from_name(g, &gate)) {
+    eval_gate gate, against_gate = EVAL_PASSED;
+    const char *ag = j ? json_string_value(json_object_get(j, "against_gate")) : NULL;
+    if (!k || !w || !g || !r || !eval_gate_from_name(g, &gate) || (ag && !eval_gate_from_name(ag, &against_gate))) {
       ok = dg_fail(st, DG_ERR_PARSE, "%s:%d: not a judged task", path, line);
     } else if (strcmp(k, key) != 0) {
       ok = dg_fail(st, DG_ERR_USAGE, "%s:%d: written by another evaluation (%s, not %s): run without --resume",
@@ -253,6 +287,9 @@ static eval_task **load_done(const char *path, const char *key, const char *cons
         t->t_write = json_number_value(json_object_get(j, "write_s"));
         t->t_check = json_number_value(json_object_get(j, "check_s"));
         t->tokens = json_integer_value(json_object_get(j, "tokens"));
+        t->has_against = ag != NULL;
+        t->against_gate = against_gate;
+        t->against_secs = json_number_value(json_object_get(j, "against_secs"));
         const char *graph = json_string_value(json_object_get(j, "graph"));
         t->graph = graph ? dg_strdup(graph) : NULL;
         done[i] = t;
@@ -423,7 +460,7 @@ static bool versus_section(const eval_result *res, const char *db_dir, const cha
 int cmd_eval(int argc, char **argv) {
   const char *split_name = "test", *workloads = NULL, *model_arg = NULL, *tokp = NULL,
              *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE,
-             *labels_path = NULL, *guard_log = NULL, *search_db_dir = NULL;
+             *labels_path = NULL, *guard_log = NULL, *search_db_dir = NULL, *against_path = NULL;
   int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048, restarts = CLI_RESTARTS, judges = 2;
   double temperature = 0, max_work = -1, restart_temperature = 1.0;
   int n_past = 0;
@@ -470,6 +507,10 @@ int cmd_eval(int argc, char **argv) {
        "a tuning database with the labels' records (`dragon db merge data/records --db DIR`): on the GPU, each "
        "correct output with a timed label is read against the search after 64, 256 and 1,000 trials and at the "
        "model's cost, per family (a section of SPLIT.md, the plot SPLIT.search.png and .svg)"},
+      {"--against", CLI_OPT_STR, &against_path, 0, 0,
+       "another writer's outputs on the same tasks (JSON lines {workload, graph}, as --graphs, or another "
+       "evaluation's SPLIT.tasks.jsonl): each judged beside this output in the same run; the table says on how "
+       "many tasks where either is correct this one is correct and the other not, or both and this one faster"},
       {"--out", CLI_OPT_STR, &out_dir, 0, 0, "where SPLIT.json and SPLIT.md go (default eval/MODEL)"},
       {"--resume", CLI_OPT_FLAG, &resume, 0, 0, "keep the tasks an interrupted run of the same evaluation judged (OUT/SPLIT.tasks.jsonl) and do the rest"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no line per task on stderr"},
@@ -526,7 +567,8 @@ int cmd_eval(int argc, char **argv) {
   char *json = NULL, *table = NULL;
   eval_task **done = NULL;
   json_t *label_map = NULL, *refines = NULL;
-  const char **labels = NULL, **priors = NULL, **names = NULL;
+  const char **labels = NULL, **priors = NULL, **names = NULL, **against = NULL;
+  json_t *against_map = NULL;
 
   if (!(splits = data_splits_load(splits_path, &st))) goto fail;
   if (workloads) {
@@ -626,6 +668,18 @@ int cmd_eval(int argc, char **argv) {
       fprintf(stderr, "dragon eval: labels from %s: %d of the %d tasks have one (timed on a GPU only)\n",
               labels_path, with, n);
   }
+  /* another writer's outputs, by task: a task it did not reach is not compared */
+  if (against_path && n > 0) {
+    if (!(against_map = load_against(against_path, &st))) goto fail;
+    against = dg_calloc((size_t)n, sizeof *against);
+    int with = 0;
+    for (int i = 0; i < n; i++) {
+      against[i] = json_string_value(json_object_get(against_map, refine ? names[i] : specs[i]));
+      with += against[i] != NULL;
+    }
+    if (!quiet)
+      fprintf(stderr, "dragon eval: --against %s: %d of the %d tasks have its output\n", against_path, with, n);
+  }
   if (n == 0) {
     dg_fail(&st, DG_ERR_USAGE, "no tasks: the split is empty or --workloads names none%s",
             refine ? " (with --refine: no refinement example of its workloads)"
@@ -685,6 +739,8 @@ int cmd_eval(int argc, char **argv) {
   /* the GPU's logits are bf16's: its graphs are another evaluation's */
   if (write_gpu) snprintf(key + strlen(key), sizeof key - strlen(key), " write=cuda");
   if (refine) snprintf(key + strlen(key), sizeof key - strlen(key), " refine=1");
+  /* judged against other outputs is another evaluation */
+  if (against_path) snprintf(key + strlen(key), sizeof key - strlen(key), " against=%.300s", against_path);
   /* graphs written again past the backtrack limit are another decoding */
   if (restarts > 0 && !no_guard && !unconstrained)
     snprintf(key + strlen(key), sizeof key - strlen(key), " restarts=%lld restart_temperature=%.17g",
@@ -718,7 +774,8 @@ int cmd_eval(int argc, char **argv) {
                       .priors = refine ? priors : NULL,
                       .names = refine ? names : NULL,
                       .no_numbers = no_numbers,
-                      .judges = (int)judges};
+                      .judges = (int)judges,
+                      .against = against};
   if (!eval_run(&eo, &res, &st)) goto fail;
   json = eval_result_json(&res, name, split_name, (uint64_t)seed, temperature);
   table = eval_result_table(&res, name, split_name);
@@ -787,6 +844,8 @@ done:
   free(labels);
   free(priors);
   free(names);
+  free(against);
+  json_decref(against_map);
   json_decref(label_map);
   json_decref(refines);
   for (int i = 0; i < n; i++) free(specs[i]);

@@ -128,6 +128,13 @@ static void write_group_on_thread(void *p, int g) {
   free(at);
 }
 
+/* The other writer's output's outcome, on task t. */
+static void against_of(eval_task *t, const eval_score *a) {
+  t->has_against = true;
+  t->against_gate = a->failed;
+  t->against_secs = a->failed == EVAL_PASSED ? a->secs : 0;
+}
+
 /* Judges task i's output (written now, or ahead in *ahead). */
 static void run_task(const eval_run_opts *o, int i, eval_task *t, written *ahead, dg_status *st) {
   dg_func *f = wl_build(o->specs[i], st);
@@ -142,20 +149,30 @@ static void run_task(const eval_run_opts *o, int i, eval_task *t, written *ahead
   t->tokens = ahead->tokens;
   t->t_write = ahead->t_write;
   double t0 = dg_now();
+  /* the other writer's output, where there is one, judged in the same
+   * batch (on the GPU timed in the same run) */
+  const char *other = o->against ? o->against[i] : NULL;
   if (!graph) {
     t->gate = EVAL_GATE_PARSE;
     snprintf(t->reason, sizeof t->reason, "no graph: %.480s", ahead->st.msg);
-  } else {
+  }
+  if (graph || other) {
     /* the baseline only for its time: without a GPU it is not scored */
     eval_pick_opts po = {f, o->specs[i], o->gpu, 0, o->threads, o->gpu == NULL,
                          o->no_numbers && !o->gpu};
     eval_pick p;
-    const char *one[] = {graph};
+    const char *two[2];
+    int n = 0;
+    if (graph) two[n++] = graph;
+    if (other) two[n++] = other;
     dg_status pst;
-    eval_pick_best(one, 1, NULL, &po, &p, &pst);
-    t->gate = p.scores[0].failed;
-    snprintf(t->reason, sizeof t->reason, "%s", p.scores[0].reason);
-    if (t->gate == EVAL_PASSED) t->secs = p.scores[0].secs;
+    eval_pick_best(two, n, NULL, &po, &p, &pst);
+    if (graph) {
+      t->gate = p.scores[0].failed;
+      snprintf(t->reason, sizeof t->reason, "%s", p.scores[0].reason);
+      if (t->gate == EVAL_PASSED) t->secs = p.scores[0].secs;
+    }
+    if (other) against_of(t, &p.scores[n - 1]);
     t->baseline_secs = p.baseline_secs;
     eval_pick_free(&p);
   }
@@ -182,9 +199,9 @@ static bool judge_batch(const eval_run_opts *o, search_cuda_measure *gpu, int lo
   dg_func *f[EVAL_BATCH] = {0};
   char *base[EVAL_BATCH] = {0};
   /* each task's output and baseline, its label and its prior where it has them */
-  eval_item items[4 * EVAL_BATCH];
-  eval_score sc[4 * EVAL_BATCH];
-  int at_item[EVAL_BATCH], at_label[EVAL_BATCH], at_prior[EVAL_BATCH], n_items = 0;
+  eval_item items[5 * EVAL_BATCH];
+  eval_score sc[5 * EVAL_BATCH];
+  int at_item[EVAL_BATCH], at_label[EVAL_BATCH], at_prior[EVAL_BATCH], at_against[EVAL_BATCH], n_items = 0;
   bool ok = true;
   for (int k = 0; k < n && ok; k++) {
     int i = idx[k];
@@ -217,6 +234,11 @@ static bool judge_batch(const eval_run_opts *o, search_cuda_measure *gpu, int lo
     if (o->priors && o->priors[i]) {
       at_prior[k] = n_items;
       items[n_items++] = (eval_item){o->priors[i], "prior", f[k], o->specs[i], NULL};
+    }
+    at_against[k] = -1;
+    if (o->against && o->against[i]) {
+      at_against[k] = n_items;
+      items[n_items++] = (eval_item){o->against[i], "against", f[k], o->specs[i], NULL};
     }
   }
   if (ok) {
@@ -262,6 +284,7 @@ static bool judge_batch(const eval_run_opts *o, search_cuda_measure *gpu, int lo
        * was made) is no label of this run */
       t->label_secs = at_label[k] >= 0 && sc[at_label[k]].failed == EVAL_PASSED ? sc[at_label[k]].secs : 0;
       t->prior_secs = at_prior[k] >= 0 && sc[at_prior[k]].failed == EVAL_PASSED ? sc[at_prior[k]].secs : 0;
+      if (at_against[k] >= 0) against_of(t, &sc[at_against[k]]);
       t->graph = w->graph;
       w->graph = NULL;
     }
@@ -691,6 +714,13 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
     double gain = eval_task_vs_prior(t);
     out->faster += gain >= EVAL_REFINE_GAIN;
     out->faster_2 += gain >= 2;
+    if (t->has_against) {
+      bool other = t->against_gate == EVAL_PASSED;
+      out->against_n++;
+      out->against_either += passed || other;
+      out->against_only += passed && !other;
+      out->against_faster += eval_task_vs_against(t) > 1;
+    }
     if (o->progress) {
       fprintf(o->progress, "[%d/%d] %s  %s%s", i + 1, o->n, t->name ? t->name : t->spec, eval_gate_name(t->gate),
               resumed ? " (resumed)" : "");
@@ -748,6 +778,10 @@ static double speedup_of(const eval_task *t) {
 
 double eval_task_vs_prior(const eval_task *t) {
   return t->prior_secs > 0 && t->gate == EVAL_PASSED && t->secs > 0 ? t->prior_secs / t->secs : 0;
+}
+
+double eval_task_vs_against(const eval_task *t) {
+  return t->against_secs > 0 && t->gate == EVAL_PASSED && t->secs > 0 ? t->against_secs / t->secs : 0;
 }
 
 double eval_task_vs_label(const eval_task *t) {
@@ -812,12 +846,22 @@ char *eval_result_json(const eval_result *r, const char *model, const char *spli
       json_object_set_new(j, "prior_secs", json_real(t->prior_secs));
       json_object_set_new(j, "vs_prior", json_real(eval_task_vs_prior(t)));
     }
+    if (t->has_against) {
+      json_object_set_new(j, "against_gate", json_string(eval_gate_name(t->against_gate)));
+      if (t->against_secs > 0) json_object_set_new(j, "against_secs", json_real(t->against_secs));
+      if (eval_task_vs_against(t) > 0) json_object_set_new(j, "vs_against", json_real(eval_task_vs_against(t)));
+    }
     json_array_append_new(tasks, j);
   }
   json_t *root = json_pack("{s:s, s:s, s:s, s:I, s:f, s:b, s:i, s:i, s:f, s:o}", "model", model, "split",
                            split, "tasks_kind", r->refine ? "refine" : "construct", "seed", (json_int_t)seed,
                            "temperature", temperature, "timed", r->timed, "tasks_n", r->n, "correct",
                            r->correct, "seconds", r->t_total, "tasks", tasks);
+  if (r->against_n > 0) {
+    json_object_set_new(root, "against_n", json_integer(r->against_n));
+    json_object_set_new(root, "against_either", json_integer(r->against_either));
+    json_object_set_new(root, "against_only", json_integer(r->against_only));
+  }
   if (r->timed) {
     json_object_set_new(root, "fast_2", json_integer(r->fast_2));
     json_object_set_new(root, "fast_10", json_integer(r->fast_10));
@@ -825,6 +869,7 @@ char *eval_result_json(const eval_result *r, const char *model, const char *spli
       json_object_set_new(root, "faster", json_integer(r->faster));
       json_object_set_new(root, "faster_2", json_integer(r->faster_2));
     }
+    if (r->against_n > 0) json_object_set_new(root, "against_faster", json_integer(r->against_faster));
     vs_label v = vs_label_of(r, NULL);
     if (v.labelled > 0) {
       json_object_set_new(root, "labelled", json_integer(v.labelled));
@@ -883,6 +928,18 @@ char *eval_result_table(const eval_result *r, const char *model, const char *spl
                   "least %.2fx faster than their prior, %d (%.1f%%) at least 2x.\n\n", r->faster,
                   r->n ? 100.0 * r->faster / r->n : 0.0, EVAL_REFINE_GAIN, r->faster_2,
                   r->n ? 100.0 * r->faster_2 / r->n : 0.0);
+  if (r->against_n > 0) {
+    dg_str_printf(&s, "Against the other writer's outputs (judged beside these in the same run): of the %d tasks "
+                  "where either is correct (of %d with both outputs), this one is correct and the other not on "
+                  "%d", r->against_either, r->against_n, r->against_only);
+    if (r->timed)
+      dg_str_printf(&s, ", both correct and this one faster on %d: better on %d (%.1f%%)", r->against_faster,
+                    r->against_only + r->against_faster,
+                    r->against_either ? 100.0 * (r->against_only + r->against_faster) / r->against_either : 0.0);
+    else
+      dg_str_puts(&s, " (which is faster where both are is read on a GPU)");
+    dg_str_puts(&s, ".\n\n");
+  }
   vs_label all = vs_label_of(r, NULL);
   bool labels = r->timed && all.labelled > 0;
   if (labels)
