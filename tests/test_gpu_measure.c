@@ -366,3 +366,60 @@ DG_TEST(search_cuda_measure_deadline_builds_nothing_past_it) {
   search_cands_free(c, N);
   ir_func_free(f);
 }
+
+typedef struct {
+  int order[4];
+  int n;
+} sink_order;
+
+static void note_order(void *ctx, int i, const search_measure_result *r) {
+  (void)r;
+  sink_order *o = ctx;
+  if (o->n < 4) o->order[o->n++] = i;
+}
+
+/* A round's candidates are all lowered first, then compiled largest
+ * source first (a round ends with its slowest compile, and a source's
+ * size is what its compile time follows): with one compiling thread the
+ * results come back in that order, not the candidates'. */
+DG_TEST(search_cuda_measure_compiles_largest_first) {
+  dg_status st;
+  if (!rt_nvrtc_available(&st)) SKIP("NVRTC is not here: %s", st.msg);
+  search_cuda_measure m;
+  CHECK_MSG(measure_open(&m, &st), "%s", st.msg);
+  m.threads = 1;
+  dg_func *f = NULL;
+  search_cand *c = cands_of("GMM", "GMM/0", 1, false, &f);
+  sched *bs = NULL;
+  CHECK(c && search_baseline_schedule(f, NULL, &bs, &st));
+  if (!c || !bs) {
+    search_cuda_measure_free(&m);
+    return;
+  }
+  /* the candidates: the untuned baseline, then the hand schedule */
+  search_cand two[2] = {{sched_trace_clone(sched_get_trace(bs)), ir_func_clone(sched_func(bs)), 0, 0, false},
+                        c[0]};
+  two[0].hash = ir_func_hash(two[0].func);
+  size_t len[2];
+  for (int i = 0; i < 2; i++) {
+    rt_build b;
+    rt_build_opts bo = {.target = RT_BUILD_CUDA, .arch = m.arch, .compile = false};
+    CHECK_MSG(rt_program_build(two[i].func, &bo, &b, &st), "%s", st.msg);
+    len[i] = b.source ? strlen(b.source) : 0;
+    rt_build_free(&b);
+  }
+  CHECK_MSG(len[1] > len[0], "the hand schedule's source (%zu bytes) is not the larger (%zu)", len[1], len[0]);
+  sink_order o = {{0}, 0};
+  search_measure_sink sink = {note_order, &o};
+  search_measure_result out[2];
+  search_measure_cuda(&m, f, two, 2, out, &sink);
+  CHECK_EQ(o.n, 2);
+  CHECK_MSG(o.order[0] == 1 && o.order[1] == 0, "results in the order %d, %d", o.order[0], o.order[1]);
+  CHECK_EQ(m.stats.compiled, 2);
+  search_cuda_measure_free(&m);
+  sched_trace_free(two[0].trace);
+  ir_func_free(two[0].func);
+  search_cands_free(c, 1);
+  sched_free(bs);
+  ir_func_free(f);
+}

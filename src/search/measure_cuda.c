@@ -9,9 +9,10 @@
  * each reference in turn); search_measure_cuda_many makes them on threads
  * while the candidates build, holding a candidate built before its data.
  * Per round, a pipeline: threads build each
- * candidate (rt_program_build: lowered, checked against the limits, CUDA
- * emitted and compiled by NVRTC for the device's architecture) and encode
- * its job; the calling thread hands each job to the worker pool as soon as
+ * candidate (rt_program_build: lowered, checked against the limits and
+ * CUDA emitted, for every candidate first; then compiled by NVRTC for the
+ * device's architecture, the largest sources first, cand_lower and
+ * cand_compile) and encode its job; the calling thread hands each job to the worker pool as soon as
  * it is ready and collects results as they come, matched by job id, so the
  * GPU works while the rest still compiles. One long-lived worker process
  * runs the jobs one at a time (crash-isolated: a fault or a hang costs that
@@ -328,6 +329,8 @@ static void fail(search_measure_result *r, const char *why) {
 
 /* What a thread makes of one candidate. */
 typedef struct {
+  rt_build b;        /* lowered and emitted (cand_lower), then compiled */
+  bool emitted;      /* b.source is there, to compile */
   dg_str msg;        /* the encoded job; empty: it failed before the GPU */
   char error[256];   /* why, then */
   bool skipped;      /* not built: the deadline had passed */
@@ -345,28 +348,52 @@ typedef struct {
   double compile_limit_s;
   const char *arch; /* search_cuda_measure.arch */
   double deadline;  /* search_cuda_measure.deadline */
+  const int *order; /* the compiles' order: the k-th compiled is candidate order[k] */
 } round_ctx;
 
-/* On a thread: build (lower, verify, emit, compile) and encode candidate i. */
-static void cand_prepare(void *p, int i) {
+/* A round's builds in two passes on the threads: every candidate lowered,
+ * checked and emitted (milliseconds), then compiled largest source first.
+ * A round ends with its slowest compile, and the size of a source is what
+ * its compile time follows (bench/RESULTS.md: the 4% of sources past 300
+ * KB hold most of NVRTC's time), so the long ones begin at once, beside
+ * the rest, instead of wherever they fall in the round. */
+static void cand_lower(void *p, int i) {
   round_ctx *r = p;
   cand_job *j = &r->jobs[i];
-  int c = r->idx[i];
   if (r->deadline > 0 && dg_now() >= r->deadline) {
     j->skipped = true;
     return;
   }
   dg_status st;
-  rt_build b;
-  rt_build_opts bo = {.target = RT_BUILD_CUDA,
-                      .arch = r->arch,
-                      .compile_limit_s = r->compile_limit_s,
-                      .compile = true,
-                      .name = "cand"};
-  bool ok = rt_program_build(r->cand[c].func, &bo, &b, &st);
-  j->t_lower = b.t_lower + b.t_codegen;
-  j->t_compile = b.t_compile;
-  j->lowered = b.source != NULL;
+  rt_build_opts bo = {.target = RT_BUILD_CUDA, .arch = r->arch, .compile = false, .name = "cand"};
+  bool ok = rt_program_build(r->cand[r->idx[i]].func, &bo, &j->b, &st);
+  j->t_lower = j->b.t_lower + j->b.t_codegen;
+  j->lowered = j->b.source != NULL;
+  j->emitted = ok;
+  if (!ok) {
+    set_error(j->error, sizeof j->error, st.msg);
+    rt_build_free(&j->b);
+  }
+}
+
+/* On a thread: compile (NVRTC) and encode the k-th candidate in order. */
+static void cand_compile(void *p, int k) {
+  round_ctx *r = p;
+  int i = r->order[k];
+  cand_job *j = &r->jobs[i];
+  if (!j->emitted) return; /* skipped, or failed with its reason */
+  rt_build *b = &j->b;
+  j->emitted = false;
+  if (r->deadline > 0 && dg_now() >= r->deadline) {
+    j->skipped = true;
+    rt_build_free(b);
+    return;
+  }
+  dg_status st;
+  double t0 = dg_now();
+  /* the architecture the source was emitted for (rt_program_build's) */
+  bool ok = rt_nvrtc_compile_within(b->source, "cand", b->arch, r->compile_limit_s, &b->bin, &st);
+  j->t_compile = dg_now() - t0;
   j->compiled = ok;
   if (!ok) {
     set_error(j->error, sizeof j->error, st.msg);
@@ -374,15 +401,41 @@ static void cand_prepare(void *p, int i) {
     dg_arena *a = dg_arena_new();
     rt_cuda_program prog;
     /* the program's names live in b.prog: encode before it is freed */
-    if (!rt_cuda_program_from_lowered(b.prog, a, &prog, &st)) {
+    if (!rt_cuda_program_from_lowered(b->prog, a, &prog, &st)) {
       set_error(j->error, sizeof j->error, st.msg);
     } else {
-      rt_cuda_job job = {&b.bin, &prog, r->paths[c], r->seed, r->timing};
+      rt_cuda_job job = {&b->bin, &prog, r->paths[r->idx[i]], r->seed, r->timing};
       rt_cuda_job_encode(&job, &j->msg);
     }
     dg_arena_free(a);
   }
-  rt_build_free(&b);
+  rt_build_free(b);
+}
+
+/* The compiles' order: largest source first (those that failed before
+ * the compile first of all: they are resolved at once). */
+typedef struct {
+  size_t len;
+  int i;
+} source_len;
+
+static int cmp_source_len(const void *a, const void *b) {
+  const source_len *x = a, *y = b;
+  if (x->len != y->len) return x->len < y->len ? 1 : -1;
+  return (x->i > y->i) - (x->i < y->i);
+}
+
+static void compile_order(const cand_job *jobs, int n, int *order) {
+  source_len *s = dg_malloc(sizeof *s * (size_t)(n ? n : 1));
+  for (int i = 0; i < n; i++) s[i] = (source_len){jobs[i].emitted ? strlen(jobs[i].b.source) + 1 : 0, i};
+  qsort(s, (size_t)n, sizeof *s, cmp_source_len);
+  /* failed ones (length 0) sort last: put them first */
+  int k = 0;
+  for (int m = 0; m < n; m++)
+    if (s[m].len == 0) order[k++] = s[m].i;
+  for (int m = 0; m < n; m++)
+    if (s[m].len > 0) order[k++] = s[m].i;
+  free(s);
 }
 
 /* The calling thread's side of one round. */
@@ -519,15 +572,12 @@ static void run_round(search_cuda_measure *m, const search_cand *cand, const cha
   dg_status st;
   dg_status_ok(&st);
   int reps = m->repeats < 1 ? 1 : m->repeats > 8 ? 8 : m->repeats;
-  round_ctx r = {cand,
-                 paths,
-                 idx,
-                 m->seed,
-                 {1, reps, true, m->timeout_s},
-                 NULL,
-                 m->compile_limit_s,
-                 m->arch[0] ? m->arch : NULL,
-                 m->deadline};
+  char arch[16]; /* the device's, as a build that compiles asks for it */
+  if (m->arch[0]) snprintf(arch, sizeof arch, "%s", m->arch);
+  else rt_build_arch(arch, sizeof arch);
+  int *order = dg_malloc(sizeof(int) * (size_t)(n ? n : 1));
+  round_ctx r = {cand, paths, idx, m->seed, {1, reps, true, m->timeout_s}, NULL, m->compile_limit_s, arch,
+                 m->deadline, order};
   r.jobs = dg_calloc((size_t)n, sizeof *r.jobs);
   for (int i = 0; i < n; i++) dg_str_init(&r.jobs[i].msg);
   round_run rr = {m,
@@ -554,13 +604,21 @@ static void run_round(search_cuda_measure *m, const search_cand *cand, const cha
   rt_nvrtc_set_processes(threads);
   int64_t hits0 = 0, hits1 = 0;
   rt_nvrtc_cache_stats(&hits0, NULL);
-  rt_tasks *tasks = rt_tasks_start(n, threads, cand_prepare, &r);
+  /* every candidate lowered and emitted, then compiled largest first */
+  double t_low = dg_now();
+  rt_tasks *lowering = rt_tasks_start(n, threads, cand_lower, &r);
+  while (rt_tasks_next(lowering, true) >= 0) {
+  }
+  rt_tasks_free(lowering);
+  m->stats.t_compile_wait += dg_now() - t_low;
+  compile_order(r.jobs, n, order);
+  rt_tasks *tasks = rt_tasks_start(n, threads, cand_compile, &r);
   int resolved = 0;
   rt_tasks *dtasks = data ? data->tasks : NULL;
   while (resolved < n) {
     int i;
     while (dtasks && (i = rt_tasks_next(dtasks, false)) >= 0) resolved += data_done(&rr, i);
-    while ((i = rt_tasks_next(tasks, false)) >= 0) resolved += hand_over(&rr, i);
+    while ((i = rt_tasks_next(tasks, false)) >= 0) resolved += hand_over(&rr, order[i]);
     if (resolved >= n) break;
     if (s->pool && rt_worker_pool_pending(s->pool) > 0) {
       rt_worker_result wr;
@@ -578,7 +636,7 @@ static void run_round(search_cuda_measure *m, const search_cand *cand, const cha
       i = rt_tasks_next(tasks, true);
       m->stats.t_compile_wait += dg_now() - t0;
       if (i >= 0) {
-        resolved += hand_over(&rr, i);
+        resolved += hand_over(&rr, order[i]);
         continue;
       }
       /* every build was handed back: what is left waits for its data */
@@ -604,6 +662,7 @@ static void run_round(search_cuda_measure *m, const search_cand *cand, const cha
     dg_str_free(&r.jobs[i].msg);
   }
   free(r.jobs);
+  free(order);
   free(rr.submitted);
   free(rr.done);
   free(rr.held);
