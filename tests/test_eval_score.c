@@ -3,6 +3,7 @@
  * failure planted at each gate is reported at that gate, with its reason,
  * and no later gate runs. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -685,4 +686,74 @@ DG_TEST(eval_score_batch_measures_a_kernel_once) {
   free(rgraph);
   ir_func_free(gmm);
   ir_func_free(rsum);
+}
+
+/* The card's roofline: the ceilings by the device's name (an unknown card
+ * has none), and a kernel's bound, its outputs' bytes over the bandwidth
+ * or its iterations over the multiply-add rate, whichever is longer. */
+DG_TEST(eval_roofline_bounds) {
+  dg_status st;
+  eval_roofline r;
+  CHECK(eval_roofline_of("NVIDIA H200 sm_90 driver 13000", &r) && r.bytes_per_s == 4.8e12);
+  CHECK(eval_roofline_of("NVIDIA H100 80GB HBM3 sm_90 driver 13000", &r) && r.bytes_per_s == 3.35e12);
+  CHECK(eval_roofline_of("NVIDIA H100 PCIe sm_90", &r) && r.bytes_per_s == 2.0e12);
+  CHECK(r.fma_per_s == 756.0e12 / 2);
+  CHECK(!eval_roofline_of("no GPU", &r) && r.bytes_per_s == 0 && eval_roofline_secs(NULL, &r) == 0);
+  CHECK(!eval_roofline_of(NULL, &r));
+  dg_func *f = wl_build(GMM, &st); /* 128^3 multiply-adds, a 128x128 f32 output */
+  CHECK(f);
+  if (!f) return;
+  /* compute-bound: the body's iterations over the rate (the init, under
+   * the reduction loop, runs once an output: not counted) */
+  eval_roofline slow_math = {1e12, 1e9};
+  CHECK_MSG(fabs(eval_roofline_secs(f, &slow_math) - 128.0 * 128 * 128 / 1e9) < 1e-12, "%g",
+            eval_roofline_secs(f, &slow_math));
+  /* memory-bound: the output's bytes alone (the inputs need not all be read) */
+  eval_roofline slow_memory = {1e6, 1e15};
+  CHECK_MSG(fabs(eval_roofline_secs(f, &slow_memory) - 128.0 * 128 * 4 / 1e6) < 1e-12, "%g",
+            eval_roofline_secs(f, &slow_memory));
+  ir_func_free(f);
+}
+
+/* On the GPU a time under half the card's roofline is measured again and
+ * refused if it still is (a MEASURE failure naming the roofline): with
+ * ceilings a millionth of the card's every real kernel is "too fast";
+ * with the card's own, the same graph passes. */
+DG_TEST(gpu_eval_roofline_refuses_the_impossible) {
+  dg_status st;
+  if (!rt_cuda_available(&st)) SKIP("no GPU: %s", st.msg);
+  dg_func *gmm = wl_build(GMM, &st);
+  CHECK(gmm);
+  char *good = gmm ? ts_graph_of("schedules/GMM.json", GMM, gmm) : NULL;
+  CHECK(good);
+  search_cuda_measure m = {3, 10, 1, NULL};
+  m.threads = 2;
+  CHECK_MSG(search_cuda_measure_init(&m, &st), "%s", st.msg);
+  eval_roofline card, tiny;
+  CHECK_MSG(eval_roofline_of(m.device, &card), "%s: no ceilings known", m.device);
+  tiny = (eval_roofline){card.bytes_per_s * 1e-6, card.fma_per_s * 1e-6};
+  const eval_item items[] = {{good, "a", gmm, GMM, NULL}};
+  for (int k = 0; k < 2 && good && m.state; k++) {
+    eval_score_opts o;
+    memset(&o, 0, sizeof o);
+    o.last = EVAL_GATE_MEASURE;
+    o.gpu = &m;
+    o.roofline = k == 0 ? &card : &tiny;
+    eval_score sc;
+    memset(&sc, 0, sizeof sc);
+    int64_t before = m.stats.candidates;
+    eval_score_batch(items, 1, &o, 2, &sc);
+    if (k == 0) {
+      CHECK_MSG(sc.failed == EVAL_PASSED && sc.secs > 0, "%s", sc.reason);
+      CHECK_EQ(m.stats.candidates - before, 1);
+    } else {
+      CHECK_MSG(sc.failed == EVAL_GATE_MEASURE && strstr(sc.reason, "roofline"), "%s: %s",
+                eval_gate_name(sc.failed), sc.reason);
+      CHECK_EQ(m.stats.candidates - before, 2); /* measured again before it was refused */
+    }
+    eval_score_free(&sc);
+  }
+  search_cuda_measure_free(&m);
+  free(good);
+  ir_func_free(gmm);
 }

@@ -46,6 +46,29 @@ bool eval_gate_from_name(const char *name, eval_gate *out);
 
 struct search_cuda_measure;
 
+/* A card's ceilings: no kernel writes its outputs faster than the memory's
+ * bandwidth, nor executes its statements' iterations (each at least a
+ * multiply-add) faster than the card's peak (the tensor cores' dense
+ * f16 rate, the highest, whatever the kernel's dtype). A time measured
+ * below EVAL_ROOFLINE_SLACK of the bound is measured again, and refused
+ * if it still is (a timing that physics forbids is a broken measurement,
+ * or a kernel that skipped its work): a reward or a speedup is never
+ * taken from one. */
+typedef struct {
+  double bytes_per_s;
+  double fma_per_s;
+} eval_roofline;
+#define EVAL_ROOFLINE_SLACK 0.5
+/* The ceilings of the card a measurement names (search_cuda_measure's
+ * device: "NVIDIA H200 ...", "NVIDIA H100 80GB HBM3 ..."), from its
+ * specification; false where the card is not known (then nothing is
+ * refused). */
+bool eval_roofline_of(const char *device, eval_roofline *out);
+/* The fewest seconds kernel f can take under r: its outputs' bytes over
+ * the bandwidth, the iterations of its blocks' bodies (none under a
+ * condition) over the multiply-add rate, the larger. */
+double eval_roofline_secs(const dg_func *f, const eval_roofline *r);
+
 typedef struct {
   const dg_func *kernel;   /* the unscheduled kernel the graph is for */
   const char *spec;        /* HEADER: the graph must name this spec (NULL: any) */
@@ -65,6 +88,8 @@ typedef struct {
   const dg_func *reference;
   const uint64_t *seeds;   /* NUMERIC on the CPU: fresh inputs per seed */
   int n_seeds;             /* 0: seeds 1 and 2 */
+  /* MEASURE: the card's ceilings (NULL: eval_roofline_of gpu's device) */
+  const eval_roofline *roofline;
 } eval_score_opts;
 
 typedef struct {
