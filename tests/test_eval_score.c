@@ -757,3 +757,42 @@ DG_TEST(gpu_eval_roofline_refuses_the_impossible) {
   free(good);
   ir_func_free(gmm);
 }
+
+/* On the GPU a batch's chosen graphs are measured again, their times the
+ * medians: two more measurements each (the image cached), a time that is
+ * one of the three, and a graph that did not pass left as it was. */
+DG_TEST(gpu_eval_measure_again_takes_the_median) {
+  dg_status st;
+  if (!rt_cuda_available(&st)) SKIP("no GPU: %s", st.msg);
+  dg_func *gmm = wl_build(GMM, &st);
+  CHECK(gmm);
+  char *good = gmm ? ts_graph_of("schedules/GMM.json", GMM, gmm) : NULL;
+  CHECK(good);
+  search_cuda_measure m = {3, 10, 1, NULL};
+  m.threads = 2;
+  CHECK_MSG(search_cuda_measure_init(&m, &st), "%s", st.msg);
+  if (good && m.state) {
+    const eval_item items[] = {{good, "a", gmm, GMM, NULL}, {"tsel 1 nonsense", "b", gmm, GMM, NULL}};
+    eval_score_opts o;
+    memset(&o, 0, sizeof o);
+    o.last = EVAL_GATE_MEASURE;
+    o.gpu = &m;
+    eval_score sc[2];
+    memset(sc, 0, sizeof sc);
+    eval_score_batch(items, 2, &o, 2, sc);
+    CHECK_MSG(sc[0].failed == EVAL_PASSED && sc[0].secs > 0, "%s", sc[0].reason);
+    CHECK(sc[1].failed != EVAL_PASSED);
+    double first = sc[0].secs;
+    int64_t before = m.stats.candidates;
+    const int idx[] = {0, 1};
+    eval_score_measure_again(items, sc, idx, 2, &o, 2);
+    CHECK_EQ(m.stats.candidates - before, 2);
+    CHECK_MSG(sc[0].failed == EVAL_PASSED && sc[0].secs > 0 && sc[0].secs < 1, "%s", sc[0].reason);
+    printf("  first %.3f us, median of three %.3f us\n", first * 1e6, sc[0].secs * 1e6);
+    CHECK(sc[1].failed != EVAL_PASSED && sc[1].secs == 0);
+    for (int i = 0; i < 2; i++) eval_score_free(&sc[i]);
+  }
+  search_cuda_measure_free(&m);
+  free(good);
+  ir_func_free(gmm);
+}

@@ -615,3 +615,19 @@ DG_TEST(gpu_grpo_matches_cpu) {
   grpo_result_free(&r2);
   grpo_result_free(&rg);
 }
+
+/* A group's samples measured again before their rewards are final: its
+ * fastest distinct kernels, fastest first, one sample each (an equal
+ * kernel shares the measurement), none that failed or was not timed. */
+DG_TEST(grpo_group_fastest_picks_distinct_kernels) {
+  const double secs[] = {0, 3e-6, 1e-6, 1e-6, 2e-6, 0};
+  const uint64_t hash[] = {7, 1, 2, 2, 3, 4};
+  int out[4] = {-1, -1, -1, -1};
+  CHECK_EQ(grpo_group_fastest(secs, hash, 6, 2, out), 2);
+  CHECK_EQ(out[0], 2); /* not 3: the same kernel */
+  CHECK_EQ(out[1], 4);
+  CHECK_EQ(grpo_group_fastest(secs, hash, 6, 4, out), 3); /* three timed kernels in all */
+  CHECK_EQ(out[2], 1);
+  const double none[] = {0, 0};
+  CHECK_EQ(grpo_group_fastest(none, hash, 2, 2, out), 0);
+}

@@ -446,6 +446,18 @@ void grpo_opts_default(grpo_opts *o);
  * log(speedup) clipped to +-bonus_clip (speedup 0: not timed, no bonus). */
 float grpo_reward(const grpo_opts *o, eval_gate failed, double speedup);
 
+/* The samples of a group to measure again before their rewards are final
+ * (measurement noise would otherwise decide the group's ranking at its
+ * top): of the g samples' times (secs[j] > 0: correct and timed; kernel
+ * hash hash[j]), the fastest `top` distinct kernels, one sample each
+ * (the first of equal kernels), fastest first, into out; returns how
+ * many. */
+int grpo_group_fastest(const double *secs, const uint64_t *hash, int g, int top, int *out);
+/* Each such kernel is measured GRPO_MEASURE_AGAIN more times and its
+ * reward read from the median of its times. */
+#define GRPO_TOP_AGAIN 2
+#define GRPO_MEASURE_AGAIN 2
+
 /* The advantages of one group of g rewards: r - mean, divided by the
  * sample std + 1e-4 where scale_std. False (all 0) when every reward is
  * the same: the group teaches nothing (dynamic sampling replaces it). */

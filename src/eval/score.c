@@ -572,3 +572,55 @@ void eval_score_batch(const eval_item *items, int n, const eval_score_opts *o, i
   free(c);
   free(r);
 }
+
+static int cmp_secs(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+void eval_score_measure_again(const eval_item *items, eval_score *out, const int *idx, int k,
+                              const eval_score_opts *o, int times) {
+  if (!o->gpu || k <= 0 || times <= 0) return;
+  enum { MAX_TIMES = 8 };
+  if (times > MAX_TIMES) times = MAX_TIMES;
+  int n = 0;
+  const dg_func **kernels = dg_malloc(sizeof *kernels * (size_t)k * (size_t)times);
+  search_cand *c = dg_calloc((size_t)k * (size_t)times, sizeof *c);
+  search_measure_result *r = dg_calloc((size_t)k * (size_t)times, sizeof *r);
+  int *of = dg_malloc(sizeof(int) * (size_t)k * (size_t)times); /* candidate -> output */
+  for (int j = 0; j < k; j++) {
+    eval_score *x = &out[idx[j]];
+    if (x->failed != EVAL_PASSED || x->secs <= 0) continue;
+    for (int t = 0; t < times; t++) {
+      kernels[n] = items[idx[j]].kernel;
+      of[n] = idx[j];
+      c[n++] = (search_cand){x->trace, x->scheduled, x->kernel_hash, 0, false};
+    }
+  }
+  if (n > 0) {
+    search_measure_cuda_many(o->gpu, kernels, c, n, r, NULL);
+    roofline_check(o, kernels, c, r, n);
+  }
+  for (int a = 0; a < n;) {
+    int i = of[a], b = a;
+    double secs[MAX_TIMES + 1];
+    int m = 0;
+    secs[m++] = out[i].secs;
+    for (; b < n && of[b] == i; b++) {
+      if (out[i].failed != EVAL_PASSED) continue;
+      if (r[b].n_secs == 0) fail_at(&out[i], gpu_failure_gate(r[b].error), "measured again: %s", r[b].error);
+      else secs[m++] = r[b].secs[0];
+    }
+    if (out[i].failed == EVAL_PASSED) {
+      qsort(secs, (size_t)m, sizeof *secs, cmp_secs);
+      out[i].secs = m % 2 ? secs[m / 2] : 0.5 * (secs[m / 2 - 1] + secs[m / 2]);
+    } else {
+      out[i].secs = 0;
+    }
+    a = b;
+  }
+  free(kernels);
+  free(c);
+  free(r);
+  free(of);
+}

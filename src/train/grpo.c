@@ -55,6 +55,22 @@ float grpo_reward(const grpo_opts *o, eval_gate failed, double speedup) {
   return 1.0f + bonus;
 }
 
+int grpo_group_fastest(const double *secs, const uint64_t *hash, int g, int top, int *out) {
+  int n = 0;
+  while (n < top) {
+    int best = -1;
+    for (int j = 0; j < g; j++) {
+      if (secs[j] <= 0) continue;
+      bool taken = false; /* its kernel is already out */
+      for (int m = 0; m < n && !taken; m++) taken = hash[out[m]] == hash[j];
+      if (!taken && (best < 0 || secs[j] < secs[best])) best = j;
+    }
+    if (best < 0) break;
+    out[n++] = best;
+  }
+  return n;
+}
+
 bool grpo_group_advantages(const float *r, int g, bool scale_std, float *adv) {
   double mean = 0;
   for (int i = 0; i < g; i++) mean += r[i];
