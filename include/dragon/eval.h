@@ -302,7 +302,9 @@ typedef struct {
   const char *const *against;
   /* on the GPU: batches judged at once, each judge with a measuring
    * context of its own set up as gpu is (its stats added to gpu's at the
-   * end), while another waits for its slowest compile; <= 0: 2 */
+   * end), while another waits for its slowest compile; <= 0: 1 beside a
+   * GPU writer writing the groups (the writer's steps wait for the GPU's
+   * lock behind every measuring worker), else 2 */
   int judges;
 } eval_run_opts;
 

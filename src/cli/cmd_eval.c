@@ -461,7 +461,7 @@ int cmd_eval(int argc, char **argv) {
   const char *split_name = "test", *workloads = NULL, *model_arg = NULL, *tokp = NULL,
              *graphs_path = NULL, *target = NULL, *out_dir = NULL, *splits_path = DATA_SPLIT_FILE,
              *labels_path = NULL, *guard_log = NULL, *search_db_dir = NULL, *against_path = NULL;
-  int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048, restarts = CLI_RESTARTS, judges = 2;
+  int64_t limit = 0, seed = 1, threads = 0, max_tokens = 2048, restarts = CLI_RESTARTS, judges = 0;
   double temperature = 0, max_work = -1, restart_temperature = 1.0;
   int n_past = 0;
   bool no_numbers = false;
@@ -483,9 +483,11 @@ int cmd_eval(int argc, char **argv) {
       {"--temperature", CLI_OPT_F64, &temperature, 0, 0, "sampling temperature of the first output (default 0: greedy)"},
       {"--max-tokens", CLI_OPT_INT, &max_tokens, 16, 1 << 16, "tokens per graph at most (default 2048)"},
       {"--threads", CLI_OPT_INT, &threads, 0, 1024, "threads for the checks (default: every core)"},
-      {"--judges", CLI_OPT_INT, &judges, 1, 16,
+      {"--judges", CLI_OPT_INT, &judges, 0, 16,
        "on the GPU: batches of 32 tasks judged at once, each with a measuring worker of its own, so that "
-       "one batch's slowest compile holds no other"},
+       "one batch's slowest compile holds no other (default 0: 1 while the model writes on the GPU beside "
+       "the judging, its steps waiting for the GPU behind every measuring worker; 2 where the graphs are "
+       "written first)"},
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
       {"--restarts", CLI_OPT_INT, &restarts, 0, 64, CLI_RESTARTS_HELP},
       {"--restart-temperature", CLI_OPT_F64, &restart_temperature, 0, 0, CLI_RESTART_TEMPERATURE_HELP},
@@ -803,7 +805,7 @@ int cmd_eval(int argc, char **argv) {
            unconstrained ? "off, and no mask" : no_guard ? "off" : "on");
   if (!graphs && w.ws.lock_wait_s > 0)
     printf("writing on the GPU waited %.1f s for its lock (the measurements beside it)\n", w.ws.lock_wait_s);
-  if (res.judges > 0)
+  if (res.judges > 1)
     printf("judged by %d judges side by side, at most %d batches at once, in %.1f s\n", res.judges,
            res.judged_at_once, res.t_total);
   if (!graphs && !no_guard && !unconstrained)

@@ -188,7 +188,8 @@ static void run_task(const eval_run_opts *o, int i, eval_task *t, written *ahead
  * The same gates and numbers as eval_pick_best, task by task. False (st
  * set) only when a task's spec does not build. */
 #define EVAL_BATCH 32
-/* Batches judged at once by default (eval_run_opts.judges). */
+/* Batches judged at once by default where every graph was written
+ * before the judging (eval_run_opts.judges; beside the GPU's writer, 1). */
 #define EVAL_JUDGES 2
 static bool judge_batch(const eval_run_opts *o, search_cuda_measure *gpu, int lo, int hi, eval_task *tasks,
                         written *ahead, dg_status *st) {
@@ -455,7 +456,12 @@ static int *growing_groups(int n_unwritten, int size, int *groups) {
  * in turn (gpu_lock.c), so each kernel is still timed alone, and NVRTC's
  * processes are shared (nvrtc_pool.c: a compile waits for a free one).
  * Each judge makes the data of the batch it takes next while it judges
- * the one before. The main thread takes the judged batches in order. */
+ * the one before. The main thread takes the judged batches in order.
+ * Beside the GPU's writer one judge is the default: on an H100 on
+ * 2026-12-07 two judges judged a batch in 13-32 s but waited 18-83 s for
+ * graphs, the writer's steps waiting behind two measuring workers for the
+ * GPU's lock (448 tasks written in 218 s where beside one judge it wrote
+ * them in 182 s). */
 typedef struct {
   const eval_run_opts *o;
   eval_task *tasks;
@@ -662,7 +668,10 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
   search_cuda_measure *more = NULL;
   int n_judges = 0, started = 0;
   if (batched && o->n > 0) {
-    n_judges = judges_open(o, o->judges > 0 ? o->judges : EVAL_JUDGES, &more);
+    /* by default one judge beside the GPU's writer: a second one's
+     * measurements hold the GPU's lock against the writer's steps, and
+     * the writer is then the slower (bench/RESULTS.md, 2026-12-07) */
+    n_judges = judges_open(o, o->judges > 0 ? o->judges : lw.started ? 1 : EVAL_JUDGES, &more);
     J = (judging){.o = o, .tasks = out->tasks, .ahead = ahead, .lw = lw.started ? &lw : NULL, .wc = &wc,
                   .groups = groups, .n_batches = (o->n + EVAL_BATCH - 1) / EVAL_BATCH};
     J.state = dg_calloc((size_t)J.n_batches, 1);
