@@ -9,8 +9,9 @@
  * the writer's graph itself passes, never because the baseline did. On
  * the GPU the outputs written ahead are judged 32 tasks at a time in one
  * batch (judge_batch: the same gates and measurements, each output beside
- * its baseline, compiled on every core while the GPU measures), two
- * batches at once by judges on threads of their own (judge_batches).
+ * its baseline, compiled on every core while the GPU measures), by
+ * judges on threads of their own (judge_batches; two batches at once
+ * where the graphs were written before the judging).
  * Outcomes go to JSON (every task, for tables and plots elsewhere) and to
  * a Markdown table by family.
  */
