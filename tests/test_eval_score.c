@@ -715,20 +715,34 @@ DG_TEST(eval_roofline_bounds) {
   ir_func_free(f);
 }
 
+/* On a GPU: GMM, its hand schedule's graph and a measurement on two
+ * threads; false (skip, with why) where there is no GPU. */
+static bool gpu_gmm_open(dg_func **gmm, char **good, search_cuda_measure *m, char *why, size_t n) {
+  dg_status st;
+  *gmm = NULL, *good = NULL;
+  if (!rt_cuda_available(&st)) {
+    snprintf(why, n, "no GPU: %.200s", st.msg);
+    return false;
+  }
+  *gmm = wl_build(GMM, &st);
+  *good = *gmm ? ts_graph_of("schedules/GMM.json", GMM, *gmm) : NULL;
+  *m = (search_cuda_measure){3, 10, 1, NULL};
+  m->threads = 2;
+  /* a set-up that fails is a failure of the test, not a skip */
+  if (!*good) dg_test_fail(__FILE__, __LINE__, "GMM or its graph does not build");
+  else if (!search_cuda_measure_init(m, &st)) dg_test_fail(__FILE__, __LINE__, "%.200s", st.msg);
+  return true;
+}
+
 /* On the GPU a time under half the card's roofline is measured again and
  * refused if it still is (a MEASURE failure naming the roofline): with
  * ceilings a millionth of the card's every real kernel is "too fast";
  * with the card's own, the same graph passes. */
 DG_TEST(gpu_eval_roofline_refuses_the_impossible) {
-  dg_status st;
-  if (!rt_cuda_available(&st)) SKIP("no GPU: %s", st.msg);
-  dg_func *gmm = wl_build(GMM, &st);
-  CHECK(gmm);
-  char *good = gmm ? ts_graph_of("schedules/GMM.json", GMM, gmm) : NULL;
-  CHECK(good);
-  search_cuda_measure m = {3, 10, 1, NULL};
-  m.threads = 2;
-  CHECK_MSG(search_cuda_measure_init(&m, &st), "%s", st.msg);
+  dg_func *gmm;
+  char *good, why[300];
+  search_cuda_measure m;
+  if (!gpu_gmm_open(&gmm, &good, &m, why, sizeof why)) SKIP("%s", why);
   eval_roofline card, tiny;
   CHECK_MSG(eval_roofline_of(m.device, &card), "%s: no ceilings known", m.device);
   tiny = (eval_roofline){card.bytes_per_s * 1e-6, card.fma_per_s * 1e-6};
@@ -762,15 +776,10 @@ DG_TEST(gpu_eval_roofline_refuses_the_impossible) {
  * medians: two more measurements each (the image cached), a time that is
  * one of the three, and a graph that did not pass left as it was. */
 DG_TEST(gpu_eval_measure_again_takes_the_median) {
-  dg_status st;
-  if (!rt_cuda_available(&st)) SKIP("no GPU: %s", st.msg);
-  dg_func *gmm = wl_build(GMM, &st);
-  CHECK(gmm);
-  char *good = gmm ? ts_graph_of("schedules/GMM.json", GMM, gmm) : NULL;
-  CHECK(good);
-  search_cuda_measure m = {3, 10, 1, NULL};
-  m.threads = 2;
-  CHECK_MSG(search_cuda_measure_init(&m, &st), "%s", st.msg);
+  dg_func *gmm;
+  char *good, why[300];
+  search_cuda_measure m;
+  if (!gpu_gmm_open(&gmm, &good, &m, why, sizeof why)) SKIP("%s", why);
   if (good && m.state) {
     const eval_item items[] = {{good, "a", gmm, GMM, NULL}, {"tsel 1 nonsense", "b", gmm, GMM, NULL}};
     eval_score_opts o;

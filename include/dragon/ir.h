@@ -335,6 +335,13 @@ dg_buffer *ir_buffer_new(dg_func *f, const char *name, dg_dtype dtype,
                          int ndim, const int64_t *shape, dg_scope scope);
 void ir_func_add_param(dg_func *f, dg_buffer *b);
 int64_t ir_buffer_numel(const dg_buffer *b);
+/* Iterations of f's statements under their loops, summed. all: every
+ * statement (a block's init, what a condition guards, and each condition
+ * once an iteration): what its reference executes, within a small factor;
+ * !all: what every run must execute, a lower bound (the blocks' bodies,
+ * none under a condition or a block predicate; an init, which runs once
+ * an output under the reduction loops, not counted). */
+double ir_func_iterations(const dg_func *f, bool all);
 
 /* Expressions. Binary helpers infer the result dtype (comparisons: bool;
  * otherwise the operands', which must agree; DG_ASSERT otherwise). */

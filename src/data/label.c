@@ -54,29 +54,7 @@ void data_label_opts_default(data_label_opts *o) {
 
 /* ---- the work of a float64 reference ---------------------------------------- */
 
-/* Iterations of every statement under its loops, summed: what the
- * reference executes, within a small factor. */
-static double stmt_work(const dg_stmt *s, double outer) {
-  if (!s) return 0;
-  switch (s->kind) {
-    case DG_STMT_FOR:
-      return stmt_work(s->body, outer * (double)s->extent);
-    case DG_STMT_SEQ: {
-      double w = 0;
-      for (int i = 0; i < s->n; i++) w += stmt_work(s->stmts[i], outer);
-      return w;
-    }
-    case DG_STMT_BLOCK:
-      return stmt_work(s->block->init, outer) + stmt_work(s->block->body, outer);
-    case DG_STMT_IF:
-      return stmt_work(s->body, outer) + outer;
-    case DG_STMT_STORE:
-      return outer;
-  }
-  return outer;
-}
-
-double data_label_work(const dg_func *f) { return stmt_work(f->body, 1); }
+double data_label_work(const dg_func *f) { return ir_func_iterations(f, true); }
 
 /* ---- one workload --------------------------------------------------------- */
 

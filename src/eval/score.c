@@ -132,37 +132,13 @@ bool eval_roofline_of(const char *device, eval_roofline *out) {
   return false;
 }
 
-/* Iterations of the stores every run of the kernel must execute: a
- * block's body (not its init, which sits under the reduction loops and
- * runs once an output), nothing under a condition or a block's predicate
- * (it may be skipped). */
-static double must_run(const dg_stmt *s, double outer) {
-  if (!s) return 0;
-  switch (s->kind) {
-    case DG_STMT_FOR:
-      return must_run(s->body, outer * (double)s->extent);
-    case DG_STMT_SEQ: {
-      double w = 0;
-      for (int i = 0; i < s->n; i++) w += must_run(s->stmts[i], outer);
-      return w;
-    }
-    case DG_STMT_BLOCK:
-      return s->block->predicate ? 0 : must_run(s->block->body, outer);
-    case DG_STMT_IF:
-      return 0;
-    case DG_STMT_STORE:
-      return outer;
-  }
-  return 0;
-}
-
 double eval_roofline_secs(const dg_func *f, const eval_roofline *r) {
   if (!r || r->bytes_per_s <= 0 || r->fma_per_s <= 0) return 0;
   double bytes = 0;
   for (int i = 0; i < f->n_params; i++)
     if (codegen_param_written(f, i))
       bytes += (double)ir_buffer_numel(f->params[i]) * dg_dtype_bytes(f->params[i]->dtype);
-  double a = bytes / r->bytes_per_s, b = must_run(f->body, 1) / r->fma_per_s;
+  double a = bytes / r->bytes_per_s, b = ir_func_iterations(f, false) / r->fma_per_s;
   return a > b ? a : b;
 }
 

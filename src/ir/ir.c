@@ -169,6 +169,30 @@ int64_t ir_buffer_numel(const dg_buffer *b) {
   return n;
 }
 
+/* ir_func_iterations below s, under loops of outer iterations. */
+static double stmt_iterations(const dg_stmt *s, double outer, bool all) {
+  if (!s) return 0;
+  switch (s->kind) {
+    case DG_STMT_FOR:
+      return stmt_iterations(s->body, outer * (double)s->extent, all);
+    case DG_STMT_SEQ: {
+      double w = 0;
+      for (int i = 0; i < s->n; i++) w += stmt_iterations(s->stmts[i], outer, all);
+      return w;
+    }
+    case DG_STMT_BLOCK:
+      if (!all) return s->block->predicate ? 0 : stmt_iterations(s->block->body, outer, all);
+      return stmt_iterations(s->block->init, outer, all) + stmt_iterations(s->block->body, outer, all);
+    case DG_STMT_IF:
+      return all ? stmt_iterations(s->body, outer, all) + outer : 0;
+    case DG_STMT_STORE:
+      return outer;
+  }
+  return all ? outer : 0;
+}
+
+double ir_func_iterations(const dg_func *f, bool all) { return stmt_iterations(f->body, 1, all); }
+
 /* ---- expressions --------------------------------------------------------- */
 
 static dg_expr *node(dg_func *f, dg_expr_kind k, dg_dtype t) {
