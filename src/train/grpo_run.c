@@ -331,7 +331,7 @@ static void judge(const grpo_run_args *a, const prompt_t *p, int n_p, sample_t *
         x->secs = y->secs;
         if (y->failed != EVAL_PASSED) {
           x->failed = y->failed;
-          snprintf(x->reason, sizeof x->reason, "%s", y->reason);
+          memcpy(x->reason, y->reason, sizeof x->reason); /* x is not y */
         }
       }
     }
