@@ -27,7 +27,8 @@
 #               64, 256 and 1,000 trials and at the model's cost)
 #   GPU_TESTS=1 first the tests of the GPU's writing, judging and measuring
 #               (gpu_optimize, gpu_decode, search_cuda_measure_many,
-#               gpu_measure_cuda_rounds, gpu_nn_sample; at most 150 s)
+#               gpu_measure_cuda_rounds, gpu_nn_sample, gpu_eval_: the
+#               roofline and the re-measured median; at most 150 s)
 set -uo pipefail
 OUTDIR=${1:?usage: scripts/gpu_eval.sh OUTDIR}
 mkdir -p "$OUTDIR"
@@ -57,7 +58,7 @@ fi
 if [ -n "${GPU_TESTS:-}" ]; then
   [ -x "$BUILD/dragon_tests" ] || build_logged "$BUILD/dragon_tests"
   DRAGON_BIN=$DRAGON timeout 150 "./$BUILD/dragon_tests" gpu_optimize gpu_decode search_cuda_measure_many \
-    gpu_measure_cuda_rounds gpu_nn_sample >"$LOGDIR/gpu_tests.txt" 2>&1
+    gpu_measure_cuda_rounds gpu_nn_sample gpu_eval_ >"$LOGDIR/gpu_tests.txt" 2>&1
   note "gpu tests: exit $?; $(tail -1 "$LOGDIR/gpu_tests.txt")"
 fi
 
