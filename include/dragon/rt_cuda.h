@@ -463,6 +463,11 @@ typedef struct {
  * product in *out. Safe on several threads at once. */
 bool rt_program_build(const dg_func *scheduled, const rt_build_opts *o, rt_build *out,
                       dg_status *st);
+/* The compile stage alone, of a build that stopped at its source
+ * (rt_program_build with !o->compile; o as it was then, compile aside):
+ * so that a caller can order the compilations of many builds. False with
+ * st set and out->stage RT_BUILD_COMPILE when it fails. */
+bool rt_build_compile(rt_build *out, const rt_build_opts *o, dg_status *st);
 void rt_build_free(rt_build *b);
 /* `ref`'s float64 reference alone (CODEGEN_REFERENCE_FN), compiled as C:
  * the expected outputs of a check, without compiling a kernel beside it

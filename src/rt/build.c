@@ -148,19 +148,21 @@ bool rt_program_build(const dg_func *f, const rt_build_opts *o, rt_build *out, d
   double t2 = dg_now();
   out->t_codegen = t2 - t1;
   if (!out->source) return stop(out, RT_BUILD_CODEGEN);
-  if (!o->compile) {
-    out->stage = RT_BUILD_DONE;
-    return true;
-  }
+  out->stage = RT_BUILD_DONE;
+  return o->compile ? rt_build_compile(out, o, st) : true;
+}
 
-  if (cuda)
-    ok = rt_nvrtc_compile_within(out->source, o->name ? o->name : "dragon",
-                                 o->arch ? o->arch : out->arch, o->compile_limit_s, &out->bin,
-                                 st);
+bool rt_build_compile(rt_build *out, const rt_build_opts *o, dg_status *st) {
+  dg_status_ok(st);
+  double t0 = dg_now();
+  bool ok;
+  if (o->target == RT_BUILD_CUDA)
+    ok = rt_nvrtc_compile_within(out->source, o->name ? o->name : "dragon", out->arch, o->compile_limit_s,
+                                 &out->bin, st);
   else
     ok = compile_c(out, o->target == RT_BUILD_C ? CODEGEN_KERNEL_FN : CODEGEN_PROGRAM_FN,
                    o->reference != NULL, st);
-  out->t_compile = dg_now() - t2;
+  out->t_compile = dg_now() - t0;
   if (!ok) return stop(out, RT_BUILD_COMPILE);
   out->stage = RT_BUILD_DONE;
   return true;

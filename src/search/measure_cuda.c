@@ -27,6 +27,7 @@
  * on a private copy), and lowering, emission and NVRTC keep no global
  * state of their own.
  */
+#include <stdint.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -357,6 +358,14 @@ typedef struct {
  * its compile time follows (bench/RESULTS.md: the 4% of sources past 300
  * KB hold most of NVRTC's time), so the long ones begin at once, beside
  * the rest, instead of wherever they fall in the round. */
+static rt_build_opts build_opts(const round_ctx *r) {
+  return (rt_build_opts){.target = RT_BUILD_CUDA,
+                         .arch = r->arch,
+                         .compile_limit_s = r->compile_limit_s,
+                         .compile = true,
+                         .name = "cand"};
+}
+
 static void cand_lower(void *p, int i) {
   round_ctx *r = p;
   cand_job *j = &r->jobs[i];
@@ -365,7 +374,8 @@ static void cand_lower(void *p, int i) {
     return;
   }
   dg_status st;
-  rt_build_opts bo = {.target = RT_BUILD_CUDA, .arch = r->arch, .compile = false, .name = "cand"};
+  rt_build_opts bo = build_opts(r);
+  bo.compile = false;
   bool ok = rt_program_build(r->cand[r->idx[i]].func, &bo, &j->b, &st);
   j->t_lower = j->b.t_lower + j->b.t_codegen;
   j->lowered = j->b.source != NULL;
@@ -390,10 +400,9 @@ static void cand_compile(void *p, int k) {
     return;
   }
   dg_status st;
-  double t0 = dg_now();
-  /* the architecture the source was emitted for (rt_program_build's) */
-  bool ok = rt_nvrtc_compile_within(b->source, "cand", b->arch, r->compile_limit_s, &b->bin, &st);
-  j->t_compile = dg_now() - t0;
+  rt_build_opts bo = build_opts(r);
+  bool ok = rt_build_compile(b, &bo, &st);
+  j->t_compile = b->t_compile;
   j->compiled = ok;
   if (!ok) {
     set_error(j->error, sizeof j->error, st.msg);
@@ -413,7 +422,7 @@ static void cand_compile(void *p, int k) {
 }
 
 /* The compiles' order: largest source first (those that failed before
- * the compile first of all: they are resolved at once). */
+ * the compile first of all, as the largest: they are resolved at once). */
 typedef struct {
   size_t len;
   int i;
@@ -427,14 +436,9 @@ static int cmp_source_len(const void *a, const void *b) {
 
 static void compile_order(const cand_job *jobs, int n, int *order) {
   source_len *s = dg_malloc(sizeof *s * (size_t)(n ? n : 1));
-  for (int i = 0; i < n; i++) s[i] = (source_len){jobs[i].emitted ? strlen(jobs[i].b.source) + 1 : 0, i};
+  for (int i = 0; i < n; i++) s[i] = (source_len){jobs[i].emitted ? strlen(jobs[i].b.source) : SIZE_MAX, i};
   qsort(s, (size_t)n, sizeof *s, cmp_source_len);
-  /* failed ones (length 0) sort last: put them first */
-  int k = 0;
-  for (int m = 0; m < n; m++)
-    if (s[m].len == 0) order[k++] = s[m].i;
-  for (int m = 0; m < n; m++)
-    if (s[m].len > 0) order[k++] = s[m].i;
+  for (int m = 0; m < n; m++) order[m] = s[m].i;
   free(s);
 }
 
