@@ -19,7 +19,9 @@
 #               (SHARE=equal: an equal share each); a split cut short is kept
 #   EVAL_ARGS   more flags for `dragon eval` (--labelled: the tasks the search
 #               labelled alone, each timed beside its label; --refine: the
-#               split's refinement examples as tasks, SPLIT.refine.*)
+#               split's refinement examples as tasks, SPLIT.refine.*;
+#               --write-first --judges N: every graph written first, the
+#               writer alone on the GPU, then N judges side by side)
 #   RESUME_FROM an eval.tgz brought back earlier (its tasks are kept)
 #   SEARCH_DB=0 no comparison with the search (default: the committed
 #               records merged into a database first, `--search-db`: each

@@ -1223,6 +1223,57 @@ DG_TEST(eval_run_writes_while_it_judges) {
   ir_func_free(f);
 }
 
+/* The writer's calls when the first task was judged (on_task). */
+typedef struct {
+  overlap_writer *w;
+  int calls_at_first;
+} first_seen;
+
+static bool calls_at_first(void *ctx, int i, const eval_task *t, dg_status *st) {
+  (void)t, (void)st;
+  first_seen *s = ctx;
+  if (i == 0) {
+    pthread_mutex_lock(&s->w->mu);
+    s->calls_at_first = s->w->calls;
+    pthread_mutex_unlock(&s->w->mu);
+  }
+  return true;
+}
+
+/* With write_first, every group is written before the first task is
+ * judged, then two judges judge the batches by default. */
+DG_TEST(gpu_eval_run_writes_every_graph_first) {
+  dg_func *f = NULL;
+  char *good = NULL;
+  search_cuda_measure m;
+  char why[300];
+  dg_status st;
+  if (!gpu_judging_set_up(&f, &good, &m, why, sizeof why)) SKIP("%s", why);
+  enum { N = 65 }; /* groups of 32, 32 and 1 */
+  const char *specs[N];
+  for (int i = 0; i < N; i++) specs[i] = GMM;
+  overlap_writer w = {.good = good};
+  pthread_mutex_init(&w.mu, NULL);
+  eval_run_opts o;
+  gpu_run_opts(&o, specs, N, write_overlapping, &w, 32, &m, NULL);
+  o.write_first = true;
+  first_seen seen = {&w, -1};
+  o.on_task = calls_at_first;
+  o.on_task_ctx = &seen;
+  eval_result r;
+  CHECK_MSG(eval_run(&o, &r, &st), "%s", st.msg);
+  CHECK_EQ(w.calls, 3);
+  CHECK_EQ(seen.calls_at_first, 3);
+  CHECK_EQ(r.judges, 2);
+  CHECK_EQ(r.n, N);
+  for (int i = 0; i < r.n; i++) CHECK_MSG(r.tasks[i].graph && strcmp(r.tasks[i].graph, good) == 0, "task %d", i);
+  pthread_mutex_destroy(&w.mu);
+  eval_result_free(&r);
+  search_cuda_measure_free(&m);
+  free(good);
+  ir_func_free(f);
+}
+
 /* On the GPU the batches are judged by two judges (eval_run_opts.judges),
  * each on a thread with a measuring context of its own, while the main
  * thread takes them in order: the same outcome for every task as one

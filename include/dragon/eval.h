@@ -306,6 +306,10 @@ typedef struct {
    * GPU writer writing the groups (the writer's steps wait for the GPU's
    * lock behind every measuring worker), else 2 */
   int judges;
+  /* on the GPU with one write thread: every group written before any batch
+   * is judged (the writer alone on the GPU and the cores), then the judges
+   * (2 by default), instead of the groups written beside the judging */
+  bool write_first;
 } eval_run_opts;
 
 /* A refinement counts as faster than its prior when it is at least this

@@ -466,7 +466,7 @@ int cmd_eval(int argc, char **argv) {
   int n_past = 0;
   bool no_numbers = false;
   bool quiet = false, no_guard = false, resume = false, unconstrained = false, write_gpu = false,
-       labelled_only = false, refine = false;
+       labelled_only = false, refine = false, write_first = false;
   const char *write_on = NULL;
   const cli_opt opts[] = {
       {"--split", CLI_OPT_STR, &split_name, 0, 0, "the held-out split: val, test, heldout_shape or heldout_family (default test)"},
@@ -488,6 +488,10 @@ int cmd_eval(int argc, char **argv) {
        "one batch's slowest compile holds no other (default 0: 1 while the model writes on the GPU beside "
        "the judging, its steps waiting for the GPU behind every measuring worker; 2 where the graphs are "
        "written first)"},
+      {"--write-first", CLI_OPT_FLAG, &write_first, 0, 0,
+       "where the model writes on the GPU: every graph written before any is judged, the writer alone "
+       "on the GPU and the cores, then the batches judged by --judges judges (default 2); without it the "
+       "graphs are written beside the judging"},
       {"--no-guard", CLI_OPT_FLAG, &no_guard, 0, 0, "decode without the line guard (each edit line replayed as it is written; for comparison)"},
       {"--restarts", CLI_OPT_INT, &restarts, 0, 64, CLI_RESTARTS_HELP},
       {"--restart-temperature", CLI_OPT_F64, &restart_temperature, 0, 0, CLI_RESTART_TEMPERATURE_HELP},
@@ -777,6 +781,7 @@ int cmd_eval(int argc, char **argv) {
                       .names = refine ? names : NULL,
                       .no_numbers = no_numbers,
                       .judges = (int)judges,
+                      .write_first = write_first,
                       .against = against};
   if (!eval_run(&eo, &res, &st)) goto fail;
   json = eval_result_json(&res, name, split_name, (uint64_t)seed, temperature);

@@ -607,7 +607,8 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
   out->tasks = dg_calloc((size_t)(o->n > 0 ? o->n : 1), sizeof *out->tasks);
   /* the outputs first, on threads, where asked; then each judged in order
    * (on the GPU with one writer: the groups written on a thread beside the
-   * judging, lazy_writer; an evaluation cut short keeps what it judged) */
+   * judging, lazy_writer, unless o->write_first; an evaluation cut short
+   * keeps what it judged) */
   written *ahead = NULL;
   write_ctx wc = {0};
   int groups = 0, n_unwritten = 0, written_n = 0;
@@ -629,7 +630,7 @@ bool eval_run(const eval_run_opts *o, eval_result *out, dg_status *st) {
     if (size < 1) size = 1;
     groups = (n_unwritten + size - 1) / size;
     wc = (write_ctx){o, ahead, unwritten, n_unwritten, size, NULL};
-    lazy = o->gpu && threads == 1;
+    lazy = o->gpu && threads == 1 && !o->write_first;
     if (lazy && groups > 0) {
       lazy_start = growing_groups(n_unwritten, size, &groups);
       wc.start = lazy_start;
