@@ -549,6 +549,14 @@ static void graphs_file(const char *path, const char *const *w, const char *cons
     json_decref(a);
   }
   dg_status st;
+  size_t len = strlen(path);
+  if (len > 4 && strcmp(path + len - 4, ".zst") == 0) { /* written as `zstd` packs it */
+    dg_str z;
+    dg_str_init(&z);
+    CHECK_MSG(dg_zstd_pack(file.s, file.len, 3, &z, &st), "%s", st.msg);
+    dg_str_free(&file);
+    file = z;
+  }
   CHECK_MSG(dg_write_file_atomic(path, file.s, file.len, &st), "%s", st.msg);
   dg_str_free(&file);
 }
@@ -556,7 +564,8 @@ static void graphs_file(const char *path, const char *const *w, const char *cons
 /* --against: another writer's outputs (here another evaluation's tasks
  * file) judged beside this one's: the tasks where either is correct, and
  * those where only this one is; in the JSON, the table and after a resume.
- * A line that is not an output is refused naming the file and line. */
+ * A line that is not an output is refused naming the file and line. The
+ * first --graphs file is zstd-packed: read as the plain one. */
 DG_TEST(eval_cli_against_another_writer) {
   dg_status st;
   const char *w[] = {W1, W2, W3};
@@ -572,16 +581,18 @@ DG_TEST(eval_cli_against_another_writer) {
   /* this writer: W1 right, W2 W1's graph (wrong), W3 right; the other:
    * W1 W3's graph (wrong), W2 right, W3 none */
   const char *mine[] = {g[0], g[0], g[2]}, *other[] = {g[2], g[1], NULL};
-  char pa[600], pb[600], out_a[700], out_b[700], args[3000];
+  char pa[600], pb[600], pz[600], out_a[700], out_b[700], args[3000];
   snprintf(pa, sizeof pa, "%s/against_a.jsonl", dg_test_tmpdir());
   snprintf(pb, sizeof pb, "%s/against_b.jsonl", dg_test_tmpdir());
+  snprintf(pz, sizeof pz, "%s/against_b.jsonl.zst", dg_test_tmpdir());
   snprintf(out_a, sizeof out_a, "%s/ev_against_a", dg_test_tmpdir());
   snprintf(out_b, sizeof out_b, "%s/ev_against_b", dg_test_tmpdir());
   graphs_file(pa, w, mine, 3);
   graphs_file(pb, w, other, 3);
+  graphs_file(pz, w, other, 3);
   char *out = NULL;
   snprintf(args, sizeof args, "eval --workloads '%s;%s;%s' --graphs %s --target c --out %s --quiet", W1, W2, W3,
-           pb, out_b);
+           pz, out_b);
   int rc = dg_test_run_dragon(args, NULL, &out);
   CHECK_MSG(rc == 0 && strstr(out, "3 tasks, Correct@1 1 (33.3%)"), "rc %d: %s", rc, out);
   free(out);

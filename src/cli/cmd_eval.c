@@ -109,10 +109,11 @@ static bool take_graph(void *ctx, json_t *j) {
   return true;
 }
 
-/* --graphs FILE: one {"workload", "graph"} object a line; errors name the
- * line. */
+/* --graphs FILE (plain or zstd): one {"workload", "graph"} object a line;
+ * errors name the line. */
 static json_t *load_graphs(const char *path, dg_status *st) {
-  char *text = cli_read_text(path, st);
+  size_t len;
+  char *text = dg_read_text(path, 0, &len, st);
   if (!text) return NULL;
   json_t *map = json_object();
   if (!each_json_line(text, path, "want {\"workload\": SPEC, \"graph\": TSEL}", take_graph, map, st)) {
@@ -136,11 +137,12 @@ static bool take_against(void *ctx, json_t *j) {
   return true;
 }
 
-/* --against FILE: another writer's outputs, as --graphs takes them or as
- * an evaluation keeps its tasks (SPLIT.tasks.jsonl: a task it wrote no
- * graph for has none); errors name the line. */
+/* --against FILE (plain or zstd): another writer's outputs, as --graphs
+ * takes them or as an evaluation keeps its tasks (SPLIT.tasks.jsonl: a task
+ * it wrote no graph for has none); errors name the line. */
 static json_t *load_against(const char *path, dg_status *st) {
-  char *text = cli_read_text(path, st);
+  size_t len;
+  char *text = dg_read_text(path, 0, &len, st);
   if (!text) return NULL;
   json_t *map = json_object();
   if (!each_json_line(text, path, "want {\"workload\": SPEC, \"graph\": TSEL} (\"task\": its name, for a refinement)",
@@ -474,7 +476,7 @@ int cmd_eval(int argc, char **argv) {
       {"--workloads", CLI_OPT_STR, &workloads, 0, 0, "specs separated by ';' or spaces, instead of the split's (none may be a training workload)"},
       {"--model", CLI_OPT_STR, &model_arg, 0, 0, "run directory or model file (default $DRAGON_MODEL, else " CLI_DEFAULT_MODEL ")"},
       {"--tokenizer", CLI_OPT_STR, &tokp, 0, 0, "tokenizer file; default: tokenizer.bin beside the model"},
-      {"--graphs", CLI_OPT_STR, &graphs_path, 0, 0, "judge these graphs instead of the model's (JSON lines {workload, graph})"},
+      {"--graphs", CLI_OPT_STR, &graphs_path, 0, 0, "judge these graphs instead of the model's (JSON lines {workload, graph}, plain or zstd)"},
       {"--target", CLI_OPT_STR, &target, 0, 0, "cuda (checked and timed) or c (the C emulation, not timed); default: cuda where a GPU is seen"},
       {"--max-work", CLI_OPT_F64, &max_work, 0, 0,
        "leave out the split's workloads whose float64 reference takes more operations, as labelling "
