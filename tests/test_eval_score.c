@@ -774,32 +774,36 @@ DG_TEST(gpu_eval_roofline_refuses_the_impossible) {
 
 /* On the GPU a batch's chosen graphs are measured again, their times the
  * medians: two more measurements each (the image cached), a time that is
- * one of the three, and a graph that did not pass left as it was. */
+ * one of the three, a graph that did not pass left as it was, and an
+ * output of the same kernel not chosen given the same time. */
 DG_TEST(gpu_eval_measure_again_takes_the_median) {
   dg_func *gmm;
   char *good, why[300];
   search_cuda_measure m;
   if (!gpu_gmm_open(&gmm, &good, &m, why, sizeof why)) SKIP("%s", why);
   if (good && m.state) {
-    const eval_item items[] = {{good, "a", gmm, GMM, NULL}, {"tsel 1 nonsense", "b", gmm, GMM, NULL}};
+    const eval_item items[] = {
+        {good, "a", gmm, GMM, NULL}, {"tsel 1 nonsense", "b", gmm, GMM, NULL}, {good, "c", gmm, GMM, NULL}};
     eval_score_opts o;
     memset(&o, 0, sizeof o);
     o.last = EVAL_GATE_MEASURE;
     o.gpu = &m;
-    eval_score sc[2];
+    eval_score sc[3];
     memset(sc, 0, sizeof sc);
-    eval_score_batch(items, 2, &o, 2, sc);
+    eval_score_batch(items, 3, &o, 2, sc);
     CHECK_MSG(sc[0].failed == EVAL_PASSED && sc[0].secs > 0, "%s", sc[0].reason);
     CHECK(sc[1].failed != EVAL_PASSED);
+    CHECK(sc[2].failed == EVAL_PASSED && sc[2].secs == sc[0].secs);
     double first = sc[0].secs;
     int64_t before = m.stats.candidates;
     const int idx[] = {0, 1};
-    eval_score_measure_again(items, sc, idx, 2, &o, 2);
+    eval_score_measure_again(items, sc, 3, idx, 2, &o, 2);
     CHECK_EQ(m.stats.candidates - before, 2);
     CHECK_MSG(sc[0].failed == EVAL_PASSED && sc[0].secs > 0 && sc[0].secs < 1, "%s", sc[0].reason);
     printf("  first %.3f us, median of three %.3f us\n", first * 1e6, sc[0].secs * 1e6);
     CHECK(sc[1].failed != EVAL_PASSED && sc[1].secs == 0);
-    for (int i = 0; i < 2; i++) eval_score_free(&sc[i]);
+    CHECK(sc[2].failed == EVAL_PASSED && sc[2].secs == sc[0].secs);
+    for (int i = 0; i < 3; i++) eval_score_free(&sc[i]);
   }
   search_cuda_measure_free(&m);
   free(good);

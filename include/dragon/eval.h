@@ -162,14 +162,16 @@ typedef struct {
  * items[i] (each freed with eval_score_free). */
 void eval_score_batch(const eval_item *items, int n, const eval_score_opts *o, int threads,
                       eval_score *out);
-/* On the GPU (o->gpu), the graphs out[idx[0..k)] of a batch that passed
- * are measured `times` times more in one round (their images cached from
- * the first), and each one's time becomes the median of its measurements:
- * where a selection ranks noisy times (a GRPO group's fastest samples)
- * a lucky outlier is measured again before it wins. One that fails a new
- * measurement (wrong numbers on another run: a race) fails with its
- * reason. Nothing happens without a GPU. */
-void eval_score_measure_again(const eval_item *items, eval_score *out, const int *idx, int k,
+/* On the GPU (o->gpu), the graphs out[idx[0..k)] of a batch of n that
+ * passed are measured `times` times more in one round (their images cached
+ * from the first), and each one's time becomes the median of its
+ * measurements: where a selection ranks noisy times (a GRPO group's
+ * fastest samples) a lucky outlier is measured again before it wins. One
+ * that fails a new measurement (wrong numbers on another run: a race)
+ * fails with its reason. Every other output of the batch whose scheduled
+ * kernel is equal (its kernel hash) takes the same outcome, as it shared
+ * the first measurement. Nothing happens without a GPU. */
+void eval_score_measure_again(const eval_item *items, eval_score *out, int n, const int *idx, int k,
                               const eval_score_opts *o, int times);
 
 /* ---- choosing a schedule (optimize.c) ------------------------------------------ */

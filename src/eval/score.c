@@ -554,7 +554,7 @@ static int cmp_secs(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-void eval_score_measure_again(const eval_item *items, eval_score *out, const int *idx, int k,
+void eval_score_measure_again(const eval_item *items, eval_score *out, int n_out, const int *idx, int k,
                               const eval_score_opts *o, int times) {
   if (!o->gpu || k <= 0 || times <= 0) return;
   enum { MAX_TIMES = 8 };
@@ -592,6 +592,16 @@ void eval_score_measure_again(const eval_item *items, eval_score *out, const int
       out[i].secs = m % 2 ? secs[m / 2] : 0.5 * (secs[m / 2 - 1] + secs[m / 2]);
     } else {
       out[i].secs = 0;
+    }
+    /* the outputs that shared its first measurement share this outcome */
+    for (int j = 0; j < n_out; j++) {
+      eval_score *x = &out[j];
+      if (j == i || x->kernel_hash == 0 || x->kernel_hash != out[i].kernel_hash || x->failed != EVAL_PASSED) continue;
+      x->secs = out[i].secs;
+      if (out[i].failed != EVAL_PASSED) {
+        x->failed = out[i].failed;
+        memcpy(x->reason, out[i].reason, sizeof x->reason); /* x is not out[i] */
+      }
     }
     a = b;
   }

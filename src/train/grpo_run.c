@@ -321,20 +321,7 @@ static void judge(const grpo_run_args *a, const prompt_t *p, int n_p, sample_t *
       int m = grpo_group_fastest(secs, hash, g, GRPO_TOP_AGAIN, top);
       for (int t = 0; t < m; t++) again[n_again++] = k * per + top[t];
     }
-    eval_score_measure_again(items, sc, again, n_again, &eo, GRPO_MEASURE_AGAIN);
-    for (int t = 0; t < n_again; t++) {
-      int k = again[t] / per;
-      const eval_score *y = &sc[again[t]];
-      for (int j = 0; j < g; j++) {
-        eval_score *x = &sc[k * per + j];
-        if (x == y || x->kernel_hash != y->kernel_hash || x->failed != EVAL_PASSED) continue;
-        x->secs = y->secs;
-        if (y->failed != EVAL_PASSED) {
-          x->failed = y->failed;
-          memcpy(x->reason, y->reason, sizeof x->reason); /* x is not y */
-        }
-      }
-    }
+    eval_score_measure_again(items, sc, n, again, n_again, &eo, GRPO_MEASURE_AGAIN);
     free(again);
     free(secs);
     free(hash);
