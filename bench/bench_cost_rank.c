@@ -58,9 +58,10 @@ static int pairs(const char *path, FILE *in, search_cost_model *m) {
   int n = 0, skipped = 0, agree = 0, band_n[NB] = {0}, band_agree[NB] = {0};
   double *kept = NULL;
   int cap = 0;
-  char line[1 << 16];
+  char *line = NULL;
+  size_t cap_line = 0;
   int lineno = 0;
-  while (fgets(line, sizeof line, in)) {
+  while (getline(&line, &cap_line, in) > 0) {
     lineno++;
     json_error_t je;
     json_t *j = json_loads(line, 0, &je);
@@ -70,6 +71,7 @@ static int pairs(const char *path, FILE *in, search_cost_model *m) {
     if (!spec || !a || !b || !(as > 0) || !(bs > 0)) {
       fprintf(stderr, "bench_cost_rank: %s:%d: not a pair\n", path, lineno);
       json_decref(j);
+      free(line);
       return 1;
     }
     dg_func *f = wl_build(spec, &st);
@@ -109,13 +111,15 @@ static int pairs(const char *path, FILE *in, search_cost_model *m) {
            kept[n / 10], exp(lg / n));
   }
   free(kept);
+  free(line);
   return 0;
 }
 
 static int pick(const char *path, FILE *in, search_cost_model *m, FILE *out) {
-  static char line[1 << 20];
+  char *line = NULL;
+  size_t cap_line = 0;
   int lineno = 0, tasks = 0, moved = 0, scored = 0, samples = 0;
-  while (fgets(line, sizeof line, in)) {
+  while (getline(&line, &cap_line, in) > 0) {
     lineno++;
     json_error_t je;
     json_t *j = json_loads(line, 0, &je);
@@ -125,6 +129,7 @@ static int pick(const char *path, FILE *in, search_cost_model *m, FILE *out) {
     if (!spec || n < 1) {
       fprintf(stderr, "bench_cost_rank: %s:%d: not a task's samples\n", path, lineno);
       json_decref(j);
+      free(line);
       return 1;
     }
     dg_status st;
@@ -132,6 +137,7 @@ static int pick(const char *path, FILE *in, search_cost_model *m, FILE *out) {
     if (!f) {
       fprintf(stderr, "bench_cost_rank: %s:%d: %s\n", path, lineno, st.msg);
       json_decref(j);
+      free(line);
       return 1;
     }
     json_t *scores = json_array();
@@ -162,6 +168,7 @@ static int pick(const char *path, FILE *in, search_cost_model *m, FILE *out) {
   }
   printf("%d tasks, %d samples (%d scored): the pick is not the first sample on %d\n", tasks, samples, scored,
          moved);
+  free(line);
   return 0;
 }
 

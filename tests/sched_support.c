@@ -7,8 +7,12 @@
 
 #include "dragon/codegen.h"
 #include "dragon/rt.h"
+#include "dragon/rt_cuda.h"
+#include "dragon/search.h"
 #include "dragon/tsel.h"
+#include "dragon/wl.h"
 #include "sched_support.h"
+#include "test.h"
 
 sched *ts_replay(const dg_func *f, const sched_trace *t) {
   sched *s = sched_new(f, 1);
@@ -139,4 +143,28 @@ int ts_tune_data_files(void) {
   int n = glob(pat, 0, NULL, &g) == 0 ? (int)g.gl_pathc : 0;
   globfree(&g);
   return n;
+}
+
+bool ts_gmm_judging_open(bool need_gpu, dg_func **gmm, char **good, search_cuda_measure *m, char *why, size_t n) {
+  static const char spec[] = "batch_matmul:b=1,n=128,m=128,k=128,dtype=f32";
+  dg_status st;
+  *gmm = NULL, *good = NULL;
+  *m = (search_cuda_measure){3, 10, 1, NULL};
+  m->threads = 2;
+  m->allow_no_gpu = !need_gpu;
+  if (need_gpu ? !rt_cuda_available(&st) : !rt_nvrtc_available(&st)) {
+    snprintf(why, n, "%s: %.200s", need_gpu ? "no GPU" : "NVRTC is not here", st.msg);
+    return false;
+  }
+  *gmm = wl_build(spec, &st);
+  *good = *gmm ? ts_graph_of("schedules/GMM.json", spec, *gmm) : NULL;
+  bool up = *good && search_cuda_measure_init(m, &st);
+  if (up && m->state) return true;
+  if (!up) dg_test_fail(__FILE__, __LINE__, "%.200s", *good ? st.msg : "GMM or its graph does not build");
+  else search_cuda_measure_free(m);
+  free(*good);
+  ir_func_free(*gmm);
+  *good = NULL, *gmm = NULL;
+  snprintf(why, n, "no GPU measurement set up");
+  return false;
 }

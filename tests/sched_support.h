@@ -34,6 +34,16 @@ bool ts_source_matches(const dg_func *ref, const char *src, rt_dist dist);
  * dragon writes labels (no why/expect lines); NULL on failure. */
 char *ts_graph_of(const char *trace_path, const char *spec, const dg_func *f);
 
+/* GMM (batch_matmul b=1, 128^3, f32), its hand schedule's graph
+ * (schedules/GMM.json) and a measurement on two threads, for the tests
+ * that judge on the GPU: true, or false with the reason to skip. need_gpu:
+ * a GPU must be seen; else NVRTC is enough, and without a GPU every
+ * candidate that compiles fails with the worker's reason. A set-up that
+ * fails is a failure of the test (false, nothing left to free). */
+struct search_cuda_measure;
+bool ts_gmm_judging_open(bool need_gpu, dg_func **gmm, char **good, struct search_cuda_measure *m, char *why,
+                         size_t n);
+
 /* This process's measurement data files (search_cuda_measure's inputs
  * and references, /tmp/dragon-tune-PID-*). */
 int ts_tune_data_files(void);

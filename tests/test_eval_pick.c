@@ -1034,33 +1034,6 @@ DG_TEST(gpu_eval_times_the_labels) {
 
 /* ---- a batch's data made while its graphs are written ----------------- */
 
-/* GMM, its hand schedule as a graph, and a GPU measurement (where no GPU
- * is seen, every candidate that compiles fails with the worker's reason):
- * false, with the reason, where NVRTC or the measurement is not here. */
-static bool gpu_judging_set_up(dg_func **f, char **good, search_cuda_measure *m, char *why, size_t n) {
-  dg_status st;
-  *f = NULL;
-  *good = NULL;
-  *m = (search_cuda_measure){3, 10, 1, NULL};
-  if (!rt_nvrtc_available(&st)) {
-    snprintf(why, n, "NVRTC is not here: %.200s", st.msg);
-    return false;
-  }
-  *f = wl_build(GMM, &st);
-  *good = *f ? ts_graph_of("schedules/GMM.json", GMM, *f) : NULL;
-  m->threads = 2;
-  m->allow_no_gpu = true;
-  bool ok = *good && search_cuda_measure_init(m, &st);
-  /* a set-up that fails is a failure of the test, not a skip */
-  if (!ok) dg_test_fail(__FILE__, __LINE__, "%.200s", *good ? st.msg : "GMM or its graph does not build");
-  if (ok && m->state) return true;
-  free(*good);
-  ir_func_free(*f);
-  *good = NULL, *f = NULL;
-  snprintf(why, n, "no GPU measurement set up");
-  return false;
-}
-
 #include <pthread.h>
 #include <unistd.h>
 
@@ -1114,7 +1087,7 @@ DG_TEST(eval_run_makes_a_batch_data_ahead) {
   search_cuda_measure m;
   char why[300];
   dg_status st;
-  if (!gpu_judging_set_up(&f, &good, &m, why, sizeof why)) SKIP("%s", why);
+  if (!ts_gmm_judging_open(false, &f, &good, &m, why, sizeof why)) SKIP("%s", why);
   /* two batches: GMM's 32 tasks (one workload), then a softmax */
   enum { N = 33 };
   const char *specs[N];
@@ -1204,7 +1177,7 @@ DG_TEST(eval_run_writes_while_it_judges) {
   search_cuda_measure m;
   char why[300];
   dg_status st;
-  if (!gpu_judging_set_up(&f, &good, &m, why, sizeof why)) SKIP("%s", why);
+  if (!ts_gmm_judging_open(false, &f, &good, &m, why, sizeof why)) SKIP("%s", why);
   enum { N = 65 }; /* groups of 64 and 1 */
   const char *specs[N];
   for (int i = 0; i < N; i++) specs[i] = GMM;
@@ -1259,7 +1232,7 @@ DG_TEST(gpu_eval_run_writes_every_graph_first) {
   search_cuda_measure m;
   char why[300];
   dg_status st;
-  if (!gpu_judging_set_up(&f, &good, &m, why, sizeof why)) SKIP("%s", why);
+  if (!ts_gmm_judging_open(false, &f, &good, &m, why, sizeof why)) SKIP("%s", why);
   enum { N = 65 }; /* groups of 32, 32 and 1 */
   const char *specs[N];
   for (int i = 0; i < N; i++) specs[i] = GMM;
@@ -1298,7 +1271,7 @@ DG_TEST(eval_run_judges_two_batches_at_once) {
   search_cuda_measure m;
   char why[300];
   dg_status st;
-  if (!gpu_judging_set_up(&f, &good, &m, why, sizeof why)) SKIP("%s", why);
+  if (!ts_gmm_judging_open(false, &f, &good, &m, why, sizeof why)) SKIP("%s", why);
   enum { N = 65 }; /* batches of 32, 32 and 1; groups of 64 and 1 */
   const char *specs[N];
   for (int i = 0; i < N; i++) specs[i] = i % 3 == 2 ? "softmax:m=64,n=96,dtype=f32" : GMM;

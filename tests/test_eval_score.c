@@ -715,25 +715,6 @@ DG_TEST(eval_roofline_bounds) {
   ir_func_free(f);
 }
 
-/* On a GPU: GMM, its hand schedule's graph and a measurement on two
- * threads; false (skip, with why) where there is no GPU. */
-static bool gpu_gmm_open(dg_func **gmm, char **good, search_cuda_measure *m, char *why, size_t n) {
-  dg_status st;
-  *gmm = NULL, *good = NULL;
-  if (!rt_cuda_available(&st)) {
-    snprintf(why, n, "no GPU: %.200s", st.msg);
-    return false;
-  }
-  *gmm = wl_build(GMM, &st);
-  *good = *gmm ? ts_graph_of("schedules/GMM.json", GMM, *gmm) : NULL;
-  *m = (search_cuda_measure){3, 10, 1, NULL};
-  m->threads = 2;
-  /* a set-up that fails is a failure of the test, not a skip */
-  if (!*good) dg_test_fail(__FILE__, __LINE__, "GMM or its graph does not build");
-  else if (!search_cuda_measure_init(m, &st)) dg_test_fail(__FILE__, __LINE__, "%.200s", st.msg);
-  return true;
-}
-
 /* On the GPU a time under half the card's roofline is measured again and
  * refused if it still is (a MEASURE failure naming the roofline): with
  * ceilings a millionth of the card's every real kernel is "too fast";
@@ -742,12 +723,12 @@ DG_TEST(gpu_eval_roofline_refuses_the_impossible) {
   dg_func *gmm;
   char *good, why[300];
   search_cuda_measure m;
-  if (!gpu_gmm_open(&gmm, &good, &m, why, sizeof why)) SKIP("%s", why);
+  if (!ts_gmm_judging_open(true, &gmm, &good, &m, why, sizeof why)) SKIP("%s", why);
   eval_roofline card, tiny;
   CHECK_MSG(eval_roofline_of(m.device, &card), "%s: no ceilings known", m.device);
   tiny = (eval_roofline){card.bytes_per_s * 1e-6, card.fma_per_s * 1e-6};
   const eval_item items[] = {{good, "a", gmm, GMM, NULL}};
-  for (int k = 0; k < 2 && good && m.state; k++) {
+  for (int k = 0; k < 2; k++) {
     eval_score_opts o;
     memset(&o, 0, sizeof o);
     o.last = EVAL_GATE_MEASURE;
@@ -780,31 +761,29 @@ DG_TEST(gpu_eval_measure_again_takes_the_median) {
   dg_func *gmm;
   char *good, why[300];
   search_cuda_measure m;
-  if (!gpu_gmm_open(&gmm, &good, &m, why, sizeof why)) SKIP("%s", why);
-  if (good && m.state) {
-    const eval_item items[] = {
-        {good, "a", gmm, GMM, NULL}, {"tsel 1 nonsense", "b", gmm, GMM, NULL}, {good, "c", gmm, GMM, NULL}};
-    eval_score_opts o;
-    memset(&o, 0, sizeof o);
-    o.last = EVAL_GATE_MEASURE;
-    o.gpu = &m;
-    eval_score sc[3];
-    memset(sc, 0, sizeof sc);
-    eval_score_batch(items, 3, &o, 2, sc);
-    CHECK_MSG(sc[0].failed == EVAL_PASSED && sc[0].secs > 0, "%s", sc[0].reason);
-    CHECK(sc[1].failed != EVAL_PASSED);
-    CHECK(sc[2].failed == EVAL_PASSED && sc[2].secs == sc[0].secs);
-    double first = sc[0].secs;
-    int64_t before = m.stats.candidates;
-    const int idx[] = {0, 1};
-    eval_score_measure_again(items, sc, 3, idx, 2, &o, 2);
-    CHECK_EQ(m.stats.candidates - before, 2);
-    CHECK_MSG(sc[0].failed == EVAL_PASSED && sc[0].secs > 0 && sc[0].secs < 1, "%s", sc[0].reason);
-    printf("  first %.3f us, median of three %.3f us\n", first * 1e6, sc[0].secs * 1e6);
-    CHECK(sc[1].failed != EVAL_PASSED && sc[1].secs == 0);
-    CHECK(sc[2].failed == EVAL_PASSED && sc[2].secs == sc[0].secs);
-    for (int i = 0; i < 3; i++) eval_score_free(&sc[i]);
-  }
+  if (!ts_gmm_judging_open(true, &gmm, &good, &m, why, sizeof why)) SKIP("%s", why);
+  const eval_item items[] = {
+      {good, "a", gmm, GMM, NULL}, {"tsel 1 nonsense", "b", gmm, GMM, NULL}, {good, "c", gmm, GMM, NULL}};
+  eval_score_opts o;
+  memset(&o, 0, sizeof o);
+  o.last = EVAL_GATE_MEASURE;
+  o.gpu = &m;
+  eval_score sc[3];
+  memset(sc, 0, sizeof sc);
+  eval_score_batch(items, 3, &o, 2, sc);
+  CHECK_MSG(sc[0].failed == EVAL_PASSED && sc[0].secs > 0, "%s", sc[0].reason);
+  CHECK(sc[1].failed != EVAL_PASSED);
+  CHECK(sc[2].failed == EVAL_PASSED && sc[2].secs == sc[0].secs);
+  double first = sc[0].secs;
+  int64_t before = m.stats.candidates;
+  const int idx[] = {0, 1};
+  eval_score_measure_again(items, sc, 3, idx, 2, &o, 2);
+  CHECK_EQ(m.stats.candidates - before, 2);
+  CHECK_MSG(sc[0].failed == EVAL_PASSED && sc[0].secs > 0 && sc[0].secs < 1, "%s", sc[0].reason);
+  printf("  first %.3f us, median of three %.3f us\n", first * 1e6, sc[0].secs * 1e6);
+  CHECK(sc[1].failed != EVAL_PASSED && sc[1].secs == 0);
+  CHECK(sc[2].failed == EVAL_PASSED && sc[2].secs == sc[0].secs);
+  for (int i = 0; i < 3; i++) eval_score_free(&sc[i]);
   search_cuda_measure_free(&m);
   free(good);
   ir_func_free(gmm);
