@@ -27,6 +27,9 @@
 #             outputs written on every core): Correct@1, fast_2, fast_10,
 #             into logs.tgz and the summary (default: none)
 #   EVAL_S    seconds an evaluation may take (default 120)
+#   EVAL_ARGS more flags for each evaluation (e.g. "--labelled --against
+#             FILE": the search's labels, or another writer's outputs on the
+#             same tasks, judged beside the run's in the same batch)
 #   BUILD     where dragon is (default build-gpu; built here without it)
 #   LIMIT     seconds a run may take (default 150)
 #   DEADLINE  seconds from the start after which no run starts (default 420)
@@ -115,7 +118,7 @@ for name in ${EVAL:-}; do
   target=cuda
   [ "$DEVICE" = cpu ] && target=c
   timeout -s INT -k 10 "${EVAL_S:-120}" "$DRAGON" eval --split val --limit "${EVAL_LIMIT:-50}" \
-    --model "$model" --target "$target" --out "$LOGDIR/eval/$name" >"$LOGDIR/eval-$name.out" \
+    --model "$model" --target "$target" --out "$LOGDIR/eval/$name" ${EVAL_ARGS:-} >"$LOGDIR/eval-$name.out" \
     2>"$LOGDIR/eval-$name.log"
   note "eval $name: exit $?; $(grep -m1 '^# ' "$LOGDIR/eval-$name.out")"
 done
