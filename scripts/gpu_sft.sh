@@ -130,7 +130,7 @@ for name in ${BRING:-$last}; do
     "$DRAGON" train export --model "$DIRS/$name" --out "$LOGDIR/models/$name" --pack \
       >"$LOGDIR/export-$name.log" 2>&1; then
     note "brought: $name ($(tail -1 "$LOGDIR/export-$name.log"))"
-    cp "$DIRS/$name/log.jsonl" "$DIRS/$name/config.txt" "$LOGDIR/models/$name/"
+    cp "$DIRS/$name/log.jsonl" "$LOGDIR/models/$name/"
   else
     note "brought: $name FAILED ($(tail -1 "$LOGDIR/export-$name.log" 2>/dev/null))"
   fi

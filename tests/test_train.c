@@ -206,6 +206,89 @@ DG_TEST(train_example_layout) {
   tok_free(tok);
 }
 
+/* The plan first (train_config.plan_first): the expect lines move to right
+ * after the header, in order, every other line kept in its place; the
+ * examples loaded so tokenize the moved text, the prior as it was; the
+ * key reads, prints and is bounded; a model's config is found beside it
+ * (a model directory's train_config.txt before a run's config.txt), a bad
+ * one is named, and a copy goes where the model is written. */
+DG_TEST(train_plan_first_layout) {
+  char *t = train_plan_first("tsel 1 kernel x\nt1 block \"A\"\nwhy t1: the block\nexpect p1: 2x\nexpect p2: 3x");
+  CHECK_STREQ(t, "tsel 1 kernel x\nexpect p1: 2x\nexpect p2: 3x\nt1 block \"A\"\nwhy t1: the block\n");
+  free(t);
+  t = train_plan_first("tsel 1 kernel x\nt1 block \"A\"\n");
+  CHECK_STREQ(t, "tsel 1 kernel x\nt1 block \"A\"\n");
+  free(t);
+  t = train_plan_first("");
+  CHECK_STREQ(t, "");
+  free(t);
+  /* the examples, loaded with the plan first */
+  tok_tokenizer *tok = small_tokenizer();
+  CHECK(tok);
+  const char *p = tmp_path("plan.jsonl");
+  CHECK(write_text(p, "{\"prompt\": \"k\", \"prior\": \"tsel 1 kernel x\\nt1 block \\\"A\\\"\\nexpect p1: 1x\\n\", "
+                      "\"target\": \"tsel 1 kernel x\\nt1 block \\\"A\\\"\\nexpect p1: 2x\\n\", \"kind\": \"refine\"}\n"));
+  dg_status st;
+  for (int plan = 0; plan < 2; plan++) {
+    train_shard s = {0};
+    CHECK(train_examples_load(p, tok, plan, &s, &st));
+    CHECK_EQ(s.n_examples, 1);
+    dg_str d;
+    dg_str_init(&d);
+    CHECK(tok_decode(tok, s.tokens, (size_t)s.offsets[1], &d, &st));
+    const char *want = plan ? "<|graph|>tsel 1 kernel x\nexpect p1: 2x\nt1 block \"A\"\n"
+                            : "<|graph|>tsel 1 kernel x\nt1 block \"A\"\nexpect p1: 2x\n";
+    CHECK_MSG(strstr(d.s, want) && strstr(d.s, "<|prior|>tsel 1 kernel x\nt1 block \"A\"\nexpect p1: 1x\n"), "%s", d.s);
+    dg_str_free(&d);
+    train_shard_free(&s);
+  }
+  tok_free(tok);
+  /* the key */
+  train_config c;
+  CHECK(train_config_parse("plan_first = 1\n", "t", &c, &st));
+  CHECK_EQ(c.plan_first, 1);
+  dg_str out;
+  dg_str_init(&out);
+  train_config_print(&c, &out);
+  CHECK(strstr(out.s, "plan_first = 1\n"));
+  dg_str_free(&out);
+  CHECK(!train_config_parse("plan_first = 2\n", "t", &c, &st));
+  CHECK_ERR(st, "t:1: plan_first");
+  CHECK(train_config_parse("steps = 5\n", "t", &c, &st));
+  CHECK_EQ(c.plan_first, 0);
+  /* beside a model */
+  const char *dir = tmp_path("plan-model");
+  CHECK(dg_mkdirs(dir, &st));
+  char model[600], cfg[600], run_cfg[600], copy_dir[600], copied[700];
+  snprintf(model, sizeof model, "%s/model.safetensors", dir);
+  snprintf(cfg, sizeof cfg, "%s/" TRAIN_MODEL_CONFIG, dir);
+  snprintf(run_cfg, sizeof run_cfg, "%s/config.txt", dir);
+  bool pf = true;
+  CHECK(train_model_plan_first(model, &pf, &st));
+  CHECK(!pf);
+  CHECK(write_text(run_cfg, "plan_first = 1\n"));
+  CHECK(train_model_plan_first(model, &pf, &st));
+  CHECK(pf);
+  CHECK(write_text(cfg, "plan_first = 0\n"));
+  CHECK(train_model_plan_first(model, &pf, &st));
+  CHECK(!pf);
+  CHECK(write_text(cfg, "plan_first = yes\n"));
+  CHECK(!train_model_plan_first(model, &pf, &st));
+  CHECK_ERR(st, TRAIN_MODEL_CONFIG ":1: plan_first");
+  CHECK(write_text(cfg, "plan_first = 1\nsteps = 9\n"));
+  snprintf(copy_dir, sizeof copy_dir, "%s/out", dir);
+  CHECK(dg_mkdirs(copy_dir, &st));
+  CHECK(train_model_config_copy(model, copy_dir, &st));
+  snprintf(copied, sizeof copied, "%s/model.safetensors", copy_dir);
+  CHECK(train_model_plan_first(copied, &pf, &st));
+  CHECK(pf);
+  CHECK(write_text(cfg, "plan_first = 3\n"));
+  CHECK(!train_model_config_copy(model, copy_dir, &st));
+  CHECK_ERR(st, "plan_first");
+  CHECK(train_model_plan_first(copied, &pf, &st)); /* the earlier copy stays */
+  CHECK(pf);
+}
+
 /* ---- shards ------------------------------------------------------------------ */
 
 static void two_example_shard(train_shard *s) {
@@ -319,7 +402,7 @@ DG_TEST(train_examples_errors) {
     CHECK(write_text(p, cases[i].text));
     train_shard s = {0};
     dg_status st;
-    CHECK_MSG(!train_examples_load(p, tok, &s, &st), "case %zu accepted", i);
+    CHECK_MSG(!train_examples_load(p, tok, false, &s, &st), "case %zu accepted", i);
     CHECK_ERR(st, cases[i].msg);
     CHECK_ERR(st, p);
   }
@@ -327,7 +410,7 @@ DG_TEST(train_examples_errors) {
   CHECK(write_text(p, "\n{\"prompt\": \"a\", \"prior\": \"t1 x\", \"target\": \"b\", \"kind\": \"refine\"}\n"));
   train_shard s = {0};
   dg_status st;
-  CHECK(train_examples_load(p, tok, &s, &st));
+  CHECK(train_examples_load(p, tok, false, &s, &st));
   CHECK_EQ(s.n_examples, 1);
   train_shard_free(&s);
   tok_free(tok);

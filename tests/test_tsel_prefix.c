@@ -1381,6 +1381,119 @@ DG_TEST(tsel_prefix_mask_allows_targets) {
   tsel_mask_free(m);
 }
 
+/* A graph with its plan first (train_plan_first: the expect line right
+ * after the header) reads only where the checker has a plan
+ * (tsel_prefix_set_plan): with it, the whole text and its edits alone
+ * (explanations off) read and complete; nothing is forced at the plan's
+ * place and the first edit's id is forced after it; every token of the
+ * text is allowed by the mask, and at the plan's place tokens of both an
+ * expect line and the first edit are; completions from every prefix in
+ * and around the plan line end in graphs that check. Without a plan the
+ * checker refuses the 'e' right after the header. */
+DG_TEST(tsel_prefix_reads_the_plan_first) {
+  CHECK(load_records());
+  tok_tokenizer *tok = trained_tokenizer();
+  CHECK(tok);
+  int V = tok_vocab_size(tok);
+  dg_status st;
+  tsel_mask *m = tsel_mask_new(tok, &st);
+  CHECK_OK(st);
+  uint8_t *allowed = dg_malloc((size_t)V);
+  int idx[12], nu = unique_targets(idx, 12), n_plans = 0;
+  long n_completions = 0;
+  for (int u = 0; u < nu; u++) {
+    const record *rc = &recs[idx[u]];
+    if (!strstr(rc->target, "\nexpect p1: ")) continue;
+    char *t = train_plan_first(rc->target);
+    size_t head = (size_t)(strchr(t, '\n') + 1 - t), n = strlen(t);
+    CHECK_MSG(strncmp(t + head, "expect p1: ", 11) == 0, "%s", t);
+    CHECK_EQ(n, strlen(rc->target));
+    size_t plan_end = (size_t)(strchr(t + head, '\n') + 1 - t);
+    dg_func *k = wl_build(rc->workload, &st);
+    CHECK(k);
+    /* without a plan: the byte after the header is refused */
+    tsel_prefix *p = tsel_prefix_new(k, rc->workload, TSEL_TARGET_CUDA, &st);
+    CHECK_OK(st);
+    CHECK_EQ(first_refused(p, t, n), (long)head);
+    tsel_prefix_free(p);
+    /* with one: the whole text, then its edits alone */
+    for (int explain = 1; explain >= 0; explain--) {
+      p = tsel_prefix_new(k, rc->workload, TSEL_TARGET_CUDA, &st);
+      CHECK_OK(st);
+      tsel_prefix_set_plan(p, true);
+      tsel_prefix_set_explain(p, explain);
+      size_t end = explain ? n : (size_t)(strstr(t, "postproc default\n") + 17 - t);
+      CHECK(tsel_prefix_feed(p, t, head));
+      CHECK_STREQ(tsel_prefix_forced(p), "");
+      CHECK(!tsel_prefix_complete(p));
+      CHECK(tsel_prefix_feed(p, t + head, plan_end - head));
+      CHECK_MSG(strncmp(tsel_prefix_forced(p), "t1 ", 3) == 0, "forced '%s'", tsel_prefix_forced(p));
+      CHECK_EQ(first_refused(p, t + plan_end, end - plan_end), -1L);
+      CHECK(tsel_prefix_complete(p));
+      tsel_prefix_free(p);
+    }
+    /* the mask: each token of the text allowed; both kinds of line at the plan's place */
+    p = tsel_prefix_new(k, rc->workload, TSEL_TARGET_CUDA, &st);
+    CHECK_OK(st);
+    tsel_prefix_set_plan(p, true);
+    CHECK(tsel_prefix_feed(p, t, head));
+    CHECK(tsel_mask_compute(m, p, allowed) >= 2);
+    bool to_e = false, to_t = false;
+    for (int32_t j = 0; j < V; j++) {
+      size_t jl;
+      const uint8_t *jb = tok_token_bytes(tok, j, &jl);
+      if (!allowed[j]) continue;
+      CHECK(jb && jl > 0 && (jb[0] == 'e' || jb[0] == 't'));
+      to_e |= jb[0] == 'e';
+      to_t |= jb[0] == 't';
+      CHECK_EQ(allowed[j], token_reads(p, tok, j));
+    }
+    CHECK(to_e && to_t);
+    tok_ids ids = {0};
+    CHECK(tok_encode(tok, t + head, n - head, &ids, &st));
+    for (size_t i = 0; i < ids.len; i++) {
+      CHECK(tsel_mask_compute(m, p, allowed) >= 1);
+      size_t len;
+      const char *b = (const char *)tok_token_bytes(tok, ids.data[i], &len);
+      CHECK_MSG(allowed[ids.data[i]], "%s: token %zu '%.*s' not allowed", rc->workload, i, (int)len, b);
+      CHECK(tsel_prefix_feed(p, b, len));
+    }
+    CHECK(tsel_prefix_complete(p));
+    tok_ids_free(&ids);
+    tsel_prefix_free(p);
+    /* completions from the header to the second edit line */
+    p = tsel_prefix_new(k, rc->workload, TSEL_TARGET_CUDA, &st);
+    CHECK_OK(st);
+    tsel_prefix_set_plan(p, true);
+    tsel_prefix_set_explain(p, false);
+    size_t stop = (size_t)(strchr(t + plan_end, '\n') + 1 - t);
+    for (size_t i = 0; i <= stop; i++) {
+      if (i > 0) CHECK(tsel_prefix_feed(p, t + i - 1, 1));
+      dg_str c;
+      dg_str_init(&c);
+      CHECK_MSG(tsel_prefix_completion(p, &c), "%s: no completion after %zu bytes", rc->workload, i);
+      tsel_prefix *q = tsel_prefix_save(p);
+      CHECK_MSG(tsel_prefix_feed(q, c.s, c.len) && tsel_prefix_complete(q), "%s: completion '%s' after %zu",
+                rc->workload, c.s, i);
+      size_t len;
+      char why[600];
+      const char *full = tsel_prefix_text(q, &len);
+      CHECK_MSG(graph_checks(full, k, TSEL_TARGET_CUDA, why, sizeof why), "%s: '%s' after %zu: %s", rc->workload,
+                full, i, why);
+      tsel_prefix_free(q);
+      dg_str_free(&c);
+      n_completions++;
+    }
+    tsel_prefix_free(p);
+    ir_func_free(k);
+    free(t);
+    n_plans++;
+  }
+  CHECK_MSG(n_plans >= 8 && n_completions > 1000, "%d plans, %ld completions", n_plans, n_completions);
+  free(allowed);
+  tsel_mask_free(m);
+}
+
 /* A random model over the vocabulary: weights large enough that the
  * logits differ by whole units, so that it has strong, arbitrary tastes. */
 static bool random_model(nn_model *m, int V, uint64_t seed, dg_status *st) {
@@ -1488,6 +1601,65 @@ DG_TEST(tsel_prefix_masked_random_model_decodes) {
   }
   CHECK_EQ(garbage, runs);
   CHECK_MSG(most >= 5 && masks >= 1000, "at most %d edits, %ld masks", most, masks);
+  tsel_mask_free(mask);
+}
+
+/* Decoding for a model that writes its plan first (train_decode_opts.
+ * plan_first): random models write graphs that check, some of them with a
+ * plan line before their edits; written again with explain_after, the
+ * plan gives way to the compiler's own expect line after the edits. */
+DG_TEST(tsel_prefix_decodes_with_a_plan) {
+  tok_tokenizer *tok = trained_tokenizer();
+  CHECK(tok);
+  int V = tok_vocab_size(tok);
+  dg_status st;
+  tsel_mask *mask = tsel_mask_new(tok, &st);
+  CHECK_OK(st);
+  static const char *const specs[] = {
+      "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32",
+      "softmax:m=33,n=1536,dtype=f32",
+  };
+  int planned = 0, runs = 0;
+  for (size_t w = 0; w < DG_ARRAY_LEN(specs); w++) {
+    dg_func *k = wl_build(specs[w], &st);
+    CHECK_MSG(k, "%s", st.msg);
+    char *ktext = ir_print(k);
+    tok_ids prompt = {0};
+    CHECK(train_prompt_encode(tok, ktext, NULL, &prompt, &st));
+    for (uint64_t seed = 1; seed <= 12; seed++) {
+      nn_model m;
+      CHECK(random_model(&m, V, 1000 + 100 * w + seed, &st));
+      train_decode_opts o;
+      train_decode_opts_default(&o);
+      o.sample.max_tokens = 300;
+      o.explain = false;
+      o.plan_first = true;
+      char *g = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA, &o,
+                                   seed, NULL, &st);
+      char why[600];
+      CHECK_MSG(g && graph_checks(g, k, TSEL_TARGET_CUDA, why, sizeof why), "%s seed %llu: %s", specs[w],
+                (unsigned long long)seed, g ? why : st.msg);
+      const char *second = strchr(g, '\n') + 1;
+      bool plan = strncmp(second, "expect p1: ", 11) == 0;
+      CHECK_MSG(plan || strncmp(second, "t1 ", 3) == 0, "%s", g);
+      planned += plan;
+      runs++;
+      if (plan) {
+        o.explain_after = true;
+        char *e = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA,
+                                     &o, seed, NULL, &st);
+        CHECK(e && graph_checks(e, k, TSEL_TARGET_CUDA, why, sizeof why));
+        CHECK_MSG(strncmp(strchr(e, '\n') + 1, "t1 ", 3) == 0 && strstr(e, "\nexpect p1: "), "%s", e);
+        free(e);
+      }
+      free(g);
+      nn_model_free(&m);
+    }
+    tok_ids_free(&prompt);
+    free(ktext);
+    ir_func_free(k);
+  }
+  CHECK_MSG(planned > 0 && planned < runs, "%d of %d graphs with a plan", planned, runs);
   tsel_mask_free(mask);
 }
 

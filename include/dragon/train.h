@@ -84,10 +84,20 @@ bool train_shard_sniff(const char *path);
  * (prior must be non-NULL then). */
 bool train_example_tokenize(tok_tokenizer *tok, const char *prompt, const char *prior,
                             const char *target, train_shard *out, dg_status *st);
+/* A graph's text with its plan first: its `expect` lines moved, in their
+ * order, to right after the header line (the first line); every other line
+ * as it was. The layout of a target under train_config.plan_first: the
+ * model writes what it expects of the schedule (threads a block, shared
+ * memory, vectors, unrolling, its time) before the edits that make it.
+ * Caller frees. */
+char *train_plan_first(const char *graph);
 /* Reads a JSON-lines examples file ({task, kind: construct|refine, workload,
  * prompt, prior (refine), target, weights_by_segment, source_records}) and
- * tokenizes every example. Errors name file:line. */
-bool train_examples_load(const char *path, tok_tokenizer *tok, train_shard *out, dg_status *st);
+ * tokenizes every example, each target with its plan first where plan_first
+ * (train_plan_first; the prior in a prompt stays as it is). Errors name
+ * file:line. */
+bool train_examples_load(const char *path, tok_tokenizer *tok, bool plan_first, train_shard *out,
+                         dg_status *st);
 /* The prompts, priors and targets of an examples file as one corpus (for
  * training a tokenizer on the data). Caller frees. */
 char *train_examples_corpus(const char *path, size_t *len, dg_status *st);
@@ -126,6 +136,10 @@ typedef struct {
   double val_fraction;
   uint64_t seed;
   double peak_flops; /* for MFU; 0: not reported */
+  /* 1: each target's expect lines come right after its header, before the
+   * edits (train_plan_first); the model then writes its plan first, and
+   * decoding lets it (train_decode_opts.plan_first) */
+  int plan_first;
 } train_config;
 
 /* The built-in "tiny" config: the tiny model (max_seq_len 512), CPU-sized
@@ -137,6 +151,20 @@ void train_config_default(train_config *c);
 bool train_config_parse(const char *text, const char *where, train_config *c, dg_status *st);
 /* "tiny" or a file. */
 bool train_config_load(const char *name_or_path, train_config *c, dg_status *st);
+/* The training config that goes with a model file: TRAIN_MODEL_CONFIG in
+ * its directory (a model directory, `dragon train export`), else
+ * config.txt there (a run directory's checkpoint). Caller frees; NULL
+ * where there is neither. */
+#define TRAIN_MODEL_CONFIG "train_config.txt"
+char *train_model_config_path(const char *model_path);
+/* Whether the model at model_path was trained with its plan first
+ * (train_config.plan_first, from train_model_config_path; false where it
+ * has no config). False with st where that config does not parse. */
+bool train_model_plan_first(const char *model_path, bool *plan_first, dg_status *st);
+/* Copies the training config that goes with model_path, where it has one
+ * (checked first), to dir/TRAIN_MODEL_CONFIG: a model written elsewhere
+ * (`dragon train export`, a GRPO run) keeps its layout. */
+bool train_model_config_copy(const char *model_path, const char *dir, dg_status *st);
 /* Writes text that train_config_parse reads back exactly. */
 void train_config_print(const train_config *c, dg_str *out);
 
@@ -228,6 +256,10 @@ typedef struct {
    * compiler's facts on the finished graph (tsel_explain), instead of the
    * model (with explain false: the model stops after its edits) */
   bool explain_after;
+  /* the model writes the schedule's plan, one expect line, right after the
+   * header and before its edits (tsel_prefix_set_plan): a model trained
+   * with train_config.plan_first (train_model_plan_first says which) */
+  bool plan_first;
   /* The line guard (constrained decoding only; NULL: none): called with
    * the graph's committed text each time an edit line is complete
    * (postprocessed: the graph has its `postproc` edit). A line it refuses
@@ -530,6 +562,7 @@ typedef struct {
   grpo_reward_fn reward;       /* NULL: the gates (grpo_reward) */
   void *reward_ctx;
   char *tokenizer_path;        /* set by the run */
+  bool plan_first;             /* set by the run: the starting model writes its plan first */
 } grpo_run_args;
 void grpo_run_args_default(grpo_run_args *a);
 

@@ -159,6 +159,12 @@ void tsel_prefix_free(tsel_prefix *p);
  * false the graph is complete right after the postproc edit). Set before
  * feeding; shared with saved copies. */
 void tsel_prefix_set_explain(tsel_prefix *p, bool allow);
+/* Whether one `expect` line, the schedule's plan, may come right after
+ * the header, before the first edit (default false: the first edit comes
+ * there, and its `tN ` is forced). The grammar allows it anywhere; a model
+ * trained with the plan first (train_config.plan_first) writes it there.
+ * Set before feeding; shared with saved copies. */
+void tsel_prefix_set_plan(tsel_prefix *p, bool allow);
 /* Narrowings the line guard asks for (train_decode_opts.guard) on a
  * `tile` it blames: cap > 0, the first factor leaves at most cap to the
  * rest (the tile's inner extent, its loop's extent over the first factor:

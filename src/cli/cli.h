@@ -99,6 +99,7 @@ typedef struct {
   char *path;
   bool loaded;
   bool no_guard; /* constrained decoding without the line guard (eval_guard_line) */
+  bool plan_first; /* the model writes its plan first (train_model_plan_first): every write lets it */
   struct eval_guard_log *guard_log; /* the guard's refusals written down (--guard-log), or NULL */
   /* the pool: tokenizer copies (from tok_path) and their masks */
   char *tok_path;

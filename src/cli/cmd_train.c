@@ -109,7 +109,9 @@ static int sub_export(int argc, char **argv) {
       "train export", "--model RUN --out DIR [--dtype bf16|f16|f32] [--pack]",
       "Writes a trained model as a model directory: DIR/" CLI_MODEL_FILE " (the\n"
       "parameters with Hugging Face Llama names in the given dtype, rounded to\n"
-      "nearest even, and the config in its metadata) and DIR/tokenizer.bin. Every\n"
+      "nearest even, and the config in its metadata), DIR/tokenizer.bin and, where\n"
+      "the run has one, its training config as DIR/" TRAIN_MODEL_CONFIG " (how its\n"
+      "graphs are laid out: plan_first). Every\n"
       "command that takes --model reads such a directory; dragon's shipped model is\n"
       "one. Prints the largest change a parameter saw in the conversion.",
       opts, DG_ARRAY_LEN(opts), 0, 0};
@@ -141,6 +143,7 @@ static int sub_export(int argc, char **argv) {
   snprintf(tpath, sizeof tpath, "%s/tokenizer.bin", out);
   bool ok = cli_out_dir(out, &st) && nn_safetensors_export(&m, path, dt, &st) &&
             (!pack || pack_file(path, &st)) && tok_save(tok, tpath, &st);
+  ok = ok && train_model_config_copy(model_path, out, &st); /* the layout its graphs are written in */
   /* read back: the directory loads, and what the rounding changed */
   if (ok) {
     tok_tokenizer *tok2 = NULL;

@@ -135,6 +135,10 @@ bool cli_model_open(cli_model *cm, const char *flag, const char *arg, const char
     return false;
   }
   cm->loaded = true;
+  if (!train_model_plan_first(cm->path, &cm->plan_first, st)) {
+    cli_model_close(cm);
+    return false;
+  }
   pthread_mutex_t *lock = dg_malloc(sizeof *lock);
   pthread_mutex_init(lock, NULL);
   cm->pool_lock = lock;
@@ -329,6 +333,7 @@ double cli_model_write(cli_model *cm, const dg_func *f, const char *spec, const 
   double t0 = dg_now();
   if (k <= 0) return 0;
   train_decode_opts go = *o;
+  go.plan_first = cm->plan_first;
   eval_guard guard = {f, spec, cm->guard_log};
   if (cm->mask && !cm->no_guard && !o->unconstrained) {
     go.guard = eval_guard_line;
@@ -402,6 +407,7 @@ void cli_model_write_each(cli_model *cm, const dg_func *const *f, const char *co
     return;
   }
   train_decode_opts go = *o;
+  go.plan_first = cm->plan_first;
   bool guarded = cm->mask && !cm->no_guard && !o->unconstrained;
   eval_guard *guards = dg_calloc((size_t)n, sizeof *guards);
   tok_ids *ids = dg_calloc((size_t)n, sizeof *ids);

@@ -422,20 +422,49 @@ static bool examples_each(const char *path, bool (*fn)(const example_fields *, v
   return ok;
 }
 
+char *train_plan_first(const char *graph) {
+  size_t n = strlen(graph);
+  const char *nl = memchr(graph, '\n', n);
+  size_t head = nl ? (size_t)(nl - graph) + 1 : n;
+  dg_str out, rest;
+  dg_str_init(&out);
+  dg_str_init(&rest);
+  dg_str_putn(&out, graph, head);
+  if (head < n && graph[head - 1] != '\n') dg_str_putc(&out, '\n');
+  for (size_t i = head; i < n;) {
+    const char *e = memchr(graph + i, '\n', n - i);
+    size_t end = e ? (size_t)(e - graph) + 1 : n;
+    bool expect = end - i >= 7 && memcmp(graph + i, "expect ", 7) == 0;
+    dg_str *to = expect ? &out : &rest;
+    dg_str_putn(to, graph + i, end - i);
+    if (expect && graph[end - 1] != '\n') dg_str_putc(to, '\n');
+    i = end;
+  }
+  dg_str_putn(&out, rest.s ? rest.s : "", rest.len);
+  dg_str_free(&rest);
+  return dg_str_take(&out);
+}
+
 typedef struct {
   tok_tokenizer *tok;
+  bool plan_first;
   train_shard *out;
 } tokenize_ctx;
 
 static bool tokenize_one(const example_fields *ex, void *ctx, dg_status *st) {
   tokenize_ctx *c = ctx;
-  return train_example_tokenize(c->tok, ex->prompt, ex->prior, ex->target, c->out, st);
+  if (!c->plan_first) return train_example_tokenize(c->tok, ex->prompt, ex->prior, ex->target, c->out, st);
+  char *target = train_plan_first(ex->target);
+  bool ok = train_example_tokenize(c->tok, ex->prompt, ex->prior, target, c->out, st);
+  free(target);
+  return ok;
 }
 
-bool train_examples_load(const char *path, tok_tokenizer *tok, train_shard *out, dg_status *st) {
+bool train_examples_load(const char *path, tok_tokenizer *tok, bool plan_first, train_shard *out,
+                         dg_status *st) {
   train_shard s;
   memset(&s, 0, sizeof s);
-  tokenize_ctx c = {tok, &s};
+  tokenize_ctx c = {tok, plan_first, &s};
   if (!examples_each(path, tokenize_one, &c, st)) {
     train_shard_free(&s);
     return false;

@@ -643,7 +643,10 @@ bool train_decode_jobs(const nn_model *m, tok_tokenizer *tok, tsel_mask *mask, c
   for (int i = 0; i < n; i++) {
     if (!live[i]) continue;
     if (!(pf[i] = tsel_prefix_new(jobs[i].kernel, jobs[i].spec, target, &errs[i]))) live[i] = false;
-    else tsel_prefix_set_explain(pf[i], o->explain);
+    else {
+      tsel_prefix_set_explain(pf[i], o->explain);
+      tsel_prefix_set_plan(pf[i], o->plan_first);
+    }
   }
   for (int i = 0; i < n; i++) {
     if (!live[i]) continue;
@@ -767,6 +770,7 @@ static bool job_start(gpu_loop *L, int j, int r) {
   const train_decode_job *job = &L->jobs[j];
   if (!(L->pf[j] = tsel_prefix_new(job->kernel, job->spec, L->target, &L->errs[j]))) return false;
   tsel_prefix_set_explain(L->pf[j], L->o->explain);
+  tsel_prefix_set_plan(L->pf[j], L->o->plan_first);
   int budget = job_budget(job, L->o, L->maxT);
   int t = r % L->threads;
   writer_init(&L->w[j], L->g->V, L->toks[t], L->masks[t], job->kernel,

@@ -182,6 +182,7 @@ static void write_samples(void *ctx, int k) {
   o.sample.temperature = a->temperature;
   o.sample.max_tokens = a->max_tokens;
   o.explain = false;
+  o.plan_first = a->plan_first;
   eval_guard guard = {p->f, p->spec};
   if (a->guard) {
     o.guard = eval_guard_line;
@@ -241,6 +242,7 @@ static bool write_gpu(const grpo_run_args *a, train_cuda *gpu, const prompt_t *p
   o.sample.temperature = a->temperature;
   o.sample.max_tokens = a->max_tokens;
   o.explain = false;
+  o.plan_first = a->plan_first;
   if (a->guard) o.guard = eval_guard_line;
   char **texts = dg_calloc((size_t)n, sizeof *texts);
   train_decode_trace *traces = dg_calloc((size_t)n, sizeof *traces);
@@ -566,7 +568,7 @@ static bool open_run(grpo_run_args *a, run_t *r, dg_status *st) {
               r->model.cfg.vocab_size);
       goto done;
     }
-    if (!saved) goto done;
+    if (!saved || !train_model_config_copy(a->init, a->out_dir, st)) goto done;
     dg_str c;
     dg_str_init(&c);
     cfg_print(a, &c);
@@ -576,6 +578,7 @@ static bool open_run(grpo_run_args *a, run_t *r, dg_status *st) {
     r->step = 0;
     r->cursor = 0;
   }
+  if (!train_model_plan_first(tokp, &a->plan_first, st)) goto done; /* the config beside the run's models */
   a->tokenizer_path = dg_strdup(tokp);
   ok = true;
 done:

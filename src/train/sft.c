@@ -53,6 +53,7 @@ static const struct {
     {"val_fraction", K_F64, offsetof(train_config, val_fraction), 0, 0.5},
     {"seed", K_U64, offsetof(train_config, seed), 0, 9.2e18},
     {"peak_flops", K_F64, offsetof(train_config, peak_flops), 0, 1e20},
+    {"plan_first", K_INT, offsetof(train_config, plan_first), 0, 1},
 };
 enum { NTKEYS = (int)DG_ARRAY_LEN(tkeys) };
 
@@ -178,6 +179,55 @@ bool train_config_load(const char *name_or_path, train_config *c, dg_status *st)
   if (!text) return false;
   bool ok = tcfg_text(text, len, name_or_path, c, st);
   free(text);
+  return ok;
+}
+
+char *train_model_config_path(const char *model_path) {
+  const char *slash = strrchr(model_path, '/');
+  size_t dl = slash ? (size_t)(slash - model_path) : 1;
+  const char *dir = slash ? model_path : ".";
+  const char *names[] = {TRAIN_MODEL_CONFIG, "config.txt"};
+  for (size_t i = 0; i < DG_ARRAY_LEN(names); i++) {
+    size_t n = dl + strlen(names[i]) + 2;
+    char *p = dg_malloc(n);
+    snprintf(p, n, "%.*s/%s", (int)dl, dir, names[i]);
+    struct stat sb;
+    if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode)) return p;
+    free(p);
+  }
+  return NULL;
+}
+
+bool train_model_plan_first(const char *model_path, bool *plan_first, dg_status *st) {
+  dg_status_ok(st);
+  *plan_first = false;
+  char *p = train_model_config_path(model_path);
+  if (!p) return true;
+  train_config c;
+  bool ok = train_config_load(p, &c, st);
+  if (ok) *plan_first = c.plan_first != 0;
+  else dg_status_prefix(st, "the model's training config");
+  free(p);
+  return ok;
+}
+
+bool train_model_config_copy(const char *model_path, const char *dir, dg_status *st) {
+  dg_status_ok(st);
+  char *from = train_model_config_path(model_path);
+  if (!from) return true;
+  train_config c;
+  size_t n = 0;
+  char *text = train_config_load(from, &c, st) ? dg_read_file(from, &n, st) : NULL;
+  bool ok = text != NULL;
+  if (ok) {
+    size_t pl = strlen(dir) + sizeof TRAIN_MODEL_CONFIG + 2;
+    char *to = dg_malloc(pl);
+    snprintf(to, pl, "%s/%s", dir, TRAIN_MODEL_CONFIG);
+    ok = dg_write_file_atomic(to, text, n, st);
+    free(to);
+  }
+  free(text);
+  free(from);
   return ok;
 }
 
@@ -480,7 +530,7 @@ static bool load_new(const train_sft_args *a, run_state *r, dg_status *st) {
     }
   }
   if (shard ? !train_shard_load(&r->data, a->data, st)
-            : !train_examples_load(a->data, r->tok, &r->data, st))
+            : !train_examples_load(a->data, r->tok, r->cfg.plan_first != 0, &r->data, st))
     return false;
   if (r->data.vocab_size > tok_vocab_size(r->tok))
     return dg_fail(st, DG_ERR_INVALID, "%s: token ids reach %d, beyond the tokenizer's %d", a->data,

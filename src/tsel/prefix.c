@@ -29,7 +29,8 @@
  * the one a model writes (listed in docs/tsel.md): the canonical spelling,
  * the edit ids forced, one `postproc` edit (`postproc default` last, or a
  * bare `postproc` followed by the postprocessors' edits), why and expect
- * lines after the edits, no comments, no raw edits.
+ * lines after the edits (and, with a plan, one expect line before them),
+ * no comments, no raw edits.
  *
  * State: a small copyable struct (tsel_pstate) plus a pointer to an
  * immutable, reference-counted context; trial states (the mask's trie
@@ -188,6 +189,7 @@ typedef struct {
   const dg_func *k;
   tsel_target target;
   bool explain;
+  bool plan; /* one expect line may come before the first edit (tsel_prefix_set_plan) */
   char *header;
   size_t header_len;
   const char **names; /* kernel block names, sorted, unique */
@@ -207,7 +209,8 @@ typedef struct {
 
 /* ---- the state --------------------------------------------------------------- */
 
-enum { PM_HEADER, PM_ID, PM_OP, PM_ARGS, PM_LINE, PM_WHY, PM_EXPECT, PM_TEXT };
+/* PM_LEAD: after the header of a checker with a plan, an expect line or the first edit */
+enum { PM_HEADER, PM_ID, PM_OP, PM_ARGS, PM_LINE, PM_WHY, PM_EXPECT, PM_TEXT, PM_LEAD };
 enum { LX_AFTER, LX_START, LX_VSTART, LX_ISTART, LX_IAFTER, LX_WORD, LX_NUM, LX_STR };
 enum { AT_TOP, AT_KW, AT_ITEM };
 enum { LK_NONE, LK_FACTORS, LK_TILE, LK_CANDS, LK_BLOCKS, LK_FLOATS, LK_VALUES, LK_INTS };
@@ -2718,7 +2721,9 @@ static bool text_byte(S *s, unsigned c) {
     if (!L->tnonempty || L->tu.need || L->tlast == ' ') return false;
     if (L->is_expect) s->n_expect++;
     line_reset(s);
-    s->mode = PM_LINE;
+    /* a plan (no edit yet) is followed by the first edit */
+    s->mode = s->c->n_edits == 0 ? PM_ID : PM_LINE;
+    s->fpos = 0;
     return true;
   }
   if (c < 0x20 || c == 0x7f || !u8_step(&L->tu, c)) return false;
@@ -2796,10 +2801,21 @@ static bool feed_byte(P *p, S *s, unsigned c) {
     case PM_HEADER:
       if (c != (unsigned char)p->sh->header[s->fpos]) return false;
       if (++s->fpos == p->sh->header_len) {
-        s->mode = PM_ID;
+        s->mode = p->sh->plan ? PM_LEAD : PM_ID;
         s->fpos = 0;
       }
       return true;
+    case PM_LEAD:
+      line_reset(s);
+      s->fpos = 0;
+      if (c == 't') {
+        s->mode = PM_ID;
+        s->fpos = 1;
+        return true;
+      }
+      if (c != 'e') return false;
+      s->mode = PM_EXPECT;
+      return expect_byte(s, c);
     case PM_ID:
       if (c != (unsigned char)s->c->id[s->fpos]) return false;
       if (++s->fpos == s->c->id_len) {
@@ -2923,6 +2939,8 @@ void tsel_prefix_free(tsel_prefix *p) {
 }
 
 void tsel_prefix_set_explain(tsel_prefix *p, bool allow) { p->sh->explain = allow; }
+
+void tsel_prefix_set_plan(tsel_prefix *p, bool allow) { p->sh->plan = allow; }
 
 void tsel_prefix_narrow_tile(tsel_prefix *p, int edit, const tsel_tile_narrowing *n) {
   pshared *sh = p->sh;
@@ -3249,6 +3267,7 @@ static bool complete_step(P *p, S *t, dg_str *out) {
   if (t->dpos) return try_str(p, t, out, t->c->det + t->dpos - 1);
   switch (t->mode) {
     case PM_HEADER: return try_str(p, t, out, p->sh->header + t->fpos);
+    case PM_LEAD: return try_str(p, t, out, "t");
     case PM_ID: return try_str(p, t, out, (t->c->idline ? t->c->idline : t->c->id) + t->fpos);
     case PM_OP: {
       if (L->blen == 0 && try_str(p, t, out, "postproc default\n")) return true;
