@@ -1192,6 +1192,24 @@ DG_TEST(tsel_prefix_mutations_are_sound) {
   CHECK(n_accepted > 100 && n_refused > 1000);
 }
 
+/* The checker's completion from where p stands (at byte `at` of a text)
+ * ends the graph, short, and the graph checks; p is unchanged. */
+static void completion_checks(tsel_prefix *p, const dg_func *k, const char *spec, size_t at) {
+  dg_str c;
+  dg_str_init(&c);
+  CHECK_MSG(tsel_prefix_completion(p, &c), "%s: no completion after %zu bytes", spec, at);
+  tsel_prefix *q = tsel_prefix_save(p);
+  CHECK_MSG(tsel_prefix_feed(q, c.s, c.len) && tsel_prefix_complete(q), "%s: completion '%s' after %zu", spec, c.s,
+            at);
+  size_t len;
+  char why[600];
+  const char *full = tsel_prefix_text(q, &len);
+  CHECK_MSG(graph_checks(full, k, TSEL_TARGET_CUDA, why, sizeof why), "%s: '%s' after %zu: %s", spec, c.s, at, why);
+  CHECK_MSG(c.len < 400, "%s: a completion of %zu bytes", spec, c.len);
+  tsel_prefix_free(q);
+  dg_str_free(&c);
+}
+
 /* From every other prefix of the first 16 unique targets, the completion
  * ends the graph, and the graph checks. */
 DG_TEST(tsel_prefix_completions_check) {
@@ -1213,20 +1231,7 @@ DG_TEST(tsel_prefix_completions_check) {
       for (size_t i = 0; i <= n; i++) {
         if (i > 0) CHECK(tsel_prefix_feed(p, t + i - 1, 1));
         if (i % 2 && i != n) continue; /* every other prefix */
-        dg_str c;
-        dg_str_init(&c);
-        CHECK_MSG(tsel_prefix_completion(p, &c), "%s: no completion after %zu bytes", rc->workload, i);
-        tsel_prefix *q = tsel_prefix_save(p);
-        CHECK_MSG(tsel_prefix_feed(q, c.s, c.len) && tsel_prefix_complete(q), "%s: completion '%s' after %zu",
-                  rc->workload, c.s, i);
-        size_t len;
-        char why[600];
-        const char *full = tsel_prefix_text(q, &len);
-        CHECK_MSG(graph_checks(full, k, TSEL_TARGET_CUDA, why, sizeof why), "%s: '%s' after %zu: %s", rc->workload,
-                  c.s, i, why);
-        CHECK_MSG(c.len < 400, "%s: a completion of %zu bytes", rc->workload, c.len);
-        tsel_prefix_free(q);
-        dg_str_free(&c);
+        completion_checks(p, k, rc->workload, i);
         n_done++;
       }
       tsel_prefix_free(p);
@@ -1469,19 +1474,7 @@ DG_TEST(tsel_prefix_reads_the_plan_first) {
     size_t stop = (size_t)(strchr(t + plan_end, '\n') + 1 - t);
     for (size_t i = 0; i <= stop; i++) {
       if (i > 0) CHECK(tsel_prefix_feed(p, t + i - 1, 1));
-      dg_str c;
-      dg_str_init(&c);
-      CHECK_MSG(tsel_prefix_completion(p, &c), "%s: no completion after %zu bytes", rc->workload, i);
-      tsel_prefix *q = tsel_prefix_save(p);
-      CHECK_MSG(tsel_prefix_feed(q, c.s, c.len) && tsel_prefix_complete(q), "%s: completion '%s' after %zu",
-                rc->workload, c.s, i);
-      size_t len;
-      char why[600];
-      const char *full = tsel_prefix_text(q, &len);
-      CHECK_MSG(graph_checks(full, k, TSEL_TARGET_CUDA, why, sizeof why), "%s: '%s' after %zu: %s", rc->workload,
-                full, i, why);
-      tsel_prefix_free(q);
-      dg_str_free(&c);
+      completion_checks(p, k, rc->workload, i);
       n_completions++;
     }
     tsel_prefix_free(p);
