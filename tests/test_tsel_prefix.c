@@ -1597,65 +1597,6 @@ DG_TEST(tsel_prefix_masked_random_model_decodes) {
   tsel_mask_free(mask);
 }
 
-/* Decoding for a model that writes its plan first (train_decode_opts.
- * plan_first): random models write graphs that check, some of them with a
- * plan line before their edits; written again with explain_after, the
- * plan gives way to the compiler's own expect line after the edits. */
-DG_TEST(tsel_prefix_decodes_with_a_plan) {
-  tok_tokenizer *tok = trained_tokenizer();
-  CHECK(tok);
-  int V = tok_vocab_size(tok);
-  dg_status st;
-  tsel_mask *mask = tsel_mask_new(tok, &st);
-  CHECK_OK(st);
-  static const char *const specs[] = {
-      "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32",
-      "softmax:m=33,n=1536,dtype=f32",
-  };
-  int planned = 0, runs = 0;
-  for (size_t w = 0; w < DG_ARRAY_LEN(specs); w++) {
-    dg_func *k = wl_build(specs[w], &st);
-    CHECK_MSG(k, "%s", st.msg);
-    char *ktext = ir_print(k);
-    tok_ids prompt = {0};
-    CHECK(train_prompt_encode(tok, ktext, NULL, &prompt, &st));
-    for (uint64_t seed = 1; seed <= 12; seed++) {
-      nn_model m;
-      CHECK(random_model(&m, V, 1000 + 100 * w + seed, &st));
-      train_decode_opts o;
-      train_decode_opts_default(&o);
-      o.sample.max_tokens = 300;
-      o.explain = false;
-      o.plan_first = true;
-      char *g = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA, &o,
-                                   seed, NULL, &st);
-      char why[600];
-      CHECK_MSG(g && graph_checks(g, k, TSEL_TARGET_CUDA, why, sizeof why), "%s seed %llu: %s", specs[w],
-                (unsigned long long)seed, g ? why : st.msg);
-      const char *second = strchr(g, '\n') + 1;
-      bool plan = strncmp(second, "expect p1: ", 11) == 0;
-      CHECK_MSG(plan || strncmp(second, "t1 ", 3) == 0, "%s", g);
-      planned += plan;
-      runs++;
-      if (plan) {
-        o.explain_after = true;
-        char *e = train_decode_graph(&m, tok, mask, prompt.data, (int)prompt.len, k, specs[w], TSEL_TARGET_CUDA,
-                                     &o, seed, NULL, &st);
-        CHECK(e && graph_checks(e, k, TSEL_TARGET_CUDA, why, sizeof why));
-        CHECK_MSG(strncmp(strchr(e, '\n') + 1, "t1 ", 3) == 0 && strstr(e, "\nexpect p1: "), "%s", e);
-        free(e);
-      }
-      free(g);
-      nn_model_free(&m);
-    }
-    tok_ids_free(&prompt);
-    free(ktext);
-    ir_func_free(k);
-  }
-  CHECK_MSG(planned > 0 && planned < runs, "%d of %d graphs with a plan", planned, runs);
-  tsel_mask_free(mask);
-}
-
 /* What the decoding tests share: the trained tokenizer and its mask, a
  * kernel and its prompt. */
 typedef struct {
@@ -1683,6 +1624,54 @@ static void fixture_close(decode_fixture *f) {
   free(f->ktext);
   ir_func_free(f->k);
   tsel_mask_free(f->mask);
+}
+
+/* Decoding for a model that writes its plan first (train_decode_opts.
+ * plan_first): random models write graphs that check, some of them with a
+ * plan line before their edits; written again with explain_after, the
+ * plan gives way to the compiler's own expect line after the edits. */
+DG_TEST(tsel_prefix_decodes_with_a_plan) {
+  static const char *const specs[] = {
+      "gemm:m=1,n=1024,k=1024,trans_a=0,trans_b=1,dtype=f32",
+      "softmax:m=33,n=1536,dtype=f32",
+  };
+  int planned = 0, runs = 0;
+  dg_status st;
+  for (size_t w = 0; w < DG_ARRAY_LEN(specs); w++) {
+    decode_fixture f;
+    CHECK(fixture_open(&f, specs[w]));
+    for (uint64_t seed = 1; seed <= 12; seed++) {
+      nn_model m;
+      CHECK(random_model(&m, tok_vocab_size(f.tok), 1000 + 100 * w + seed, &st));
+      train_decode_opts o;
+      train_decode_opts_default(&o);
+      o.sample.max_tokens = 300;
+      o.explain = false;
+      o.plan_first = true;
+      char *g = train_decode_graph(&m, f.tok, f.mask, f.prompt.data, (int)f.prompt.len, f.k, f.spec,
+                                   TSEL_TARGET_CUDA, &o, seed, NULL, &st);
+      char why[600];
+      CHECK_MSG(g && graph_checks(g, f.k, TSEL_TARGET_CUDA, why, sizeof why), "%s seed %llu: %s", f.spec,
+                (unsigned long long)seed, g ? why : st.msg);
+      const char *second = strchr(g, '\n') + 1;
+      bool plan = strncmp(second, "expect p1: ", 11) == 0;
+      CHECK_MSG(plan || strncmp(second, "t1 ", 3) == 0, "%s", g);
+      planned += plan;
+      runs++;
+      if (plan) {
+        o.explain_after = true;
+        char *e = train_decode_graph(&m, f.tok, f.mask, f.prompt.data, (int)f.prompt.len, f.k, f.spec,
+                                     TSEL_TARGET_CUDA, &o, seed, NULL, &st);
+        CHECK(e && graph_checks(e, f.k, TSEL_TARGET_CUDA, why, sizeof why));
+        CHECK_MSG(strncmp(strchr(e, '\n') + 1, "t1 ", 3) == 0 && strstr(e, "\nexpect p1: "), "%s", e);
+        free(e);
+      }
+      free(g);
+      nn_model_free(&m);
+    }
+    fixture_close(&f);
+  }
+  CHECK_MSG(planned > 0 && planned < runs, "%d of %d graphs with a plan", planned, runs);
 }
 
 /* A guard of the test's own: refuses, the first time it is shown them,
