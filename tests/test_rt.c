@@ -5,9 +5,13 @@
  * errors, and `dragon run`. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dragon/codegen.h"
 #include "dragon/rt.h"
+#include "dragon/rt_cuda.h"
+#include "dragon/sched.h"
+#include "dragon/search.h"
 #include "dragon/wl.h"
 #include "test.h"
 
@@ -480,6 +484,81 @@ DG_TEST(rt_check_nan_never_passes) {
   rt_check_outputs(&ts, 1, &c);
   CHECK(!c.pass);
   CHECK_MSG(strstr(c.first_bad, "Y[2]") != NULL, "%s", c.first_bad);
+  rt_tensors_free(&ts);
+  ir_func_free(f);
+}
+
+/* The baseline of the check: a layernorm over rows of two values, where a
+ * row whose values nearly agree leaves x - mean to cancellation and then
+ * multiplies it by up to 316 (rsqrt of var + 1e-5). In f32 the unscheduled
+ * kernel itself misses the float64 reference by more than the tolerance at
+ * T_layer_norm[81, 1] on seed 0; an element within 4 times the baseline's
+ * own error there passes, every other element still must be right, and
+ * every path of the check (the C emulation of the untuned GPU program, the
+ * compiled kernel, the interpreter, the GPU's data set) judges the same. */
+DG_TEST(rt_check_allows_the_baselines_own_error) {
+  dg_status s;
+  dg_func *f = wl_build("layernorm:m=384,n=2,dtype=f32", &s);
+  CHECK_MSG(f != NULL, "%s", s.msg);
+  rt_tensors ts;
+  CHECK(rt_tensors_init(&ts, f, &s));
+  rt_data_fill(&ts, 0, rt_data_dist_for(f));
+  CHECK_MSG(rt_reference_run(f, &ts, NULL, &s), "%s", s.msg);
+  rt_tensor *y = &ts.t[3];
+  CHECK(y->is_output && y->base && strcmp(y->buf->name, "T_layer_norm") == 0);
+  const int64_t at = 81 * 2 + 1;
+  size_t bytes = (size_t)y->numel * sizeof(float);
+  void *base = y->base;
+  float *out = y->data;
+  memcpy(out, base, bytes);
+  double want = ((double *)y->ref)[at], berr = fabs(out[at] - want);
+  CHECK_MSG(berr > 1e-5, "the baseline's own error at [81, 1]: %g", berr);
+
+  /* without the baseline the unscheduled kernel's own result fails there */
+  rt_check c;
+  y->base = NULL;
+  rt_check_outputs(&ts, rt_check_reduce_len(f), &c);
+  CHECK(!c.pass && c.n_bad == 1);
+  CHECK_MSG(strstr(c.first_bad, "T_layer_norm[81, 1]") != NULL, "%s", c.first_bad);
+  y->base = base;
+  rt_check_outputs(&ts, rt_check_reduce_len(f), &c);
+  CHECK_MSG(c.pass, "%s", c.first_bad);
+  /* within 4 times its error passes, past it fails */
+  out[at] = (float)(want + 3.5 * berr);
+  rt_check_outputs(&ts, rt_check_reduce_len(f), &c);
+  CHECK_MSG(c.pass, "%s", c.first_bad);
+  out[at] = (float)(want - 5 * berr);
+  rt_check_outputs(&ts, rt_check_reduce_len(f), &c);
+  CHECK(!c.pass && c.n_bad == 1);
+  /* an element the baseline gets right must be right */
+  out[at] = ((float *)base)[at];
+  out[0] = (float)(((double *)y->ref)[0] + 10 * berr);
+  rt_check_outputs(&ts, rt_check_reduce_len(f), &c);
+  CHECK(!c.pass && c.n_bad == 1);
+  CHECK_MSG(strstr(c.first_bad, "T_layer_norm[0, 0]") != NULL, "%s", c.first_bad);
+  /* a NaN never passes, whatever the baseline did */
+  out[0] = ((float *)base)[0];
+  out[at] = NAN;
+  rt_check_outputs(&ts, rt_check_reduce_len(f), &c);
+  CHECK(!c.pass);
+
+  /* the paths that compute the baseline when a first check fails: the
+   * untuned GPU program emulated, the kernel compiled and interpreted */
+  rt_data_poison(&ts);
+  y->base = NULL;
+  free(base);
+  CHECK(rt_interp_run(f, ts.ref_args, true, &s) && rt_interp_run(f, ts.args, false, &s));
+  CHECK(rt_check_outputs_for(f, &ts, false, &c, &s));
+  CHECK_MSG(c.pass && y->base, "%s", c.first_bad);
+  for (int compiled = 0; compiled < 2; compiled++) {
+    CHECK(rt_compare_cpu(f, f, 0, compiled, &c, NULL, &s));
+    CHECK_MSG(c.pass, "%s", c.first_bad);
+  }
+  sched *gpu = NULL;
+  CHECK_MSG(search_baseline_schedule(f, NULL, &gpu, &s), "%s", s.msg);
+  CHECK_MSG(rt_program_check_c(f, sched_func(gpu), 0, &c, &s), "%s", s.msg);
+  CHECK_MSG(c.pass, "%s", c.first_bad);
+  sched_free(gpu);
   rt_tensors_free(&ts);
   ir_func_free(f);
 }

@@ -696,8 +696,9 @@ DG_TEST(cuda_job_path_without_gpu) {
   ref_case_free(&c);
 }
 
-/* Whether the data set file at path maps and holds K, ts's inputs and its
- * float64 reference outputs (every dtype of ts a float one). */
+/* Whether the data set file at path maps and holds K, ts's inputs, its
+ * float64 reference outputs and their baselines (every dtype of ts a float
+ * one). */
 static bool data_file_holds(const char *path, const rt_tensors *ts, int64_t K) {
   rt_cuda_data m;
   memset(&m, 0, sizeof m);
@@ -710,6 +711,9 @@ static bool data_file_holds(const char *path, const rt_tensors *ts, int64_t K) {
                (out ? sizeof(double) : (size_t)dg_dtype_bytes(want->buf->dtype));
     ok = got->numel == want->numel && got->is_output == out &&
          memcmp(out ? got->ref : got->data, out ? want->ref : want->data, n) == 0;
+    /* an output's baseline comes whole, or not at all where it has none */
+    size_t nb = (size_t)want->numel * (size_t)dg_dtype_bytes(want->buf->dtype);
+    if (ok && out) ok = want->base ? got->base && memcmp(got->base, want->base, nb) == 0 : !got->base;
   }
   rt_cuda_data_unmap(&m);
   return ok;
@@ -762,7 +766,11 @@ DG_TEST(cuda_data_file_complete_or_absent) {
   made = made && ref_case_init(&b, ir_parse(vadd_text, "vadd", &st), "data_atomic/w.dat", 2, &st);
   CHECK_OK(st);
   CHECK(made);
+  /* b with its baseline, a without */
+  CHECK(rt_reference_run(b.f, &b.ts, NULL, &st));
+  CHECK(rt_cuda_data_write(&b.ts, rt_check_reduce_len(b.f), b.path, &st));
   int64_t K = rt_check_reduce_len(a.f);
+  CHECK(data_file_holds(b.path, &b.ts, K));
   CHECK(data_file_holds(a.path, &a.ts, K));
   CHECK(!data_file_holds(a.path, &b.ts, K));
   CHECK_EQ(tmp_files(dir, "v.dat"), 0);

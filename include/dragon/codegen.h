@@ -123,6 +123,11 @@ typedef struct {
    * still summed in the same order, so the results are the same bit for
    * bit. */
   bool reference_in_order;
+  /* Not reference mode: the reference's loop orders and OpenMP pragmas for
+   * the kernel in its own dtypes (the same bits as its loops as written):
+   * for the unscheduled kernel computed beside its reference, the baseline
+   * of a check (codegen_emit_source does it where kernel == reference). */
+  bool fast_loops;
   /* NULL: the kernel's name, prefixed dg_ where it would clash with C
    * (`main` becomes dg_main). */
   const char *fn_name;
@@ -137,7 +142,8 @@ char *codegen_emit(const dg_func *f, const dg_lang *lang,
 /* A whole translation unit: the preamble, `kernel` as CODEGEN_KERNEL_FN and
  * `reference` in reference mode as CODEGEN_REFERENCE_FN; either may be NULL
  * (not both): a reference alone is what a measurement's expected outputs
- * come from. The two must have the same parameters. Caller frees. */
+ * come from. The two must have the same parameters; where they are the
+ * same function, the kernel gets fast_loops. Caller frees. */
 #define CODEGEN_KERNEL_FN "dg_kernel"
 #define CODEGEN_REFERENCE_FN "dg_reference"
 char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,

@@ -48,6 +48,9 @@ typedef struct {
   bool is_output;       /* some block of the kernel stores to it */
   void *data;           /* (numel) in the kernel's storage */
   void *ref;            /* (numel) in the reference's storage */
+  void *base;           /* (numel) outputs: the unscheduled kernel's own
+                           result on the same inputs, in the kernel's
+                           storage (rt_tensors_base_args); NULL until then */
 } rt_tensor;
 
 typedef struct {
@@ -74,6 +77,12 @@ void rt_data_poison(rt_tensors *ts);
  * RT_DIST_UNIFORM. */
 rt_dist rt_data_dist_for(const dg_func *f);
 const char *rt_dist_name(rt_dist d);
+
+/* Gives every output its baseline array (t->base, poisoned as outputs
+ * are; kept if it has one) and writes into args (ts->n) what the
+ * unscheduled kernel is called with to fill them: the inputs' data, the
+ * outputs' base. */
+bool rt_tensors_base_args(rt_tensors *ts, void **args, dg_status *st);
 
 /* Element i as a double (ref: from the reference's storage). */
 double rt_data_get(const rt_tensor *t, int64_t i, bool ref);
@@ -112,14 +121,12 @@ typedef struct {
   bool pass;
 } rt_check;
 
-/* Compares every output's data with its ref. */
+/* Compares every output's data with its ref. Where an output has its
+ * baseline (t->base), an element out of tolerance still passes if its error
+ * is within a small factor of the baseline's error at that element: a
+ * schedule is not blamed for the kernel's own ill-conditioning (a layernorm
+ * over two values whose difference cancels). */
 void rt_check_outputs(const rt_tensors *ts, int64_t K, rt_check *out);
-/* The same, where an element out of tolerance still passes if its error is
- * within a small factor of the error of `base` (the unscheduled kernel run
- * in its own dtypes on the same inputs: base->t[i].data) at that element:
- * a schedule is not blamed for the kernel's own ill-conditioning. */
-void rt_check_outputs_baseline(const rt_tensors *ts, const rt_tensors *base, int64_t K,
-                               rt_check *out);
 
 /* ---- interpreter (interp.c) ---------------------------------------------- */
 
@@ -140,6 +147,19 @@ bool rt_interp_run(const dg_func *f, void **args, bool reference,
  * set if something could not be built or run (not if the numbers differ). */
 bool rt_compare_cpu(const dg_func *ref, const dg_func *f, uint64_t seed, bool compiled,
                     rt_check *out, double *kernel_seconds, dg_status *st);
+/* The expected outputs of a check on ts's inputs, in one compiler run:
+ * `ref`'s float64 reference into the refs, and the unscheduled kernel in
+ * its own dtypes into every output's baseline (t->base). secs (may be
+ * NULL): the seconds of the build and of the two runs. */
+bool rt_reference_run(const dg_func *ref, rt_tensors *ts, double secs[2], dg_status *st);
+/* rt_check_outputs of ts (its kernel's outputs and ref's reference); if it
+ * fails where an output has no baseline yet, the unscheduled `ref` is run
+ * in its own dtypes on the same inputs (compiled C, else the interpreter)
+ * and the outputs checked again with it: every check of a kernel passes
+ * or fails the same way, whatever path ran it. False with st set only if
+ * the baseline could not be built or run. */
+bool rt_check_outputs_for(const dg_func *ref, rt_tensors *ts, bool compiled, rt_check *out,
+                          dg_status *st);
 /* The work of a kernel in block executions: the sum over blocks of the
  * product of the extents of the loops above them. */
 int64_t rt_kernel_iterations(const dg_func *f);

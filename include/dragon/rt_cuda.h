@@ -298,8 +298,9 @@ void rt_cuda_host_from_tensors(const rt_cuda_program *prog, const rt_tensors *ts
 
 /* ---- data set files (cuda_data.c) ------------------------------------------- */
 
-/* A data set file: the kernel's inputs and the reference's outputs, written
- * once by the parent (after computing the reference) and mapped by workers.
+/* A data set file: the kernel's inputs, the reference's outputs and the
+ * outputs' baselines where computed (rt_reference_run), written once by the
+ * parent and mapped by workers.
  * K is the reduction length for the tolerance (rt_check_reduce_len). */
 bool rt_cuda_data_write(const rt_tensors *ts, int64_t K, const char *path, dg_status *st);
 
@@ -469,10 +470,6 @@ bool rt_program_build(const dg_func *scheduled, const rt_build_opts *o, rt_build
  * st set and out->stage RT_BUILD_COMPILE when it fails. */
 bool rt_build_compile(rt_build *out, const rt_build_opts *o, dg_status *st);
 void rt_build_free(rt_build *b);
-/* `ref`'s float64 reference alone (CODEGEN_REFERENCE_FN), compiled as C:
- * the expected outputs of a check, without compiling a kernel beside it
- * (half the C compiler's work). Free *out with rt_cpu_free. */
-bool rt_reference_build(const dg_func *ref, rt_cpu_kernel **out, dg_status *st);
 
 /* The architecture a CUDA build compiles for when none is given: the
  * device's, "sm_%d%d" of rt_cuda_device_info, or the default (sm_90, the

@@ -649,7 +649,7 @@ static const dg_iter *iter_bound_to(const dg_block *b, const dg_var *v, dg_iter_
  * Then s_p, r_1 .. r_q are emitted as
  *   for s_p: init;   for r_1 .. r_q: for s_p: body */
 static const dg_stmt *reference_swap_loop(const emitter *e, const dg_stmt *s) {
-  if (!e->ref || e->in_order) return NULL;
+  if (!e->fast || e->in_order) return NULL;
   const dg_stmt *loops[REFERENCE_MAX_NEST];
   int n = 0;
   const dg_stmt *t = s;
@@ -729,7 +729,7 @@ static const dg_block *sole_block(const dg_stmt *s) {
  * affordable; a batch of 1 outermost is why more than one loop counts.
  * They stop above `swap`, the loop moved inside the reduction loops. */
 static int reference_parallel_depth(const emitter *e, const dg_stmt *s, const dg_stmt *swap) {
-  if (!e->ref || e->for_depth != 0) return 0;
+  if (!e->fast || e->for_depth != 0) return 0;
   const dg_block *b = sole_block(s);
   if (!b) return 0;
   int depth = 0;
@@ -1035,7 +1035,11 @@ char *codegen_emit(const dg_func *f, const dg_lang *lang, const codegen_opts *o,
     return dg_fail(st, DG_ERR_INVALID, "codegen %s: kernel %s has no root block",
                    lang->name, f->name),
            NULL;
-  emitter e = {.L = lang, .ref = o->reference, .in_order = o->reference_in_order, .st = st};
+  emitter e = {.L = lang,
+               .ref = o->reference,
+               .in_order = o->reference_in_order,
+               .fast = o->reference || o->fast_loops,
+               .st = st};
   for (int i = 0; i < f->n_params; i++) DG_VEC_PUSH(&e.buf_names, f->params[i]->name);
   ir_visit_blocks(f->body, collect_names, &e);
   dg_str_init(&e.out);
@@ -1087,7 +1091,9 @@ char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,
            NULL;
   char *k = NULL, *r = NULL;
   if (kernel) {
-    codegen_opts ko = {.fn_name = CODEGEN_KERNEL_FN};
+    /* the unscheduled kernel beside its own reference (the baseline of a
+     * check) runs its loops as the reference does: the same bits, sooner */
+    codegen_opts ko = {.fast_loops = kernel == reference, .fn_name = CODEGEN_KERNEL_FN};
     if (!(k = codegen_emit(kernel, lang, &ko, st))) return NULL;
   }
   if (reference) {

@@ -24,6 +24,7 @@ struct cg_emitter {
   int indent;
   int for_depth; /* loops around the statement being emitted */
   bool in_order; /* reference: every loop nest in its own order (emit.c) */
+  bool fast;     /* the reference's loop orders and parallel loops (emit.c) */
   /* Ranges of the variables in scope (NULL: none known). A floordiv or
    * floormod by a positive constant whose dividend they prove non-negative
    * prints as C's / or %, the same value without the sign fix-up, which

@@ -168,18 +168,6 @@ bool rt_build_compile(rt_build *out, const rt_build_opts *o, dg_status *st) {
   return true;
 }
 
-bool rt_reference_build(const dg_func *ref, rt_cpu_kernel **out, dg_status *st) {
-  *out = NULL;
-  dg_status_ok(st);
-  if (!ir_verify(ref, st)) return false;
-  char *src = codegen_emit_source(NULL, ref, &codegen_lang_c, st);
-  if (!src) return false;
-  const char *name = CODEGEN_REFERENCE_FN;
-  bool ok = rt_cpu_compile_many(src, &name, 1, out, st);
-  free(src);
-  return ok;
-}
-
 void rt_build_free(rt_build *b) {
   if (!b) return;
   lower_program_free(b->prog);

@@ -55,8 +55,8 @@ static void element_name(const rt_tensor *t, int64_t i, char *out, size_t n) {
   if (len < n) snprintf(out + len, n - len, "]");
 }
 
-/* base (may be NULL): the same tensor as computed by the unscheduled kernel
- * in its own dtypes; an element also passes when its error is within
+/* t->base (may be NULL): the same tensor as computed by the unscheduled
+ * kernel in its own dtypes; an element also passes when its error is within
  * BASE_FACTOR times the unscheduled kernel's own error there. That keeps
  * ill-conditioned elements (a layernorm over two values whose variance
  * cancels) from failing a correct schedule, while an element that the
@@ -67,7 +67,7 @@ enum { BASE_FACTOR = 4 };
  * locals of the loops below, not in the rt_check, so that stores to it do
  * not alias the tensors' arrays). */
 typedef struct {
-  const rt_tensor *base;
+  const rt_tensor *t; /* its base: the baseline's result */
   bool is_float;
   double atol, rtol, rel_floor;
   double max_abs, max_rel;
@@ -84,6 +84,13 @@ static inline void note_error(verdict *v, double err, double ref) {
     double rel = err / den;
     if (rel > v->max_rel) v->max_rel = rel;
   }
+}
+
+/* Element i of t's baseline as a double. */
+static double base_get(const rt_tensor *t, int64_t i) {
+  rt_tensor b = *t;
+  b.data = t->base;
+  return rt_data_get(&b, i, false);
 }
 
 static inline void judge(verdict *v, int64_t i, double out, double ref) {
@@ -103,8 +110,8 @@ static inline void judge(verdict *v, int64_t i, double out, double ref) {
     err = 0;
   } else {
     ok = isfinite(out) && isfinite(ref) && err <= v->atol + v->rtol * fabs(ref);
-    if (!ok && v->base && isfinite(out) && isfinite(ref)) {
-      double berr = fabs(rt_data_get(v->base, i, false) - ref);
+    if (!ok && v->t->base && isfinite(out) && isfinite(ref)) {
+      double berr = fabs(base_get(v->t, i) - ref);
       ok = isfinite(berr) && err <= BASE_FACTOR * berr;
     }
   }
@@ -126,7 +133,7 @@ static inline void judge(verdict *v, int64_t i, double out, double ref) {
 
 /* Every output element of every candidate goes through here: the common
  * float dtypes read their arrays directly, the rest through rt_data_get. */
-static void check_tensor(const rt_tensor *t, const rt_tensor *base, int64_t K, rt_check *c) {
+static void check_tensor(const rt_tensor *t, int64_t K, rt_check *c) {
   dg_dtype d = t->buf->dtype;
   bool is_float = dg_dtype_is_float(d);
   const double *rf = is_float ? t->ref : NULL; /* a float reference is double */
@@ -137,7 +144,7 @@ static void check_tensor(const rt_tensor *t, const rt_tensor *base, int64_t K, r
   }
   if (scale == 0) scale = 1;
   rt_tol tol = rt_check_tolerance(d);
-  verdict v = {.base = base,
+  verdict v = {.t = t,
                .is_float = is_float,
                .atol = tol.atol * sqrt((double)K) * scale,
                .rtol = tol.rtol,
@@ -177,15 +184,9 @@ static void check_tensor(const rt_tensor *t, const rt_tensor *base, int64_t K, r
 }
 
 void rt_check_outputs(const rt_tensors *ts, int64_t K, rt_check *out) {
-  rt_check_outputs_baseline(ts, NULL, K, out);
-}
-
-void rt_check_outputs_baseline(const rt_tensors *ts, const rt_tensors *base, int64_t K,
-                               rt_check *out) {
   memset(out, 0, sizeof *out);
   out->K = K < 1 ? 1 : K;
   for (int i = 0; i < ts->n; i++)
-    if (ts->t[i].is_output)
-      check_tensor(&ts->t[i], base && i < base->n ? &base->t[i] : NULL, out->K, out);
+    if (ts->t[i].is_output) check_tensor(&ts->t[i], out->K, out);
   out->pass = out->n_bad == 0 && out->n_checked > 0;
 }

@@ -1,8 +1,10 @@
 /* cuda_data.c: the data a GPU job runs on.
  *
- * A data set file carries the inputs and the reference outputs from the
- * parent to the workers: the reference is computed once per workload, in
- * float64 on the CPU, by the same rt_data_* helpers as the CPU path, and
+ * A data set file carries the inputs, the reference outputs and their
+ * baselines from the parent to the workers: the reference (float64) and
+ * the baseline (the unscheduled kernel in its own dtypes, which the check
+ * allows a schedule's error a small factor of) are computed once per
+ * workload on the CPU (rt_reference_run), and
  * written once (rt_cuda_data_write, through dg_write_parts_atomic: the
  * file is whole or absent, and a writer killed in the middle leaves only
  * its temporary NAME.tmp.PID, which dg_remove_stale_tmp removes); each
@@ -26,14 +28,24 @@
 /* Layout: magic "DGCUDAT1", u32 version, u32 n, i64 K, header size u64;
  * per tensor: name (i64 length + bytes), i32 dtype, i32 ndim, i64
  * shape[ndim], i32 is_output, i64 numel, u64 offset and u64 bytes of its
- * array (inputs: the kernel's storage; outputs: the reference's). Arrays
- * follow the header, each 64-byte aligned. */
+ * array (inputs: the kernel's storage; outputs: the reference's), and for
+ * an output u64 offset and u64 bytes of its baseline (the unscheduled
+ * kernel's result in the kernel's storage; 0 bytes: none). Arrays follow
+ * the header, each 64-byte aligned. */
 static const char data_magic[8] = {'D', 'G', 'C', 'U', 'D', 'A', 'T', '1'};
-enum { DATA_VERSION = 1 };
+enum { DATA_VERSION = 2 };
 
 static size_t ref_elem_bytes(dg_dtype t) { return dg_dtype_is_float(t) ? 8 : (size_t)dg_dtype_bytes(t); }
 
 static size_t align64(size_t x) { return (x + 63) & ~(size_t)63; }
+
+/* The bytes of tensor t's array (which 0) and, for an output with a
+ * baseline, of that (which 1). */
+static size_t array_bytes(const rt_tensor *t, int which) {
+  dg_dtype d = t->buf->dtype;
+  if (which == 1) return t->is_output && t->base ? (size_t)t->numel * (size_t)dg_dtype_bytes(d) : 0;
+  return (size_t)t->numel * (t->is_output ? ref_elem_bytes(d) : (size_t)dg_dtype_bytes(d));
+}
 
 static void data_header(const rt_tensors *ts, int64_t K, size_t hdr, dg_str *h) {
   dg_str_putn(h, data_magic, 8);
@@ -51,11 +63,12 @@ static void data_header(const rt_tensors *ts, int64_t K, size_t hdr, dg_str *h) 
     for (int d = 0; d < b->ndim; d++) rt_wire_put_i64(h, b->shape[d]);
     rt_wire_put_i32(h, t->is_output);
     rt_wire_put_i64(h, t->numel);
-    size_t bytes = (size_t)t->numel *
-                   (t->is_output ? ref_elem_bytes(b->dtype) : (size_t)dg_dtype_bytes(b->dtype));
-    rt_wire_put_i64(h, (int64_t)off);
-    rt_wire_put_i64(h, (int64_t)bytes);
-    off = align64(off + bytes);
+    for (int w = 0; w < (t->is_output ? 2 : 1); w++) {
+      size_t bytes = array_bytes(t, w);
+      rt_wire_put_i64(h, (int64_t)off);
+      rt_wire_put_i64(h, (int64_t)bytes);
+      off = align64(off + bytes);
+    }
   }
 }
 
@@ -72,18 +85,20 @@ bool rt_cuda_data_write(const rt_tensors *ts, int64_t K, const char *path, dg_st
    * from where they are through the one atomic write: a worker maps a
    * whole data set or none, never a part of one */
   static const char zeros[64];
-  int n_parts = 1 + 2 * ts->n;
+  int n_parts = 1 + 4 * ts->n;
   dg_part *parts = dg_malloc(sizeof *parts * (size_t)n_parts);
   parts[0] = (dg_part){h.s, h.len};
+  n_parts = 1;
   size_t at = h.len;
   for (int i = 0; i < ts->n; i++) {
     const rt_tensor *t = &ts->t[i];
-    size_t pad = align64(at) - at;
-    size_t bytes = (size_t)t->numel * (t->is_output ? ref_elem_bytes(t->buf->dtype)
-                                                    : (size_t)dg_dtype_bytes(t->buf->dtype));
-    parts[1 + 2 * i] = (dg_part){zeros, pad};
-    parts[2 + 2 * i] = (dg_part){t->is_output ? t->ref : t->data, bytes};
-    at += pad + bytes;
+    for (int w = 0; w < (t->is_output ? 2 : 1); w++) {
+      size_t pad = align64(at) - at, bytes = array_bytes(t, w);
+      const void *arr = w ? t->base : t->is_output ? t->ref : t->data;
+      parts[n_parts++] = (dg_part){zeros, pad};
+      parts[n_parts++] = (dg_part){arr, bytes};
+      at += pad + bytes;
+    }
   }
   bool ok = dg_write_parts_atomic(path, parts, n_parts, st);
   free(parts);
@@ -150,24 +165,32 @@ bool rt_cuda_data_map(rt_cuda_data *m, const char *path, dg_status *st) {
     t->buf = b;
     t->is_output = rt_wire_get_i32(&r) != 0;
     t->numel = rt_wire_get_i64(&r);
-    int64_t off = rt_wire_get_i64(&r), bytes = rt_wire_get_i64(&r);
-    size_t want = (size_t)(t->numel < 0 ? 0 : t->numel) *
-                  (t->is_output ? ref_elem_bytes(b->dtype) : (size_t)dg_dtype_bytes(b->dtype));
-    if (r.bad || t->numel < 0 || off < 0 || bytes < 0 || (size_t)bytes != want ||
-        (size_t)off > len || (size_t)bytes > len - (size_t)off) {
+    if (r.bad || t->numel < 0 || t->numel > ((int64_t)1 << 40)) {
       r.bad = true;
       break;
     }
-    void *arr = (char *)map + off;
+    void *arr[2] = {NULL, NULL};
+    for (int w = 0; w < (t->is_output ? 2 : 1) && !r.bad; w++) {
+      int64_t off = rt_wire_get_i64(&r), bytes = rt_wire_get_i64(&r);
+      size_t each = w == 0 && t->is_output ? ref_elem_bytes(b->dtype) : (size_t)dg_dtype_bytes(b->dtype);
+      size_t want = (size_t)t->numel * each;
+      /* a baseline is there whole or not at all */
+      r.bad = r.bad || off < 0 || bytes < 0 || ((size_t)bytes != want && !(w == 1 && bytes == 0)) ||
+              (size_t)off > len || (size_t)bytes > len - (size_t)off;
+      if (!r.bad && (w == 0 || bytes > 0)) arr[w] = (char *)map + off;
+    }
+    if (r.bad) break;
+    size_t want = (size_t)t->numel * (size_t)dg_dtype_bytes(b->dtype);
     if (t->is_output) {
-      t->ref = arr;
-      t->data = malloc(want ? (size_t)t->numel * (size_t)dg_dtype_bytes(b->dtype) : 1);
+      t->ref = arr[0];
+      t->base = arr[1];
+      t->data = malloc(want ? want : 1);
       if (!t->data) {
         r.bad = true;
         break;
       }
     } else {
-      t->data = arr;
+      t->data = arr[0];
       t->ref = NULL; /* inputs' references are not needed by the check */
     }
     ts->args[i] = t->data;

@@ -65,6 +65,7 @@ void rt_tensors_free(rt_tensors *ts) {
   for (int i = 0; i < ts->n; i++) {
     free(ts->t[i].data);
     free(ts->t[i].ref);
+    free(ts->t[i].base);
   }
   free(ts->t);
   free(ts->args);
@@ -146,6 +147,24 @@ static void poison(rt_tensor *t) {
     put(t->data, d, false, i, NAN);
     put(t->ref, d, true, i, NAN);
   }
+}
+
+bool rt_tensors_base_args(rt_tensors *ts, void **args, dg_status *st) {
+  for (int i = 0; i < ts->n; i++) {
+    rt_tensor *t = &ts->t[i];
+    args[i] = t->data;
+    if (!t->is_output) continue;
+    dg_dtype d = t->buf->dtype;
+    size_t n = (size_t)t->numel * storage_bytes(d, false);
+    if (!t->base && !(t->base = malloc(n ? n : 1)))
+      return dg_fail(st, DG_ERR_RUNTIME, "tensors: out of memory for the baseline of %s (%zu bytes)",
+                     t->buf->name, n);
+    if (!dg_dtype_is_float(d)) memset(t->base, 0xA5, n);
+    else
+      for (int64_t k = 0; k < t->numel; k++) put(t->base, d, false, k, NAN);
+    args[i] = t->base;
+  }
+  return true;
 }
 
 void rt_data_poison(rt_tensors *ts) {

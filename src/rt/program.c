@@ -22,7 +22,7 @@ bool rt_program_check_c(const dg_func *ref, const dg_func *f, uint64_t seed, rt_
     rt_data_poison(&ts);
     rt_cpu_call(b.ref_fn, ts.ref_args);
     rt_cpu_call(b.fn, ts.args);
-    rt_check_outputs(&ts, rt_check_reduce_len(ref), out);
+    ok = rt_check_outputs_for(ref, &ts, true, out, st);
     rt_tensors_free(&ts);
   } else {
     ok = false;
@@ -62,13 +62,7 @@ bool rt_program_run_cuda(const dg_func *ref, const dg_func *f, uint64_t seed, in
   have_ts = true;
   rt_data_fill(&ts, seed, rt_data_dist_for(ref));
   rt_data_poison(&ts);
-  {
-    rt_cpu_kernel *rk = NULL;
-    bool rok = rt_reference_build(ref, &rk, st);
-    if (rok) rt_cpu_call(rk, ts.ref_args);
-    rt_cpu_free(rk);
-    if (!rok) goto done;
-  }
+  if (!rt_reference_run(ref, &ts, NULL, st)) goto done;
   snprintf(path, sizeof path, "/tmp/dragon-data-%ld-XXXXXX", (long)getpid());
   int fd = mkstemp(path);
   if (fd < 0) {

@@ -59,7 +59,8 @@ struct search_cuda_measure_state {
 };
 
 /* Draws workload f's inputs from the seed, computes the unscheduled
- * kernel's float64 reference on the CPU (compiled C) and writes both to
+ * kernel's float64 reference and its own result (the baseline of the
+ * check) on the CPU (compiled C) and writes them to
  * the file path (whole or not at all). Thread-safe. */
 static bool data_fill(const search_cuda_measure *m, const dg_func *f, const char *path, double secs[2],
                       dg_status *st) {
@@ -67,16 +68,8 @@ static bool data_fill(const search_cuda_measure *m, const dg_func *f, const char
   if (!rt_tensors_init(&ts, f, st)) return false;
   rt_data_fill(&ts, m->seed, rt_data_dist_for(f));
   rt_data_poison(&ts);
-  rt_cpu_kernel *ref = NULL;
-  double t0 = dg_now();
-  bool ok = rt_reference_build(f, &ref, st);
-  double t1 = dg_now();
-  if (ok) {
-    rt_cpu_call(ref, ts.ref_args);
-    ok = rt_cuda_data_write(&ts, rt_check_reduce_len(f), path, st);
-  }
-  if (secs) secs[0] = t1 - t0, secs[1] = dg_now() - t1;
-  rt_cpu_free(ref);
+  bool ok = rt_reference_run(f, &ts, secs, st) &&
+            rt_cuda_data_write(&ts, rt_check_reduce_len(f), path, st);
   rt_tensors_free(&ts);
   return ok;
 }

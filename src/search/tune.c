@@ -317,8 +317,9 @@ static bool cpu_job_run(void *ctx, const void *job, size_t len, dg_str *reply) {
   rt_cpu_call(j->k[1], ts.ref_args);
   rt_cpu_call(j->k[0], ts.args);
   rt_check chk;
-  rt_check_outputs(&ts, rt_check_reduce_len(j->f), &chk);
-  if (!chk.pass) {
+  if (!rt_check_outputs_for(j->f, &ts, true, &chk, &st)) {
+    dg_str_printf(reply, "fail %s", st.msg);
+  } else if (!chk.pass) {
     dg_str_printf(reply, "fail wrong numbers: %s", chk.first_bad);
   } else {
     dg_str_puts(reply, "ok");
