@@ -7,7 +7,7 @@
 # tests/data/kernels/; crashing inputs are saved to tests/fuzz/NAME/, where
 # the test suite replays them (the loaders' targets, fuzz_checkpoint,
 # fuzz_safetensors, fuzz_token_shard, fuzz_hf_tokenizer, fuzz_db,
-# fuzz_db_shard, fuzz_cost_model and fuzz_plan, through their own code:
+# fuzz_db_shard, fuzz_cost_model, fuzz_plan and fuzz_cuda_data, through their own code:
 # tests/test_reliability.c includes them). FUZZ_BUILD moves the build and the corpora elsewhere.
 #   make fuzz                          every target, FUZZ_SECONDS each
 #   make fuzz FUZZ_TARGETS=fuzz_kernel_text FUZZ_SECONDS=600 FUZZ_JOBS=4

@@ -5,7 +5,8 @@
  * files, the SFT log after resumes, kernel-text size limits and zero
  * divisors, kernels without outputs, located messages, a compiler that dies
  * with its parent; and the inputs kept by the loader fuzzers
- * (fuzz/fuzz_{checkpoint,safetensors,token_shard,hf_tokenizer,db,db_shard}.c),
+ * (fuzz/fuzz_{checkpoint,safetensors,token_shard,hf_tokenizer,db,db_shard,cost_model,plan,
+ *  cuda_data}.c),
  * replayed through the fuzzers' own code, each in a child process.
  */
 #include <dirent.h>
@@ -793,6 +794,9 @@ DG_TEST(rel_cc_stale_dirs_removed) {
 #define LLVMFuzzerTestOneInput fuzz_one_plan
 #include "../fuzz/fuzz_plan.c"
 #undef LLVMFuzzerTestOneInput
+#define LLVMFuzzerTestOneInput fuzz_one_cuda_data
+#include "../fuzz/fuzz_cuda_data.c"
+#undef LLVMFuzzerTestOneInput
 
 /* Every input in tests/fuzz/NAME/ through the fuzzer's own function, each
  * in a child process (with its scratch files in the test's directory): it
@@ -848,3 +852,4 @@ DG_TEST(rel_fuzz_db_inputs) { replay("db", fuzz_one_db); }
 DG_TEST(rel_fuzz_db_shard_inputs) { replay("db_shard", fuzz_one_db_shard); }
 DG_TEST(rel_fuzz_cost_model_inputs) { replay("cost_model", fuzz_one_cost_model); }
 DG_TEST(rel_fuzz_plan_inputs) { replay("plan", fuzz_one_plan); }
+DG_TEST(rel_fuzz_cuda_data_inputs) { replay("cuda_data", fuzz_one_cuda_data); }

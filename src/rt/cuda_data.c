@@ -175,7 +175,8 @@ bool rt_cuda_data_map(rt_cuda_data *m, const char *path, dg_status *st) {
       size_t each = w == 0 && t->is_output ? ref_elem_bytes(b->dtype) : (size_t)dg_dtype_bytes(b->dtype);
       size_t want = (size_t)t->numel * each;
       /* a baseline is there whole or not at all */
-      r.bad = r.bad || off < 0 || bytes < 0 || ((size_t)bytes != want && !(w == 1 && bytes == 0)) ||
+      r.bad = r.bad || off < 0 || off % 64 != 0 || bytes < 0 ||
+              ((size_t)bytes != want && !(w == 1 && bytes == 0)) ||
               (size_t)off > len || (size_t)bytes > len - (size_t)off;
       if (!r.bad && (w == 0 || bytes > 0)) arr[w] = (char *)map + off;
     }
