@@ -68,7 +68,8 @@ void rt_tensors_free(rt_tensors *ts);
 /* Inputs from the seed (the same values in data and ref; each parameter
  * draws from its own stream, so its values do not depend on the others):
  * floats as rt_dist says, rounded to the dtype (so f16 and f32 inputs are
- * exact in the reference), integers in [0, 7], bools 0/1. Outputs poisoned. */
+ * exact in the reference), integers in [0, 7], bools 0/1. Outputs poisoned,
+ * their baselines dropped (they were computed from other inputs). */
 void rt_data_fill(rt_tensors *ts, uint64_t seed, rt_dist dist);
 /* Outputs of both the kernel and the reference set to NaN (floats) or to a
  * 0xA5 byte pattern (integers, bools), so an unwritten element fails. */

@@ -177,6 +177,8 @@ void rt_data_fill(rt_tensors *ts, uint64_t seed, rt_dist dist) {
     rt_tensor *t = &ts->t[i];
     if (t->is_output) {
       poison(t);
+      free(t->base); /* computed from other inputs */
+      t->base = NULL;
       continue;
     }
     dg_rng rng;
