@@ -125,8 +125,8 @@ typedef struct {
   bool reference_in_order;
   /* Not reference mode: the reference's loop orders and OpenMP pragmas for
    * the kernel in its own dtypes (the same bits as its loops as written):
-   * for the unscheduled kernel computed beside its reference, the baseline
-   * of a check (codegen_emit_source does it where kernel == reference). */
+   * for the unscheduled kernel computed as a check's baseline
+   * (codegen_emit_baseline). */
   bool fast_loops;
   /* NULL: the kernel's name, prefixed dg_ where it would clash with C
    * (`main` becomes dg_main). */
@@ -142,12 +142,17 @@ char *codegen_emit(const dg_func *f, const dg_lang *lang,
 /* A whole translation unit: the preamble, `kernel` as CODEGEN_KERNEL_FN and
  * `reference` in reference mode as CODEGEN_REFERENCE_FN; either may be NULL
  * (not both): a reference alone is what a measurement's expected outputs
- * come from. The two must have the same parameters; where they are the
- * same function, the kernel gets fast_loops. Caller frees. */
+ * come from. The two must have the same parameters. Caller frees. */
 #define CODEGEN_KERNEL_FN "dg_kernel"
 #define CODEGEN_REFERENCE_FN "dg_reference"
 char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,
                           const dg_lang *lang, dg_status *st);
+/* The same for the unscheduled kernel f as a check's baseline: f in its own
+ * dtypes as CODEGEN_KERNEL_FN with fast_loops and, with_reference, f in
+ * reference mode as CODEGEN_REFERENCE_FN: a check's expected outputs and
+ * the baseline's, from one compiler run. Caller frees. */
+char *codegen_emit_baseline(const dg_func *f, bool with_reference, const dg_lang *lang,
+                            dg_status *st);
 
 /* Whether some block of f stores to parameter i (what makes it an output). */
 bool codegen_param_written(const dg_func *f, int i);

@@ -1081,8 +1081,9 @@ static bool same_params(const dg_func *a, const dg_func *b) {
   return true;
 }
 
-char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,
-                          const dg_lang *lang, dg_status *st) {
+/* codegen_emit_source, the kernel with fast_loops where `fast`. */
+static char *emit_unit(const dg_func *kernel, bool fast, const dg_func *reference, const dg_lang *lang,
+                       dg_status *st) {
   DG_ASSERT(kernel || reference);
   if (kernel && reference && !same_params(kernel, reference))
     return dg_fail(st, DG_ERR_INVALID,
@@ -1091,9 +1092,7 @@ char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,
            NULL;
   char *k = NULL, *r = NULL;
   if (kernel) {
-    /* the unscheduled kernel beside its own reference (the baseline of a
-     * check) runs its loops as the reference does: the same bits, sooner */
-    codegen_opts ko = {.fast_loops = kernel == reference, .fn_name = CODEGEN_KERNEL_FN};
+    codegen_opts ko = {.fast_loops = fast, .fn_name = CODEGEN_KERNEL_FN};
     if (!(k = codegen_emit(kernel, lang, &ko, st))) return NULL;
   }
   if (reference) {
@@ -1117,6 +1116,16 @@ char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,
   free(k);
   free(r);
   return dg_str_take(&out);
+}
+
+char *codegen_emit_source(const dg_func *kernel, const dg_func *reference,
+                          const dg_lang *lang, dg_status *st) {
+  return emit_unit(kernel, false, reference, lang, st);
+}
+
+char *codegen_emit_baseline(const dg_func *f, bool with_reference, const dg_lang *lang,
+                            dg_status *st) {
+  return emit_unit(f, true, with_reference ? f : NULL, lang, st);
 }
 
 /* ---- the interface of emit_impl.h ------------------------------------------ */

@@ -6,8 +6,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dragon/codegen.h"
 #include "dragon/rt.h"
 #include "dragon/rt_cuda.h"
+
+/* The unscheduled kernel ref as a check's baseline (k[0]) and, with_ref,
+ * its float64 reference (k[1]), compiled as C in one run. */
+static bool baseline_build(const dg_func *ref, bool with_ref, rt_cpu_kernel *k[2], dg_status *st) {
+  k[0] = k[1] = NULL;
+  if (!ir_verify(ref, st)) return false;
+  char *src = codegen_emit_baseline(ref, with_ref, &codegen_lang_c, st);
+  if (!src) return false;
+  static const char *const names[2] = {CODEGEN_KERNEL_FN, CODEGEN_REFERENCE_FN};
+  bool ok = rt_cpu_compile_many(src, names, with_ref ? 2 : 1, k, st);
+  free(src);
+  return ok;
+}
 
 /* The unscheduled kernel in its own dtypes on ts's inputs, into every
  * output's baseline: compiled C, else the interpreter. */
@@ -15,11 +29,10 @@ static bool baseline_run(const dg_func *ref, rt_tensors *ts, bool compiled, dg_s
   void **args = dg_calloc((size_t)(ts->n ? ts->n : 1), sizeof *args);
   bool ok = rt_tensors_base_args(ts, args, st);
   if (ok && compiled) {
-    rt_build_opts bo = {RT_BUILD_C, NULL, NULL, false, 0, true, NULL, "baseline"};
-    rt_build b;
-    ok = rt_program_build(ref, &bo, &b, st);
-    if (ok) rt_cpu_call(b.fn, args);
-    rt_build_free(&b);
+    rt_cpu_kernel *k[2];
+    ok = baseline_build(ref, false, k, st);
+    if (ok) rt_cpu_call(k[0], args);
+    rt_cpu_free(k[0]);
   } else if (ok) {
     ok = rt_interp_run(ref, args, false, st);
   }
@@ -29,18 +42,17 @@ static bool baseline_run(const dg_func *ref, rt_tensors *ts, bool compiled, dg_s
 
 bool rt_reference_run(const dg_func *ref, rt_tensors *ts, double secs[2], dg_status *st) {
   void **args = dg_calloc((size_t)(ts->n ? ts->n : 1), sizeof *args);
-  rt_build_opts bo = {RT_BUILD_C, NULL, NULL, false, 0, true, ref, "reference"};
-  rt_build b;
-  memset(&b, 0, sizeof b);
+  rt_cpu_kernel *k[2] = {NULL, NULL};
   double t0 = dg_now();
-  bool ok = rt_tensors_base_args(ts, args, st) && rt_program_build(ref, &bo, &b, st);
+  bool ok = rt_tensors_base_args(ts, args, st) && baseline_build(ref, true, k, st);
   double t1 = dg_now();
   if (ok) {
-    rt_cpu_call(b.ref_fn, ts->ref_args);
-    rt_cpu_call(b.fn, args);
+    rt_cpu_call(k[1], ts->ref_args);
+    rt_cpu_call(k[0], args);
   }
   if (secs) secs[0] = t1 - t0, secs[1] = dg_now() - t1;
-  rt_build_free(&b);
+  rt_cpu_free(k[0]);
+  rt_cpu_free(k[1]);
   free(args);
   return ok;
 }
