@@ -85,10 +85,10 @@ bool rt_cuda_data_write(const rt_tensors *ts, int64_t K, const char *path, dg_st
    * from where they are through the one atomic write: a worker maps a
    * whole data set or none, never a part of one */
   static const char zeros[64];
-  int n_parts = 1 + 4 * ts->n;
-  dg_part *parts = dg_malloc(sizeof *parts * (size_t)n_parts);
+  /* the header, and a padding and an array for each input, two for each output */
+  dg_part *parts = dg_malloc(sizeof *parts * (size_t)(1 + 4 * ts->n));
   parts[0] = (dg_part){h.s, h.len};
-  n_parts = 1;
+  int n_parts = 1;
   size_t at = h.len;
   for (int i = 0; i < ts->n; i++) {
     const rt_tensor *t = &ts->t[i];
