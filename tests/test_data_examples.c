@@ -133,6 +133,33 @@ DG_TEST(data_examples_rebuild_byte_for_byte) {
   }
 }
 
+/* The examples of a small committed shard (8 workloads) are the same
+ * bytes built on one thread and on three (workloads are built at once and
+ * put in the split's order). */
+DG_TEST(data_examples_same_bytes_whatever_the_threads) {
+  static const char shard[] = "data/records/records-20261202T031718Z-train-1.jsonl.zst";
+  char args[1400];
+  char *text[2] = {NULL, NULL};
+  static const int threads[2] = {1, 3};
+  for (int k = 0; k < 2; k++) {
+    snprintf(args, sizeof args, "data build --records %s --split train --threads %d --out %s/ex%d --quiet",
+             shard, threads[k], dg_test_tmpdir(), k);
+    run_ok(args);
+    char path[600];
+    snprintf(path, sizeof path, "%s/ex%d/train.jsonl.zst", dg_test_tmpdir(), k);
+    text[k] = read_zst(path);
+    CHECK_MSG(text[k] && text[k][0], "%s: no examples", path);
+  }
+  if (text[0] && text[1]) {
+    CHECK_MSG(strcmp(text[0], text[1]) == 0, "the examples depend on --threads");
+    int constructs = 0;
+    for (const char *p = text[0]; (p = strstr(p, "\"kind\":\"construct\"")); p++) constructs++;
+    CHECK_MSG(constructs >= 4, "%d workloads: too few to tell an order", constructs);
+  }
+  free(text[0]);
+  free(text[1]);
+}
+
 /* Every example of the file names a train workload whose kernel (by
  * structural hash) is in no sealed split. */
 static void check_train_only(const char *path) {

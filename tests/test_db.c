@@ -626,3 +626,98 @@ DG_TEST(db_view_holds_the_records_of_its_workloads) {
   CHECK_EQ(search_db_workload_trials(whole_db, "w1"), w1_before + 1);
   search_db_close(whole_db);
 }
+
+/* A workload's records as a scan of the whole table finds them, in order. */
+static void check_index_is_a_scan(const search_db *db, const char *wl) {
+  int n = -1;
+  const int *idx = search_db_workload_records(db, wl, &n);
+  int k = 0;
+  for (int i = 0; i < search_db_record_count(db); i++) {
+    if (strcmp(search_db_record_at(db, i)->workload, wl) != 0) continue;
+    CHECK_MSG(k < n && idx[k] == i, "%s: record %d is not its index's %d-th", wl, i, k);
+    k++;
+  }
+  CHECK_EQ(n, k);
+  CHECK_EQ(search_db_workload_trials(db, wl), k);
+  if (!n) CHECK(idx == NULL);
+}
+
+/* The records of each workload are found by an index, not a scan: the
+ * same records in the same order as a scan, whether appended, reopened
+ * from the files (read on threads past 1 MiB) or merged; baselines too. */
+DG_TEST(db_workload_records_index_matches_a_scan) {
+  dg_status st;
+  const char *dir = tdir("db_index");
+  search_db *db;
+  CHECK(search_db_open(dir, &db, &st));
+  enum { W = 150, R = 40 };
+  char pad[1200];
+  memset(pad, 'x', sizeof pad - 1);
+  pad[sizeof pad - 1] = 0;
+  /* records interleaved across workloads; W groups grow the index past its first size */
+  for (int r = 0; r < R; r++)
+    for (int w = 0; w < W; w++) {
+      if ((w + r) % 9 == 0) continue; /* not every workload every round */
+      char wl[16], trace[1400];
+      snprintf(wl, sizeof wl, "w%d", (w * 7) % W);
+      snprintf(trace, sizeof trace, "[[[\"GetBlock\",[],[\"Z\",\"%s%d\"],[\"b0\"]],[\"EnterPostproc\",[],[],[]]],[]]",
+               r % 3 ? "main" : pad, r);
+      bool added;
+      CHECK(add(db, wl, trace, (1 + (r * 13 + w) % 17) * 1e-6, r == 5 ? "compile error" : NULL, &added,
+                &st));
+      CHECK(added);
+    }
+  /* three baselines a workload, after its records */
+  for (int r = 0; r < 3; r++)
+    for (int w = 0; w < W; w++) {
+      char wl[16], trace[32];
+      snprintf(wl, sizeof wl, "w%d", w);
+      snprintf(trace, sizeof trace, "[[[\"B%d\",[],[],[]]],[]]", r);
+      double secs = (r + 1) * 1e-5;
+      search_record b = {wl, trace, &secs, 1, NULL, "cpu", NULL, 0};
+      bool added;
+      CHECK(search_db_add_baseline(db, &b, &added, &st));
+      CHECK(added);
+    }
+  CHECK_EQ(search_db_workload_records(db, "nobody", &(int){0}), NULL);
+  for (int pass = 0; pass < 2; pass++) {
+    for (int w = 0; w < W; w++) {
+      char wl[16];
+      snprintf(wl, sizeof wl, "w%d", w);
+      check_index_is_a_scan(db, wl);
+      /* the best valid record, as a scan finds it */
+      const search_record *best = NULL, *top = NULL;
+      for (int i = 0; i < search_db_record_count(db); i++) {
+        const search_record *r = search_db_record_at(db, i);
+        if (strcmp(r->workload, wl) || !search_record_valid(r)) continue;
+        if (!best || search_record_secs(r) < search_record_secs(best)) best = r;
+      }
+      CHECK_EQ(search_db_top_k(db, wl, 1, &top), best ? 1 : 0);
+      if (best) CHECK(search_record_secs(top) == search_record_secs(best));
+      int nb = 0;
+      CHECK(search_db_baseline_secs(db, wl, &nb) == 2e-5); /* the median of 1, 2 and 3 */
+      CHECK_EQ(nb, 3);
+    }
+    if (pass == 0) { /* again from the files */
+      search_db_close(db);
+      CHECK(search_db_open_readonly(dir, &db, &st));
+      CHECK_EQ(search_db_warning_count(db), 0);
+    }
+  }
+  /* a merge files the copies under the same index */
+  search_db *dst;
+  CHECK(search_db_open(tdir("db_index_dst"), &dst, &st));
+  CHECK(add(dst, "w3", T1, 1e-6, NULL, NULL, &st)); /* dst has one of its own first */
+  int64_t n_added = 0;
+  CHECK(search_db_merge(dst, db, &n_added, &st));
+  /* no workload line names them: one warning a workload, with its count */
+  CHECK_EQ(search_db_warning_count(dst), W);
+  check_index_is_a_scan(dst, "w3");
+  check_index_is_a_scan(dst, "w149");
+  int n3 = 0, n3_src = 0;
+  search_db_workload_records(dst, "w3", &n3);
+  search_db_workload_records(db, "w3", &n3_src);
+  CHECK_EQ(n3, n3_src + 1);
+  search_db_close(dst);
+  search_db_close(db);
+}

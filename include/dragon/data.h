@@ -288,7 +288,8 @@ typedef struct {
   int max_priors;       /* 3 */
   double min_gain;      /* 1.1 */
   double max_prior_ratio; /* 10 */
-  FILE *progress;       /* a line every 100 workloads; NULL: quiet */
+  int threads;          /* workloads built at once (0: every core); the bytes do not depend on it */
+  FILE *progress;       /* a line every 200 workloads (rate, ETA); NULL: quiet */
 } data_build_opts;
 
 typedef struct {

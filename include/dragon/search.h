@@ -118,6 +118,10 @@ int search_db_record_count(const search_db *db);
 const search_record *search_db_record_at(const search_db *db, int i);
 /* Records of one workload (all, failures included). */
 int search_db_workload_trials(const search_db *db, const char *workload);
+/* The indices (for search_db_record_at) of one workload's records, failures
+ * included, in the order the database filed them; *n of them, NULL when
+ * none. Found by an index, not a scan: valid until a record is added. */
+const int *search_db_workload_records(const search_db *db, const char *workload, int *n);
 /* Mean run time, SEARCH_FAILED_SECS for a failure; for a record with
  * copies (n_copies > 1), the median of theirs (copies_secs). */
 double search_record_secs(const search_record *r);

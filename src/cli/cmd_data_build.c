@@ -28,7 +28,7 @@ static void remove_scratch(const char *dir) {
 int cmd_data_build(int argc, char **argv) {
   const char *records = "data/records", *db_dir = NULL, *splits_path = DATA_SPLIT_FILE;
   const char *out_dir = "data/examples", *which = "train,val,test";
-  int64_t max_priors = 3;
+  int64_t max_priors = 3, threads = 0;
   double min_gain = 1.1, max_ratio = 10;
   bool quiet = false;
   const cli_opt opts[] = {
@@ -42,6 +42,8 @@ int cmd_data_build(int argc, char **argv) {
        "a target is at least this many times faster than its prior"},
       {"--max-prior-ratio", CLI_OPT_F64, &max_ratio, 0, 0,
        "priors at most this many times slower than the best"},
+      {"--threads", CLI_OPT_INT, &threads, 0, 1024,
+       "workloads built at once (0: every core); the same bytes whatever the count"},
       {"--quiet", CLI_OPT_FLAG, &quiet, 0, 0, "no progress lines"},
   };
   const cli_spec spec = {
@@ -110,6 +112,7 @@ int cmd_data_build(int argc, char **argv) {
     o.max_priors = (int)max_priors;
     o.min_gain = min_gain;
     o.max_prior_ratio = max_ratio;
+    o.threads = (int)threads;
     o.progress = quiet ? NULL : stderr;
     dg_str text, z;
     dg_str_init(&text);

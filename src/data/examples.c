@@ -32,6 +32,7 @@
 
 #include "dragon/data.h"
 #include "dragon/eval.h"
+#include "dragon/rt_cuda.h"
 #include "dragon/search.h"
 #include "dragon/tsel.h"
 #include "dragon/wl.h"
@@ -142,9 +143,11 @@ static void workload_examples(const data_build_opts *o, const char *spec, const 
     return;
   }
   DG_VEC(timed) ok = {0};
-  for (int i = 0; i < search_db_record_count(db); i++) {
-    const search_record *r = search_db_record_at(db, i);
-    if (strcmp(r->workload, hash) != 0 || r->error || !search_record_valid(r)) continue;
+  int n_rec = 0;
+  const int *idx = search_db_workload_records(db, hash, &n_rec);
+  for (int i = 0; i < n_rec; i++) {
+    const search_record *r = search_db_record_at(db, idx[i]);
+    if (r->error || !search_record_valid(r)) continue;
     timed t = {r, search_record_secs(r)};
     DG_VEC_PUSH(&ok, t);
   }
@@ -217,33 +220,103 @@ static void workload_examples(const data_build_opts *o, const char *spec, const 
   ir_func_free(f);
 }
 
+/* A workload of the database (w) at its place in the splits file (at). */
+typedef struct {
+  int64_t at;
+  int w;
+} placed;
+
+static int cmp_placed(const void *a, const void *b) {
+  const placed *x = a, *y = b;
+  if (x->at != y->at) return x->at < y->at ? -1 : 1;
+  return (x->w > y->w) - (x->w < y->w);
+}
+
+/* One workload's examples and counts, built on a thread. */
+typedef struct {
+  dg_str lines;
+  data_build_stats s;
+  bool other_kernel; /* the database measured another kernel than the split's */
+} one_out;
+
+typedef struct {
+  const data_build_opts *o;
+  const placed *v;
+  one_out *res;
+} build_ctx;
+
+static void one_workload(void *ctx, int i) {
+  build_ctx *c = ctx;
+  one_out *w = &c->res[i];
+  const data_split_entry *e = data_splits_at(c->o->splits, c->v[i].at);
+  const char *hash = search_db_workload_hash(c->o->db, c->v[i].w);
+  dg_str_init(&w->lines);
+  /* the kernel the split was drawn with is the one measured */
+  char want[24];
+  snprintf(want, sizeof want, "%llu", (unsigned long long)e->kernel_hash);
+  if (strcmp(want, hash) != 0) {
+    w->other_kernel = true;
+    return;
+  }
+  workload_examples(c->o, e->spec, hash, &w->lines, &w->s);
+}
+
 bool data_build_examples(const data_build_opts *o, dg_str *out, data_build_stats *s,
                          dg_status *st) {
   dg_status_ok(st);
   memset(s, 0, sizeof *s);
   if (!o->db || !o->splits)
     return dg_fail(st, DG_ERR_USAGE, "data build: a database and the splits are needed");
-  /* the database's workloads by spec, so that the split's order decides */
+  /* the database's workloads of the split, in the splits file's order (the
+   * database's order among equal specs) */
   int nw = search_db_workload_count(o->db);
-  for (int64_t i = data_splits_next(o->splits, o->split, 0); i >= 0;
-       i = data_splits_next(o->splits, o->split, i + 1)) {
-    const data_split_entry *e = data_splits_at(o->splits, i);
-    for (int w = 0; w < nw; w++) {
-      const char *hash = search_db_workload_hash(o->db, w);
-      const char *spec = search_db_workload_spec(o->db, hash);
-      if (!spec || strcmp(spec, e->spec) != 0) continue;
-      /* the kernel the split was drawn with is the one measured */
-      char want[24];
-      snprintf(want, sizeof want, "%llu", (unsigned long long)e->kernel_hash);
-      if (strcmp(want, hash) != 0) {
-        s->unreadable++;
-        continue;
-      }
-      workload_examples(o, e->spec, hash, out, s);
-      if (o->progress && s->workloads % 100 == 0 && s->workloads)
-        fprintf(o->progress, "  %lld workloads, %lld construction and %lld refinement examples\n",
-                (long long)s->workloads, (long long)s->construct, (long long)s->refine);
+  const data_split_entry *first = data_splits_count(o->splits) ? data_splits_at(o->splits, 0) : NULL;
+  DG_VEC(placed) v = {0};
+  for (int w = 0; w < nw; w++) {
+    const char *spec = search_db_workload_spec(o->db, search_db_workload_hash(o->db, w));
+    const data_split_entry *e = spec ? data_splits_find(o->splits, spec) : NULL;
+    if (!e || e->split != o->split) continue;
+    placed p = {(int64_t)(e - first), w};
+    DG_VEC_PUSH(&v, p);
+  }
+  if (v.len > 1) qsort(v.data, v.len, sizeof *v.data, cmp_placed);
+  /* built on threads, each workload on its own, then put in that order */
+  int n = (int)v.len;
+  one_out *res = dg_calloc((size_t)(n ? n : 1), sizeof *res);
+  build_ctx c = {o, v.data, res};
+  double t0 = dg_now();
+  int done = 0;
+  int64_t made = 0;
+  rt_tasks *t = rt_tasks_start(n, o->threads > 0 ? o->threads : rt_cpu_count(), one_workload, &c);
+  for (int i; (i = rt_tasks_next(t, true)) >= 0;) {
+    done++;
+    made += res[i].s.construct + res[i].s.refine;
+    if (o->progress && (done % 200 == 0 || done == n)) {
+      double el = dg_now() - t0, rate = el > 0 ? done / el : 0;
+      fprintf(o->progress, "  %d/%d workloads, %lld examples, %.1f workloads/s, ETA %.0f s\n",
+              done, n, (long long)made, rate, rate > 0 ? (n - done) / rate : 0.0);
+      fflush(o->progress);
     }
   }
+  rt_tasks_free(t);
+  for (int k = 0; k < n; k++) {
+    one_out *w = &res[k];
+    if (w->other_kernel) {
+      s->unreadable++;
+      continue;
+    }
+    s->workloads += w->s.workloads;
+    s->construct += w->s.construct;
+    s->refine += w->s.refine;
+    s->no_valid += w->s.no_valid;
+    s->unreadable += w->s.unreadable;
+    for (size_t g = 0; g < DG_ARRAY_LEN(s->refused); g++) s->refused[g] += w->s.refused[g];
+    if (!s->first_refusal[0] && w->s.first_refusal[0])
+      snprintf(s->first_refusal, sizeof s->first_refusal, "%s", w->s.first_refusal);
+    if (w->lines.len) dg_str_putn(out, w->lines.s, w->lines.len);
+    dg_str_free(&w->lines);
+  }
+  free(res);
+  DG_VEC_FREE(&v);
   return true;
 }

@@ -55,19 +55,6 @@ static bool task_hash(const eval_task *t, char out[21]) {
   return true;
 }
 
-typedef struct {
-  char hash[21];
-  int task;
-} keyed;
-
-static int cmp_keyed(const void *a, const void *b) {
-  return strcmp(((const keyed *)a)->hash, ((const keyed *)b)->hash);
-}
-
-static int cmp_task(const void *a, const void *b) {
-  return ((const eval_versus_task *)a)->task - ((const eval_versus_task *)b)->task;
-}
-
 /* One task's search, from its records (indices into db, in order). */
 static void read_search(const search_db *db, const int *idx, int n, const char *hash, const eval_task *t,
                         eval_versus_task *v) {
@@ -131,53 +118,23 @@ static void read_search(const search_db *db, const int *idx, int n, const char *
 bool eval_versus_search(const eval_result *r, const search_db *db, eval_versus *out, dg_status *st) {
   memset(out, 0, sizeof *out);
   dg_status_ok(st);
-  keyed *keys = dg_calloc((size_t)(r->n ? r->n : 1), sizeof *keys);
-  int nk = 0;
+  out->tasks = dg_calloc((size_t)(r->n ? r->n : 1), sizeof *out->tasks);
   for (int i = 0; i < r->n; i++) {
     const eval_task *t = &r->tasks[i];
+    char hash[21];
     if (t->gate != EVAL_PASSED || t->secs <= 0 || t->label_secs <= 0) continue;
-    if (!task_hash(t, keys[nk].hash)) continue;
-    keys[nk++].task = i;
-  }
-  qsort(keys, (size_t)nk, sizeof *keys, cmp_keyed);
-  /* each task's records, in the database's order */
-  int *count = dg_calloc((size_t)(nk ? nk : 1), sizeof *count), *fill = dg_calloc((size_t)(nk ? nk : 1), sizeof *fill);
-  int n_rec = search_db_record_count(db);
-  int *which = dg_malloc(sizeof(int) * (size_t)(n_rec ? n_rec : 1));
-  for (int i = 0; i < n_rec; i++) {
-    keyed k;
-    snprintf(k.hash, sizeof k.hash, "%s", search_db_record_at(db, i)->workload);
-    const keyed *at = nk ? bsearch(&k, keys, (size_t)nk, sizeof *keys, cmp_keyed) : NULL;
-    /* tasks of one workload share a key run: the first of it holds the records */
-    while (at && at > keys && strcmp(at[-1].hash, k.hash) == 0) at--;
-    which[i] = at ? (int)(at - keys) : -1;
-    if (at) count[which[i]]++;
-  }
-  int **idx = dg_calloc((size_t)(nk ? nk : 1), sizeof *idx);
-  for (int k = 0; k < nk; k++) idx[k] = dg_malloc(sizeof(int) * (size_t)(count[k] ? count[k] : 1));
-  for (int i = 0; i < n_rec; i++)
-    if (which[i] >= 0) idx[which[i]][fill[which[i]]++] = i;
-  out->tasks = dg_calloc((size_t)(nk ? nk : 1), sizeof *out->tasks);
-  for (int k = 0; k < nk; k++) {
-    int head = k;
-    while (head > 0 && strcmp(keys[head - 1].hash, keys[k].hash) == 0) head--;
-    const eval_task *t = &r->tasks[keys[k].task];
+    if (!task_hash(t, hash)) continue;
     eval_versus_task *v = &out->tasks[out->n];
     memset(v, 0, sizeof *v);
     snprintf(v->family, sizeof v->family, "%s", t->family);
-    v->task = keys[k].task;
+    v->task = i;
     v->model_cost = t->t_write + t->t_check;
     v->model_speedup = t->baseline_secs > 0 ? t->baseline_secs / t->secs : 0;
-    read_search(db, idx[head], count[head], keys[k].hash, t, v);
+    int n = 0;
+    const int *idx = search_db_workload_records(db, hash, &n);
+    read_search(db, idx, n, hash, t, v);
     if (v->trials > 0) out->n++;
   }
-  qsort(out->tasks, (size_t)out->n, sizeof *out->tasks, cmp_task); /* in the tasks' order */
-  for (int k = 0; k < nk; k++) free(idx[k]);
-  free(idx);
-  free(which);
-  free(count);
-  free(fill);
-  free(keys);
   return true;
 }
 

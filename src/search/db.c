@@ -68,12 +68,24 @@ typedef struct {
   int n_lines;
 } db_record;
 
-/* Records or baselines: the loaded lines, their file, and an open
- * addressing index over indices + 1 (0: empty) keyed by (workload, trace). */
+/* The records of one workload: their indices in the table, in the order
+ * they were filed. workload points into the first record's string. */
+typedef struct {
+  const char *workload;
+  DG_VEC(int) idx;
+} rec_group;
+
+/* Records or baselines: the loaded lines, their file, an open addressing
+ * index over indices + 1 (0: empty) keyed by (workload, trace), and the
+ * records grouped by workload (open addressing over group indices + 1),
+ * so that a workload's records are found without a scan of the table. */
 typedef struct {
   DG_VEC(db_record *) v;
   int *slots;
   size_t n_slots;
+  DG_VEC(rec_group) groups;
+  int *group_slots;
+  size_t n_group_slots;
   char *path;
 } rec_table;
 
@@ -133,9 +145,53 @@ static void insert_slot(rec_table *t, int idx) {
   t->slots[i] = idx + 1;
 }
 
-/* Appends r to the table and its index (rebuilt when it fills up). */
+static uint64_t group_key(const char *workload) {
+  return dg_hash_bytes(workload, strlen(workload), 0x9a7);
+}
+
+/* The group of a workload's records, or NULL. */
+static const rec_group *find_group(const rec_table *t, const char *workload) {
+  if (!t->n_group_slots) return NULL;
+  size_t mask = t->n_group_slots - 1;
+  for (size_t i = group_key(workload) & mask;; i = (i + 1) & mask) {
+    int s = t->group_slots[i];
+    if (!s) return NULL;
+    if (strcmp(t->groups.data[s - 1].workload, workload) == 0) return &t->groups.data[s - 1];
+  }
+}
+
+static void insert_group_slot(rec_table *t, int g) {
+  size_t mask = t->n_group_slots - 1;
+  size_t i = group_key(t->groups.data[g].workload) & mask;
+  while (t->group_slots[i]) i = (i + 1) & mask;
+  t->group_slots[i] = g + 1;
+}
+
+/* Files record idx under its workload's group (made when it is the first). */
+static void group_record(rec_table *t, int idx) {
+  const char *w = t->v.data[idx]->workload;
+  rec_group *g = (rec_group *)find_group(t, w);
+  if (!g) {
+    rec_group fresh = {w, {0}};
+    DG_VEC_PUSH(&t->groups, fresh);
+    if (2 * t->groups.len <= t->n_group_slots) {
+      insert_group_slot(t, (int)t->groups.len - 1);
+    } else {
+      free(t->group_slots);
+      t->n_group_slots = t->n_group_slots ? 2 * t->n_group_slots : 64;
+      while (2 * t->groups.len > t->n_group_slots) t->n_group_slots *= 2;
+      t->group_slots = dg_calloc(t->n_group_slots, sizeof(int));
+      for (size_t i = 0; i < t->groups.len; i++) insert_group_slot(t, (int)i);
+    }
+    g = &t->groups.data[t->groups.len - 1];
+  }
+  DG_VEC_PUSH(&g->idx, idx);
+}
+
+/* Appends r to the table and its indices (rebuilt when they fill up). */
 static void push_record(rec_table *t, db_record *r) {
   DG_VEC_PUSH(&t->v, r);
+  group_record(t, (int)t->v.len - 1);
   if (2 * t->v.len <= t->n_slots) {
     insert_slot(t, (int)t->v.len - 1);
     return;
@@ -145,6 +201,14 @@ static void push_record(rec_table *t, db_record *r) {
   while (2 * t->v.len > t->n_slots) t->n_slots *= 2;
   t->slots = dg_calloc(t->n_slots, sizeof(int));
   for (size_t i = 0; i < t->v.len; i++) insert_slot(t, (int)i);
+}
+
+/* A workload's records: their indices in t, in filing order (*n of them;
+ * NULL when none). */
+static const int *group_of(const rec_table *t, const char *workload, int *n) {
+  const rec_group *g = find_group(t, workload);
+  *n = g ? (int)g->idx.len : 0;
+  return g ? g->idx.data : NULL;
 }
 
 /* Also called from the threads that parse a file's lines (parse_lines). */
@@ -202,6 +266,9 @@ static void table_free(rec_table *t) {
   for (size_t i = 0; i < t->v.len; i++) free_record(t->v.data[i]);
   DG_VEC_FREE(&t->v);
   free(t->slots);
+  for (size_t i = 0; i < t->groups.len; i++) DG_VEC_FREE(&t->groups.data[i].idx);
+  DG_VEC_FREE(&t->groups);
+  free(t->group_slots);
   free(t->path);
 }
 
@@ -1075,13 +1142,16 @@ const search_record *search_db_baseline_at(const search_db *db, int i) {
 }
 
 
+const int *search_db_workload_records(const search_db *db, const char *workload, int *n) {
+  return group_of(&db->recs, workload, n);
+}
+
 double search_db_baseline_secs(const search_db *db, const char *workload, int *n) {
   DG_VEC(double) ran = {0};
   int count = 0;
-  for (size_t i = 0; i < db->bases.v.len; i++) {
-    const search_record *r = &db->bases.v.data[i]->r;
-    if (strcmp(r->workload, workload) != 0) continue;
-    count++;
+  const int *idx = group_of(&db->bases, workload, &count);
+  for (int i = 0; i < count; i++) {
+    const search_record *r = &db->bases.v.data[idx[i]]->r;
     if (r->n_secs > 0) DG_VEC_PUSH(&ran, search_record_secs(r));
   }
   if (n) *n = count;
@@ -1097,8 +1167,7 @@ double search_db_baseline_secs(const search_db *db, const char *workload, int *n
 
 int search_db_workload_trials(const search_db *db, const char *workload) {
   int n = 0;
-  for (size_t i = 0; i < db->recs.v.len; i++)
-    if (strcmp(db->recs.v.data[i]->workload, workload) == 0) n++;
+  group_of(&db->recs, workload, &n);
   return n;
 }
 
@@ -1138,10 +1207,12 @@ static int cmp_ranked(const void *a, const void *b) {
 int search_db_top_k(const search_db *db, const char *workload, int k, const search_record **out) {
   if (k <= 0) return 0;
   DG_VEC(ranked) v = {0};
-  for (size_t i = 0; i < db->recs.v.len; i++) {
-    const search_record *r = &db->recs.v.data[i]->r;
-    if (strcmp(r->workload, workload) == 0 && search_record_valid(r)) {
-      ranked x = {r, search_record_secs(r), i};
+  int count = 0;
+  const int *idx = group_of(&db->recs, workload, &count);
+  for (int i = 0; i < count; i++) {
+    const search_record *r = &db->recs.v.data[idx[i]]->r;
+    if (search_record_valid(r)) {
+      ranked x = {r, search_record_secs(r), (size_t)idx[i]};
       DG_VEC_PUSH(&v, x);
     }
   }
@@ -1164,8 +1235,8 @@ static void shard_entries(const search_db *db, const rec_table *t, const rec_tab
     if (except && find_rec(except, r->workload, r->trace) >= 0) continue;
     put_line(body, record_line(r, tag));
     (*n)++;
-    for (size_t w = 0; w < db->wls.len; w++)
-      if (strcmp(db->wls.data[w].hash, r->workload) == 0) need_wl[w] = true;
+    const db_workload *w = find_wl(db, r->workload);
+    if (w) need_wl[w - db->wls.data] = true;
   }
 }
 
@@ -1378,16 +1449,11 @@ bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_
   }
   /* a record whose workload no line names cannot be rebuilt: say so,
    * once per workload */
-  for (size_t i = 0; i < src->recs.v.len; i++) {
-    const char *h = src->recs.v.data[i]->workload;
-    if (find_wl(dst, h)) continue;
-    bool seen = false;
-    for (size_t k = 0; k < i && !seen; k++) seen = strcmp(src->recs.v.data[k]->workload, h) == 0;
-    if (seen) continue;
-    int64_t n = 0;
-    for (size_t k = i; k < src->recs.v.len; k++) n += strcmp(src->recs.v.data[k]->workload, h) == 0;
-    warn(dst, "merge: %lld records of workload %.40s, which no workload line names", (long long)n,
-         h);
+  for (size_t i = 0; i < src->recs.groups.len; i++) {
+    const rec_group *g = &src->recs.groups.data[i];
+    if (find_wl(dst, g->workload)) continue;
+    warn(dst, "merge: %lld records of workload %.40s, which no workload line names",
+         (long long)g->idx.len, g->workload);
   }
   if (n_added) *n_added = added;
   /* workloads first, so that a record's workload is on disk before it */
@@ -1476,16 +1542,15 @@ bool search_db_export_tvm(const search_db *db, const char *out_dir, dg_status *s
   }
   for (size_t i = 0; i < db->recs.v.len && ok; i++) {
     const db_record *r = db->recs.v.data[i];
-    int wi = -1;
-    for (size_t k = 0; k < db->wls.len; k++)
-      if (strcmp(db->wls.data[k].hash, r->workload) == 0) wi = (int)k;
-    if (wi < 0) continue; /* a record without its workload cannot be replayed by TVM */
+    const db_workload *w = find_wl(db, r->workload);
+    if (!w) continue; /* a record without its workload cannot be replayed by TVM */
     json_t *trace = json_loads(r->trace, 0, NULL);
     json_t *secs = json_array();
     if (r->r.n_secs)
       for (int k = 0; k < r->r.n_secs; k++) json_array_append_new(secs, json_real(r->secs[k]));
     else
       json_array_append_new(secs, json_real(SEARCH_FAILED_SECS));
+    int wi = (int)(w - db->wls.data);
     json_t *line = json_pack("[i,[o,o,o,O]]", wi, trace, secs, tvm_target(r->target), args[wi]);
     char *s = json_dumps(line, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(17));
     dg_str_puts(&rec, s);

@@ -47,9 +47,10 @@ static double mean_secs(const search_measure_result *r) {
 /* Seeds the search with the database's records of this workload. */
 static bool seed_from_db(search_db *db, search_evolve *ev, const dg_func *f, const char *hash,
                          dg_status *st) {
-  for (int i = 0; i < search_db_record_count(db); i++) {
-    const search_record *r = search_db_record_at(db, i);
-    if (strcmp(r->workload, hash) != 0) continue;
+  int n = 0;
+  const int *idx = search_db_workload_records(db, hash, &n);
+  for (int i = 0; i < n; i++) {
+    const search_record *r = search_db_record_at(db, idx[i]);
     dg_status tst;
     sched_trace *t = sched_trace_from_json(r->trace, &tst);
     if (!t) continue; /* an unreadable trace cannot seed anything */
