@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli/cli.h"
 #include "dragon/data.h"
 #include "dragon/lower.h"
 #include "dragon/search.h"
@@ -342,4 +343,119 @@ DG_TEST(data_label_cpu_marks_a_space_measured_whole) {
   CHECK_EQ(s.exhausted, 0);
   CHECK_EQ(search_db_workload_count(db), 1);
   search_db_close(db);
+}
+
+/* Clears the variables of every MPI launcher this test sets or could
+ * inherit. */
+static void clear_launcher_env(void) {
+  static const char *const vars[] = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                                     "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "PMI_SIZE",
+                                     "MPI_LOCALRANKID", "SLURM_PROCID", "SLURM_NTASKS",
+                                     "SLURM_LOCALID"};
+  for (size_t i = 0; i < DG_ARRAY_LEN(vars); i++) unsetenv(vars[i]);
+}
+
+/* The launcher's place of a process: Open MPI first, then PMI, then
+ * Slurm; numbers that do not hold are refused naming the variables; the
+ * GPU of a rank is its local rank modulo the node's GPUs. */
+DG_TEST(data_label_mpi_launch_from_env) {
+  clear_launcher_env();
+  cli_launch L;
+  char why[300];
+  CHECK(!cli_launch_from_env(&L, why, sizeof why));
+  CHECK(strstr(why, "OMPI_COMM_WORLD_RANK") && strstr(why, "SLURM_PROCID"));
+  setenv("SLURM_PROCID", "5", 1);
+  setenv("SLURM_NTASKS", "8", 1);
+  setenv("SLURM_LOCALID", "1", 1);
+  CHECK(cli_launch_from_env(&L, why, sizeof why));
+  CHECK(L.rank == 5 && L.size == 8 && L.local == 1 && strcmp(L.launcher, "Slurm") == 0);
+  setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "3", 1);
+  CHECK(cli_launch_from_env(&L, why, sizeof why));
+  CHECK(L.rank == 2 && L.size == 3 && L.local == -1 && strcmp(L.launcher, "Open MPI") == 0);
+  setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  CHECK(!cli_launch_from_env(&L, why, sizeof why));
+  CHECK_MSG(strstr(why, "OMPI_COMM_WORLD_RANK=3") && strstr(why, "OMPI_COMM_WORLD_SIZE=3"), "%s", why);
+  setenv("OMPI_COMM_WORLD_RANK", "x1", 1);
+  CHECK(!cli_launch_from_env(&L, why, sizeof why));
+  clear_launcher_env();
+  CHECK_EQ(cli_launch_gpu(5, 4), 1);
+  CHECK_EQ(cli_launch_gpu(3, 4), 3);
+  CHECK_EQ(cli_launch_gpu(0, 1), -1); /* one GPU: nothing to choose */
+  CHECK_EQ(cli_launch_gpu(-1, 8), -1); /* no local rank: the launcher's choice stands */
+  CHECK(cli_node_gpu_count() >= 0);
+}
+
+/* Two ranks of an MPI job (`--shard mpi`, the launcher's variables set as
+ * mpirun sets them): each labels its shard into DIR/rank-R, the two
+ * shards are disjoint and cover the split's first workloads, and
+ * `db merge` of the two databases holds both. */
+DG_TEST(data_label_mpi_ranks_label_disjoint_shards_and_merge) {
+  dg_status st;
+  data_splits *t = data_splits_build(7, 40, &st);
+  CHECK_MSG(t, "%s", st.msg);
+  char splits[600];
+  snprintf(splits, sizeof splits, "%s/mpi_splits.tsv.zst", dg_test_tmpdir());
+  CHECK(data_splits_save(t, splits, &st));
+  char args[2048], *out = NULL;
+  int labelled = 0;
+  for (int r = 0; r < 2; r++) {
+    clear_launcher_env();
+    char v[8];
+    snprintf(v, sizeof v, "%d", r);
+    setenv("OMPI_COMM_WORLD_RANK", v, 1);
+    setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", v, 1);
+    snprintf(args, sizeof args,
+             "data label --db %s --shard mpi --splits %s --target cpu --first 2 --trials-min 2 "
+             "--trials-max 2 --population 16 --repeats 1 --max-work 1e6",
+             ldir("mpi"), splits);
+    int rc = dg_test_run_dragon(args, NULL, &out);
+    clear_launcher_env();
+    char want[700];
+    snprintf(want, sizeof want, "Open MPI rank %d of 2: shard %d/2, database %s/rank-%d", r, r,
+             ldir("mpi"), r);
+    CHECK_MSG(rc == 0 && strstr(out, want), "rc %d: %s", rc, out);
+    int n = 0;
+    const char *at = strstr(out, "labelled ");
+    CHECK_MSG(at && sscanf(at, "labelled %d workloads", &n) == 1, "%s", out);
+    labelled += n;
+    free(out);
+  }
+  CHECK_MSG(labelled >= 1, "no workload labelled by either rank");
+  /* each rank's workloads are its shard's: every other of the split's first four */
+  const char *first4[4];
+  int k = 0;
+  for (int64_t i = data_splits_next(t, DATA_SPLIT_TRAIN, 0); i >= 0 && k < 4;
+       i = data_splits_next(t, DATA_SPLIT_TRAIN, i + 1))
+    first4[k++] = data_splits_at(t, i)->spec;
+  CHECK_EQ(k, 4);
+  int total = 0;
+  for (int r = 0; r < 2; r++) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/rank-%d", ldir("mpi"), r);
+    search_db *db;
+    CHECK_MSG(search_db_open_readonly(dir, &db, &st), "%s", st.msg);
+    for (int w = 0; w < search_db_workload_count(db); w++) {
+      const char *spec = search_db_workload_spec(db, search_db_workload_hash(db, w));
+      CHECK_MSG(spec && (strcmp(spec, first4[r]) == 0 || strcmp(spec, first4[r + 2]) == 0),
+                "rank %d labelled %s, not of its shard", r, spec ? spec : "(none)");
+    }
+    total += search_db_record_count(db);
+    search_db_close(db);
+  }
+  snprintf(args, sizeof args, "db merge %s/rank-0 %s/rank-1 --db %s", ldir("mpi"), ldir("mpi"),
+           ldir("mpi_all"));
+  int rc = dg_test_run_dragon(args, NULL, &out);
+  CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+  free(out);
+  search_db *all;
+  CHECK(search_db_open_readonly(ldir("mpi_all"), &all, &st));
+  CHECK_EQ(search_db_record_count(all), total);
+  search_db_close(all);
+  /* --shard mpi without a launcher is a usage error that says what was looked for */
+  rc = dg_test_run_dragon("data label --db /tmp/x --shard mpi", NULL, &out);
+  CHECK_MSG(rc == 2 && strstr(out, "no MPI launcher seen"), "rc %d: %s", rc, out);
+  free(out);
+  data_splits_free(t);
 }

@@ -204,6 +204,25 @@ typedef struct {
   int64_t skip, first;
 } cli_split_args;
 struct data_splits;
+/* --shard mpi: this process's place in a job started by an MPI launcher
+ * (mpirun of Open MPI or MPICH, srun), read from the variables the
+ * launcher sets: Open MPI's OMPI_COMM_WORLD_RANK / _SIZE / _LOCAL_RANK,
+ * then PMI_RANK / PMI_SIZE / MPI_LOCALRANKID, then SLURM_PROCID /
+ * SLURM_NTASKS / SLURM_LOCALID. *local is -1 when the launcher names no
+ * rank on the node. False, with the variables looked for in why, when no
+ * launcher is seen or its numbers do not hold (0 <= rank < size). */
+typedef struct {
+  long rank, size, local;
+  const char *launcher; /* "Open MPI", "PMI" or "Slurm" */
+} cli_launch;
+bool cli_launch_from_env(cli_launch *out, char *why, size_t why_cap);
+/* The GPU a rank on a node with n_gpus GPUs measures on: its local rank
+ * modulo the GPUs (ranks beyond the GPUs share them: the GPU lock times
+ * one kernel at a time); -1 where there is no choice to make. */
+int cli_launch_gpu(long local, int n_gpus);
+/* The node's NVIDIA GPUs as the driver lists them (/proc/driver/nvidia/gpus),
+ * without initialising CUDA; 0 where there is no such driver. */
+int cli_node_gpu_count(void);
 int cli_split_specs(const char *cmd, const cli_split_args *a, struct data_splits **t,
                     const char ***specs, int64_t *n);
 

@@ -63,7 +63,9 @@ int cmd_data_label(int argc, char **argv) {
       {"--budget-s", CLI_OPT_F64, &budget, 0, 0, "wall seconds for the run, counted from the command's start (opening the database, loading the plan and the cost model count; 0: no limit)"},
       {"--first", CLI_OPT_INT, &first, 0, INT64_MAX, "label at most the first N workloads (0: all)"},
       {"--skip", CLI_OPT_INT, &skip, 0, INT64_MAX, "start after the split's first N workloads"},
-      {"--shard", CLI_OPT_STR, &shard, 0, 0, "R/S: every S-th workload from the R-th"},
+      {"--shard", CLI_OPT_STR, &shard, 0, 0,
+       "R/S: every S-th workload from the R-th; mpi: R and S from the MPI launcher (mpirun, "
+       "srun), each rank writing DIR/rank-R and measuring on its node's GPU local rank % GPUs"},
       {"--trials-min", CLI_OPT_INT, &trials_min, 1, 100000, "measured candidates per workload"},
       {"--trials-max", CLI_OPT_INT, &trials_max, 1, 100000,
        "at most this many while rounds still improve"},
@@ -98,7 +100,7 @@ int cmd_data_label(int argc, char **argv) {
   };
   const cli_spec spec = {
       "data label",
-      "--db DIR [--split S] [--budget-s N] [--records DIR] [--shard R/S] [--target cuda|cpu]",
+      "--db DIR [--split S] [--budget-s N] [--records DIR] [--shard R/S|mpi] [--target cuda|cpu]",
       "Labels the workloads of a split, in the split file's order: for each, the\n"
       "untuned baseline (DefaultGPUSchedule) measured once, then MetaSchedule's search\n"
       "with one cost model shared by every workload (warm-started from the database's\n"
@@ -138,17 +140,53 @@ int cmd_data_label(int argc, char **argv) {
                     "must not be negative\n");
     return CLI_USAGE;
   }
+  /* ranks of an MPI job: a shard each, a database each (merged after:
+   * `dragon db merge DIR/rank-* --db ALL`), a GPU each where the launcher
+   * has not chosen one */
+  char shard_mpi[48];
+  char *rank_db = NULL;
+  if (shard && strcmp(shard, "mpi") == 0) {
+    cli_launch L;
+    char why[300];
+    if (!cli_launch_from_env(&L, why, sizeof why)) {
+      fprintf(stderr, "dragon data label: --shard mpi: %s\n", why);
+      return CLI_USAGE;
+    }
+    snprintf(shard_mpi, sizeof shard_mpi, "%ld/%ld", L.rank, L.size);
+    shard = shard_mpi;
+    dg_str d;
+    dg_str_init(&d);
+    dg_str_printf(&d, "%s/rank-%ld", db_dir, L.rank);
+    db_dir = rank_db = dg_str_take(&d);
+    int gpu = -1;
+    if (strcmp(target, "cuda") == 0 && !getenv("CUDA_VISIBLE_DEVICES")) {
+      gpu = cli_launch_gpu(L.local, cli_node_gpu_count());
+      char g[16];
+      snprintf(g, sizeof g, "%d", gpu);
+      if (gpu >= 0) setenv("CUDA_VISIBLE_DEVICES", g, 1);
+    }
+    if (!quiet) {
+      fprintf(stderr, "%s rank %ld of %ld: shard %s, database %s", L.launcher, L.rank, L.size, shard,
+              db_dir);
+      if (gpu >= 0) fprintf(stderr, ", GPU %d of the node (local rank %ld)", gpu, L.local);
+      fputc('\n', stderr);
+    }
+  }
   cli_split_args sa = {splits_path, split_name, shard, skip, first};
   data_splits *t;
   const char **specs;
   int64_t n_specs;
   rc = cli_split_specs("data label", &sa, &t, &specs, &n_specs);
-  if (rc != CLI_OK) return rc;
+  if (rc != CLI_OK) {
+    free(rank_db);
+    return rc;
+  }
   dg_status st;
   data_plan *plan = NULL;
   if (plan_dir && !(plan = data_plan_load(plan_dir, false, &st))) {
     free(specs);
     data_splits_free(t);
+    free(rank_db);
     return cli_report("data label", &st);
   }
   search_db *db;
@@ -170,6 +208,7 @@ int cmd_data_label(int argc, char **argv) {
     data_plan_free(plan);
     free(specs);
     data_splits_free(t);
+    free(rank_db);
     return cli_report("data label", &st);
   }
   if (!quiet) {
@@ -251,5 +290,6 @@ int cmd_data_label(int argc, char **argv) {
   data_plan_free(plan);
   free(specs);
   data_splits_free(t);
+  free(rank_db);
   return rc;
 }

@@ -2,11 +2,67 @@
  * take: the split file's order, after --skip, every S-th from the R-th
  * (--shard R/S), at most --first. Both commands take the same ones, so
  * that a plan compiled ahead covers the workloads a labelling run begins. */
+#include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "dragon/data.h"
+
+/* A non-negative decimal variable: its value, or -1 (unset or not a number). */
+static long env_long(const char *name) {
+  const char *v = getenv(name);
+  if (!v || !*v) return -1;
+  char *end;
+  errno = 0;
+  long x = strtol(v, &end, 10);
+  return *end || errno || x < 0 ? -1 : x;
+}
+
+bool cli_launch_from_env(cli_launch *out, char *why, size_t why_cap) {
+  static const struct {
+    const char *launcher, *rank, *size, *local;
+  } known[] = {
+      {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+      {"PMI", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"},
+      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+  };
+  for (size_t k = 0; k < DG_ARRAY_LEN(known); k++) {
+    if (!getenv(known[k].rank)) continue;
+    long rank = env_long(known[k].rank), size = env_long(known[k].size);
+    if (rank < 0 || size < 1 || rank >= size) {
+      snprintf(why, why_cap, "%s=%s and %s=%s are not a rank below a size", known[k].rank,
+               getenv(known[k].rank), known[k].size,
+               getenv(known[k].size) ? getenv(known[k].size) : "(unset)");
+      return false;
+    }
+    out->rank = rank;
+    out->size = size;
+    out->local = env_long(known[k].local);
+    out->launcher = known[k].launcher;
+    return true;
+  }
+  snprintf(why, why_cap,
+           "no MPI launcher seen (none of OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID is set: "
+           "start it with mpirun or srun, or give R/S)");
+  return false;
+}
+
+int cli_launch_gpu(long local, int n_gpus) {
+  if (local < 0 || n_gpus < 2) return -1;
+  return (int)(local % n_gpus);
+}
+
+int cli_node_gpu_count(void) {
+  DIR *d = opendir("/proc/driver/nvidia/gpus");
+  if (!d) return 0;
+  int n = 0;
+  for (struct dirent *e; (e = readdir(d));)
+    if (e->d_name[0] != '.') n++;
+  closedir(d);
+  return n;
+}
 
 int cli_split_specs(const char *cmd, const cli_split_args *a, data_splits **t_out,
                     const char ***specs, int64_t *n) {
