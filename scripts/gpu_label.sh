@@ -11,7 +11,12 @@
 # Carry .debs (scripts/fetch_debs.sh) and, to spend no GPU time building,
 # a dragon built beforehand (BUILD=build-gpu: `make BUILD=build-gpu
 # build-gpu/dragon` on any machine with the same packages; the binary runs
-# here). Without one it is built here with every core.
+# here), stripped and packed (`gzip -9 -k build-gpu/dragon`, carry
+# build-gpu/dragon.gz: scripts/debs_env.sh unpacks it). Without one it is
+# built here with every core. A labelling window reads data/records and
+# data/splits.tsv.zst of the tree, not the model, the examples or the
+# runs' logs: what a call carries is 64 MiB in all, so for a plan of a
+# whole window leave those out of the tree for the call.
 #
 #   BUDGET    seconds of labelling (default 400)
 #   WINDOW    seconds the whole script may take (the call's limit less the
