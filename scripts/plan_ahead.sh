@@ -8,7 +8,9 @@
 # machines draw from one model. Stops after SECONDS (default 1800) or once
 # the plan holds MAX_MB MiB (default 12: what a call carries beside the
 # tree); rerun to add to it. SPLIT, LABEL_ARGS' --max-work (1e10) and
-# the trial count (64) are the window's defaults.
+# the trial count (64) are the window's defaults. For several windows,
+# plan more and split it into folders that a call carries each
+# (scripts/plan_split.sh); a rerun here joins them again first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_MAX=${1:-1800}
@@ -24,6 +26,14 @@ mkdir -p build-gpu
 if [ ! -f build-gpu/cost-model/data.bin ]; then
   "$DRAGON" db model --db "$base" --out build-gpu/cost-model
 fi
+# a plan split for several windows (scripts/plan_split.sh) is one again:
+# a rerun skips the workloads it holds
+for d in build-gpu/plan-[0-9]*; do
+  [ -d "$d" ] || continue
+  mkdir -p build-gpu/plan
+  mv "$d"/plan-*.zst build-gpu/plan/ 2>/dev/null || true
+  rmdir "$d"
+done
 # the plan's database is a copy: the search adds its workload lines there
 rm -rf "$base-plan"
 cp -a "$base" "$base-plan"
