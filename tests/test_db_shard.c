@@ -364,3 +364,71 @@ DG_TEST(db_memory_full_failures_are_no_verdict) {
   CHECK_EQ(search_db_warning_count(dst), 0);
   search_db_close(dst);
 }
+
+/* A database in memory: shards merge into it twice over (the second time
+ * adding nothing), records and marks are added, every field reads back as
+ * in a database on disk, a shard written from it merges into a database on
+ * disk equal, and nothing is written anywhere but that shard. */
+DG_TEST(db_memory_merges_shards_and_writes_nothing) {
+  char h1[21], h2[21];
+  search_db *disk = sample_db(sdir("mem_src"), h1, h2);
+  CHECK(disk);
+  dg_status st;
+  CHECK(search_db_mark_exhausted(disk, h2, 1, &st));
+  const char *shard = sdir("mem_src.jsonl.zst");
+  int64_t n = 0;
+  CHECK(search_db_write_shard(disk, NULL, shard, &n, &st));
+  CHECK_EQ(n, 6);
+  search_db *mem;
+  CHECK(search_db_open_memory(&mem));
+  int64_t added = 0;
+  CHECK(search_db_merge_shard(mem, shard, &added, &st));
+  CHECK_EQ(added, 6);
+  CHECK(search_db_merge_shard(mem, shard, &added, &st));
+  CHECK_EQ(added, 0);
+  CHECK_EQ(search_db_workload_count(mem), 2);
+  CHECK_EQ(search_db_record_count(mem), 3);
+  CHECK_EQ(search_db_baseline_count(mem), 2);
+  CHECK(search_db_workload_exhausted(mem, h2) >= 0);
+  for (int i = 0; i < 3; i++) {
+    const search_record *a = search_db_record_at(disk, i), *b = search_db_record_at(mem, i);
+    CHECK_STREQ(a->workload, b->workload);
+    CHECK_STREQ(a->trace, b->trace);
+    CHECK_STREQ(a->device, b->device);
+    CHECK_EQ(a->n_secs, b->n_secs);
+    CHECK_EQ(b->n_copies, 1);
+    CHECK(a->kernel_hash == b->kernel_hash);
+  }
+  CHECK_STREQ(search_db_workload_kernel(mem, h1), search_db_workload_kernel(disk, h1));
+  int k = 0;
+  search_db_workload_records(mem, h1, &k);
+  CHECK_EQ(k, 2);
+  CHECK_NEAR(search_db_baseline_secs(mem, h1, NULL), 8e-6, 1e-12);
+  /* appends go to memory only */
+  CHECK(put(mem, h2, TB, 4e-6, false, &st));
+  CHECK_EQ(search_db_record_count(mem), 4);
+  /* the memory database's shard, into a fresh database on disk */
+  const char *out = sdir("mem_out.jsonl.zst");
+  CHECK(search_db_write_shard(mem, disk, out, &n, &st));
+  CHECK_EQ(n, 1); /* what the disk database lacks: the new record */
+  search_db *back;
+  CHECK(search_db_open(sdir("mem_back"), &back, &st));
+  CHECK(search_db_merge_shard(back, out, &added, &st));
+  CHECK_EQ(search_db_record_count(back), 1);
+  CHECK_STREQ(search_db_record_at(back, 0)->trace, TB);
+  search_db_close(back);
+  search_db_close(mem);
+  search_db_close(disk);
+  /* a refused shard adds nothing to memory either */
+  CHECK(search_db_open_memory(&mem));
+  const char *bad = sdir("mem_bad.jsonl.zst");
+  FILE *f = fopen(bad, "wb");
+  CHECK(f);
+  if (f) {
+    fputs("not zstd", f);
+    fclose(f);
+  }
+  CHECK(!search_db_merge_shard(mem, bad, &added, &st));
+  CHECK_EQ(search_db_record_count(mem), 0);
+  search_db_close(mem);
+}

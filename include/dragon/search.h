@@ -83,6 +83,10 @@ bool search_db_open(const char *dir, search_db **out, dg_status *st);
  * skipped, not cut off), takes no lock, and fails naming the directory
  * when it does not exist. The functions that write fail on it. */
 bool search_db_open_readonly(const char *dir, search_db **out, dg_status *st);
+/* A database with no files: everything added or merged is held in memory
+ * only (no lock, nothing written), for commands that read shards and
+ * write none of them back (data build, data card, eval --search-db). */
+bool search_db_open_memory(search_db **out);
 /* Opens a database, as search_db_open, for work on some workloads only (a
  * labelling process and its shard of a split): the record and baseline
  * lines of every workload whose spec keep() refuses are left unread (a line

@@ -1,7 +1,7 @@
 /* cmd_data_build.c: `dragon data build`: the construction and refinement
  * examples of each split (data_build_examples) from the committed records
- * alone, no GPU: the shards of --records are merged into a scratch
- * database (or --db names one), and OUT/<split>.jsonl.zst is written for
+ * alone, no GPU: the shards of --records are merged into a database in
+ * memory (or --db names one), and OUT/<split>.jsonl.zst is written for
  * each split asked for (zstd, atomically). The same records and splits
  * give the same bytes, so a fresh clone reproduces the committed examples.
  */
@@ -13,17 +13,6 @@
 #include "dragon/data.h"
 #include "dragon/eval.h"
 #include "dragon/search.h"
-
-/* Removes a scratch database directory made by mkdtemp. */
-static void remove_scratch(const char *dir) {
-  static const char *const files[] = {"workloads.jsonl", "records.jsonl", "baselines.jsonl"};
-  for (size_t i = 0; i < DG_ARRAY_LEN(files); i++) {
-    char p[600];
-    snprintf(p, sizeof p, "%s/%s", dir, files[i]);
-    unlink(p);
-  }
-  rmdir(dir);
-}
 
 int cmd_data_build(int argc, char **argv) {
   const char *records = "data/records", *db_dir = NULL, *splits_path = DATA_SPLIT_FILE;
@@ -86,20 +75,15 @@ int cmd_data_build(int argc, char **argv) {
   data_splits *t = data_splits_load(splits_path, &st);
   if (!t) return cli_report("data build", &st);
   search_db *db = NULL;
-  char scratch[] = "/tmp/dragon-build-XXXXXX";
-  bool made = false;
   rc = CLI_OK;
   if (db_dir) {
     if (!search_db_open(db_dir, &db, &st)) rc = cli_report("data build", &st);
-  } else if (!mkdtemp(scratch)) {
-    fprintf(stderr, "dragon data build: cannot create a scratch directory in /tmp\n");
-    rc = CLI_ERROR;
   } else {
-    made = true;
+    /* the shards merged in memory: nothing is written but the examples */
     int64_t added;
     int n_ok;
-    if (!search_db_open(scratch, &db, &st)) rc = cli_report("data build", &st);
-    else if (cli_merge_shards(db, records, "data build", &added, &n_ok, &st) != 0)
+    search_db_open_memory(&db);
+    if (cli_merge_shards(db, records, "data build", &added, &n_ok, &st) != 0)
       rc = st.code != DG_OK ? cli_report("data build", &st) : CLI_ERROR;
   }
   if (rc == CLI_OK && !dg_mkdirs(out_dir, &st)) rc = cli_report("data build", &st);
@@ -145,7 +129,6 @@ int cmd_data_build(int argc, char **argv) {
     dg_str_free(&z);
   }
   search_db_close(db);
-  if (made) remove_scratch(scratch);
   data_splits_free(t);
   return rc;
 }

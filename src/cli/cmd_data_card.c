@@ -76,8 +76,8 @@ int cmd_data_card(int argc, char **argv) {
   }
   int64_t added;
   int n_ok;
-  if (!search_db_open(scratch, &db, &st)) rc = cli_report("data card", &st);
-  else if (cli_merge_shards(db, records, "data card", &added, &n_ok, &st) != 0)
+  search_db_open_memory(&db); /* the shards merged in memory; the scratch holds the plot's points */
+  if (cli_merge_shards(db, records, "data card", &added, &n_ok, &st) != 0)
     rc = st.code != DG_OK ? cli_report("data card", &st) : CLI_ERROR;
   static const char *const names[] = {"train", "val", "test"};
   char *texts[3] = {NULL, NULL, NULL};
@@ -123,13 +123,7 @@ int cmd_data_card(int argc, char **argv) {
   }
   for (int i = 0; i < 3; i++) free(texts[i]);
   search_db_close(db);
-  static const char *const files[] = {"workloads.jsonl", "records.jsonl", "baselines.jsonl"};
-  for (size_t i = 0; i < DG_ARRAY_LEN(files); i++) {
-    char p[64];
-    snprintf(p, sizeof p, "%s/%s", scratch, files[i]);
-    unlink(p);
-  }
-  rmdir(scratch);
+  rmdir(scratch); /* empty: the plot's points are removed once plotted */
   data_splits_free(t);
   return rc;
 }

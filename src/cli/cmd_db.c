@@ -166,13 +166,8 @@ static int db_model(search_db *db, const char *out, int64_t max_records, int64_t
 static int db_pack(search_db *db, const char *out, const char *except) {
   dg_status st;
   search_db *ex = NULL;
-  char tmp[] = "/tmp/dragon-pack-XXXXXX";
   if (except) {
-    if (!mkdtemp(tmp)) {
-      fprintf(stderr, "dragon db: pack: cannot create a scratch directory\n");
-      return CLI_ERROR;
-    }
-    if (!search_db_open(tmp, &ex, &st)) return cli_report("db", &st);
+    search_db_open_memory(&ex); /* the shards of --except, merged in memory */
     int64_t added;
     int ok;
     if (cli_merge_shards(ex, except, "db", &added, &ok, &st) < 0) {
@@ -183,17 +178,6 @@ static int db_pack(search_db *db, const char *out, const char *except) {
   int64_t n = 0;
   bool ok = search_db_write_shard(db, ex, out, &n, &st);
   search_db_close(ex);
-  if (except) {
-    /* the scratch database's files, then its directory */
-    static const char *const files[] = {"workloads.jsonl", "records.jsonl", "baselines.jsonl",
-                                        "writer.lock"};
-    for (size_t i = 0; i < DG_ARRAY_LEN(files); i++) {
-      char p[64];
-      snprintf(p, sizeof p, "%s/%s", tmp, files[i]);
-      unlink(p);
-    }
-    rmdir(tmp);
-  }
   if (!ok) return cli_report("db", &st);
   if (n) printf("wrote %s: %lld records, baselines and exhausted marks\n", out, (long long)n);
   else printf("nothing new to pack: no file written\n");

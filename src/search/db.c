@@ -987,6 +987,19 @@ int search_db_warning_count(const search_db *db) { return db->warnings; }
 
 /* ---- workloads ----------------------------------------------------------- */
 
+/* Appends lines to a file of the database; a database in memory has none. */
+static bool append_to(const char *path, const char *lines, size_t n, dg_status *st) {
+  return !path || dg_append_lines(path, lines, n, st);
+}
+
+bool search_db_open_memory(search_db **out) {
+  search_db *db = dg_calloc(1, sizeof *db);
+  db->dir = dg_strdup("(a database in memory)");
+  db->lock_fd = -1;
+  *out = db;
+  return true;
+}
+
 bool search_db_add_workload(search_db *db, const char *spec, const dg_func *f, char hash[21],
                             dg_status *st) {
   dg_status_ok(st);
@@ -997,7 +1010,7 @@ bool search_db_add_workload(search_db *db, const char *spec, const dg_func *f, c
   dg_str line;
   dg_str_init(&line);
   put_line(&line, workload_line(&w, NULL));
-  bool ok = dg_append_lines(db->wl_path, line.s, line.len, st);
+  bool ok = append_to(db->wl_path, line.s, line.len, st);
   dg_str_free(&line);
   if (!ok) {
     free(w.hash);
@@ -1039,7 +1052,7 @@ bool search_db_mark_exhausted(search_db *db, const char *workload, int64_t kerne
   dg_str line;
   dg_str_init(&line);
   put_line(&line, mark_line(&m, NULL));
-  bool ok = dg_append_lines(db->marks_path, line.s, line.len, st);
+  bool ok = append_to(db->marks_path, line.s, line.len, st);
   dg_str_free(&line);
   if (!ok) {
     free(m.workload);
@@ -1108,7 +1121,7 @@ static bool add_to(search_db *db, rec_table *t, const search_record *in, bool *a
   dg_str line;
   dg_str_init(&line);
   put_line(&line, record_line(r, NULL));
-  bool ok = dg_append_lines(t->path, line.s, line.len, st);
+  bool ok = append_to(t->path, line.s, line.len, st);
   dg_str_free(&line);
   if (!ok) {
     free_record(r);
@@ -1353,6 +1366,8 @@ static bool shard_record(search_db *db, db_record *r, load_dest *d, const char *
   return true;
 }
 
+static bool merge_from(search_db *dst, search_db *src, bool steal, int64_t *n_added, dg_status *st);
+
 bool search_db_merge_shard(search_db *db, const char *path, int64_t *n_added, dg_status *st) {
   dg_status_ok(st);
   if (n_added) *n_added = 0;
@@ -1382,7 +1397,7 @@ bool search_db_merge_shard(search_db *db, const char *path, int64_t *n_added, dg
   } else if (end < len) {
     ok = dg_fail(st, DG_ERR_PARSE, "%s: the last line has no newline (a torn shard)", path);
   }
-  if (ok) ok = search_db_merge(db, &scratch, n_added, st);
+  if (ok) ok = merge_from(db, &scratch, true, n_added, st);
   free_wls(&scratch);
   table_free(&scratch.recs);
   table_free(&scratch.bases);
@@ -1409,18 +1424,33 @@ static db_record *record_copy(const db_record *s) {
   return r;
 }
 
-static void merge_table(rec_table *dst, const rec_table *src, dg_str *out, int64_t *added) {
+/* src's records that dst lacks, copied into dst (their lines into out);
+ * with steal, src is a scratch table about to be freed and its records
+ * move instead (a shard's 3.8 KB traces are not copied again). */
+static void merge_table(rec_table *dst, rec_table *src, bool steal, dg_str *out, int64_t *added) {
   for (size_t i = 0; i < src->v.len; i++) {
-    const db_record *s = src->v.data[i];
+    db_record *s = src->v.data[i];
     if (find_rec(dst, s->workload, s->trace) >= 0) continue;
-    db_record *r = record_copy(s);
+    db_record *r = steal ? s : record_copy(s);
+    if (steal) {
+      src->v.data[i] = NULL; /* table_free skips it */
+      r->n_lines = 1;
+      r->r.n_copies = 1;
+      DG_VEC_FREE(&r->copies);
+    }
     push_record(dst, r);
-    put_line(out, record_line(r, NULL));
+    if (dst->path) put_line(out, record_line(r, NULL)); /* none for a database in memory */
     (*added)++;
   }
 }
 
 bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_status *st) {
+  return merge_from(dst, (search_db *)src, false, n_added, st);
+}
+
+/* With steal, src is a scratch database about to be freed: its records
+ * move into dst (src's tables keep only what dst had). */
+static bool merge_from(search_db *dst, search_db *src, bool steal, int64_t *n_added, dg_status *st) {
   dg_status_ok(st);
   if (n_added) *n_added = 0;
   if (!writable(dst, st) || !whole(dst, "a merge", st) || !whole(src, "a merge", st)) return false;
@@ -1434,17 +1464,17 @@ bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_
     if (find_wl(dst, w->hash)) continue;
     db_workload c = {dg_strdup(w->hash), dg_strdup(w->spec), dg_strdup(w->kernel)};
     push_wl(dst, c);
-    put_line(&wl, workload_line(&c, NULL));
+    if (dst->wl_path) put_line(&wl, workload_line(&c, NULL));
   }
   int64_t added = 0;
-  merge_table(&dst->recs, &src->recs, &rec, &added);
-  merge_table(&dst->bases, &src->bases, &base, &added);
+  merge_table(&dst->recs, &src->recs, steal, &rec, &added);
+  merge_table(&dst->bases, &src->bases, steal, &base, &added);
   for (size_t i = 0; i < src->marks.len; i++) {
     const db_mark *m = &src->marks.data[i];
     if (find_mark(dst, m->workload)) continue;
     db_mark c = {dg_strdup(m->workload), dg_strdup(m->build), dg_strdup(m->date), m->kernels};
     DG_VEC_PUSH(&dst->marks, c);
-    put_line(&marks, mark_line(&c, NULL));
+    if (dst->marks_path) put_line(&marks, mark_line(&c, NULL));
     added++;
   }
   /* a record whose workload no line names cannot be rebuilt: say so,
@@ -1457,10 +1487,10 @@ bool search_db_merge(search_db *dst, const search_db *src, int64_t *n_added, dg_
   }
   if (n_added) *n_added = added;
   /* workloads first, so that a record's workload is on disk before it */
-  bool ok = dg_append_lines(dst->wl_path, wl.s, wl.len, st) &&
-            dg_append_lines(dst->recs.path, rec.s, rec.len, st) &&
-            dg_append_lines(dst->bases.path, base.s, base.len, st) &&
-            dg_append_lines(dst->marks_path, marks.s, marks.len, st);
+  bool ok = append_to(dst->wl_path, wl.s, wl.len, st) &&
+            append_to(dst->recs.path, rec.s, rec.len, st) &&
+            append_to(dst->bases.path, base.s, base.len, st) &&
+            append_to(dst->marks_path, marks.s, marks.len, st);
   dg_str_free(&wl);
   dg_str_free(&rec);
   dg_str_free(&base);
