@@ -8,7 +8,8 @@
  * is merged into an empty database. Nothing may crash or leak; a refused
  * shard carries a message and adds nothing; an accepted one adds what it
  * says, and the database reopens with the same workloads, records and
- * baselines and no warning. tests/test_reliability.c replays
+ * baselines and no warning; merged into a database in memory, the same
+ * verdict and contents. tests/test_reliability.c replays
  * tests/fuzz/db_shard/.
  */
 #include <fcntl.h>
@@ -93,6 +94,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   DG_ASSERT(search_db_warning_count(db) == 0);
   DG_ASSERT(search_db_workload_count(db) == nw && search_db_record_count(db) == nr &&
             search_db_baseline_count(db) == nb && search_db_exhausted_count(db) == nm);
+  /* merged into a database in memory (the shard's records moved, not
+   * copied), the same verdict and the same contents, each record found
+   * under its workload */
+  search_db *mem;
+  DG_ASSERT(search_db_open_memory(&mem));
+  int64_t madded = -1;
+  dg_status mst;
+  DG_ASSERT(search_db_merge_shard(mem, shard, &madded, &mst) == ok);
+  DG_ASSERT(madded == added);
+  DG_ASSERT(search_db_workload_count(mem) == nw && search_db_record_count(mem) == nr &&
+            search_db_baseline_count(mem) == nb && search_db_exhausted_count(mem) == nm);
+  for (int i = 0; i < nr; i++) {
+    const search_record *a = search_db_record_at(db, i), *b = search_db_record_at(mem, i);
+    DG_ASSERT(strcmp(a->workload, b->workload) == 0 && strcmp(a->trace, b->trace) == 0);
+    int n = 0;
+    const int *idx = search_db_workload_records(mem, b->workload, &n);
+    bool found = false;
+    for (int k = 0; k < n; k++) found |= idx[k] == i;
+    DG_ASSERT(found);
+  }
+  search_db_close(mem);
   search_db_close(db);
   dbshard_loud(saved);
   return 0;
