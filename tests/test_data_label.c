@@ -401,7 +401,7 @@ DG_TEST(data_label_mpi_ranks_label_disjoint_shards_and_merge) {
   int labelled = 0;
   for (int r = 0; r < 2; r++) {
     clear_launcher_env();
-    char v[8];
+    char v[16];
     snprintf(v, sizeof v, "%d", r);
     setenv("OMPI_COMM_WORLD_RANK", v, 1);
     setenv("OMPI_COMM_WORLD_SIZE", "2", 1);

@@ -670,7 +670,7 @@ DG_TEST(db_workload_records_index_matches_a_scan) {
   /* three baselines a workload, after its records */
   for (int r = 0; r < 3; r++)
     for (int w = 0; w < W; w++) {
-      char wl[16], trace[32];
+      char wl[16], trace[48];
       snprintf(wl, sizeof wl, "w%d", w);
       snprintf(trace, sizeof trace, "[[[\"B%d\",[],[],[]]],[]]", r);
       double secs = (r + 1) * 1e-5;
