@@ -139,3 +139,35 @@ DG_TEST(base_kv_reader) {
   CHECK_STREQ(k3.got, "1:a=1;2:bad=2;");
   CHECK(strstr(st.msg, "line 2: bad key"));
 }
+
+/* The open-addressing index: every position found under its key among
+ * colliding ones, across rebuilds; a key never added finds nothing. */
+static uint64_t slots_key_of(const void *ctx, size_t i) {
+  const uint64_t *keys = ctx;
+  return keys[i];
+}
+
+DG_TEST(base_slots_find_every_position) {
+  enum { N = 5000 };
+  static uint64_t keys[N];
+  dg_slots s = {0};
+  size_t k = 0;
+  CHECK_EQ(dg_slots_next(&s, 7, &k), -1); /* empty */
+  for (size_t i = 0; i < N; i++) {
+    keys[i] = (i % 3 == 0) ? 42 : dg_hash_bytes(&i, sizeof i, 1); /* a third collide on one key */
+    dg_slots_add(&s, i + 1, keys[i], slots_key_of, keys);
+  }
+  CHECK(s.size >= 2 * N && (s.size & (s.size - 1)) == 0);
+  for (size_t i = 0; i < N; i += 7) {
+    bool found = false;
+    k = 0;
+    for (int p; (p = dg_slots_next(&s, keys[i], &k)) >= 0;) found |= (size_t)p == i;
+    CHECK_MSG(found, "position %zu not under its key", i);
+  }
+  int n42 = 0;
+  k = 0;
+  for (int p; (p = dg_slots_next(&s, 42, &k)) >= 0;) n42 += keys[p] == 42;
+  CHECK_EQ(n42, (N + 2) / 3);
+  dg_slots_free(&s);
+  CHECK(s.size == 0 && s.slot == NULL);
+}

@@ -183,6 +183,26 @@ bool dg_parse_f64(const char *s, double *out, const char *what,
 uint64_t dg_hash_bytes(const void *p, size_t n, uint64_t seed);
 uint64_t dg_hash_combine(uint64_t h, uint64_t v);
 
+/* An open-addressing index over the positions 0..count-1 of a vector the
+ * caller keeps (slots.c): it places and walks, the caller hashes and
+ * compares. Slots hold position + 1 (0: empty), at most half full, probed
+ * linearly from the key. A zeroed dg_slots is empty. */
+typedef struct {
+  int *slot;
+  size_t size; /* a power of two, or 0 */
+} dg_slots;
+/* Adds position count - 1 under key. Where the index would be more than
+ * half full it is rebuilt twice as large from key_of(ctx, i) of every
+ * position i < count (the new one included). */
+void dg_slots_add(dg_slots *s, size_t count, uint64_t key,
+                  uint64_t (*key_of)(const void *ctx, size_t i), const void *ctx);
+/* The positions under key's probe, in probe order: *step starts at 0;
+ * -1 at the first empty slot (no more). The caller compares each.
+ *   size_t k = 0;
+ *   for (int p; (p = dg_slots_next(&s, key, &k)) >= 0;) if (same(p)) ... */
+int dg_slots_next(const dg_slots *s, uint64_t key, size_t *step);
+void dg_slots_free(dg_slots *s);
+
 /* ---- RNG ----------------------------------------------------------------- */
 
 /* Seeded, reproducible across platforms (xoshiro256**, seeded through

@@ -75,17 +75,15 @@ typedef struct {
   DG_VEC(int) idx;
 } rec_group;
 
-/* Records or baselines: the loaded lines, their file, an open addressing
- * index over indices + 1 (0: empty) keyed by (workload, trace), and the
- * records grouped by workload (open addressing over group indices + 1),
- * so that a workload's records are found without a scan of the table. */
+/* Records or baselines: the loaded lines, their file, an index keyed by
+ * (workload, trace), and the records grouped by workload (an index over
+ * the groups keyed by workload), so that a workload's records are found
+ * without a scan of the table. */
 typedef struct {
   DG_VEC(db_record *) v;
-  int *slots;
-  size_t n_slots;
+  dg_slots slots;
   DG_VEC(rec_group) groups;
-  int *group_slots;
-  size_t n_group_slots;
+  dg_slots group_slots;
   char *path;
 } rec_table;
 
@@ -102,8 +100,7 @@ struct search_db {
   char *marks_path;
   DG_VEC(db_mark) marks; /* unique by workload; the first line stands */
   DG_VEC(db_workload) wls;
-  int *wl_slots; /* open addressing over wls indices + 1, keyed by hash */
-  size_t n_wl_slots;
+  dg_slots wl_slots; /* an index over wls, keyed by hash */
   rec_table recs, bases;
   int warnings;
   bool readonly;
@@ -126,81 +123,50 @@ static uint64_t rec_key(const char *workload, const char *trace) {
   return dg_hash_bytes(trace, strlen(trace), h);
 }
 
-static int find_rec(const rec_table *t, const char *workload, const char *trace) {
-  if (!t->n_slots) return -1;
-  size_t mask = t->n_slots - 1;
-  for (size_t i = rec_key(workload, trace) & mask;; i = (i + 1) & mask) {
-    int s = t->slots[i];
-    if (!s) return -1;
-    const db_record *r = t->v.data[s - 1];
-    if (strcmp(r->workload, workload) == 0 && strcmp(r->trace, trace) == 0) return s - 1;
-  }
+static uint64_t rec_key_at(const void *ctx, size_t i) {
+  const db_record *r = ((const rec_table *)ctx)->v.data[i];
+  return rec_key(r->workload, r->trace);
 }
 
-static void insert_slot(rec_table *t, int idx) {
-  size_t mask = t->n_slots - 1;
-  const db_record *r = t->v.data[idx];
-  size_t i = rec_key(r->workload, r->trace) & mask;
-  while (t->slots[i]) i = (i + 1) & mask;
-  t->slots[i] = idx + 1;
+static int find_rec(const rec_table *t, const char *workload, const char *trace) {
+  size_t k = 0;
+  for (int p; (p = dg_slots_next(&t->slots, rec_key(workload, trace), &k)) >= 0;) {
+    const db_record *r = t->v.data[p];
+    if (strcmp(r->workload, workload) == 0 && strcmp(r->trace, trace) == 0) return p;
+  }
+  return -1;
 }
 
 static uint64_t group_key(const char *workload) {
   return dg_hash_bytes(workload, strlen(workload), 0x9a7);
 }
 
+static uint64_t group_key_at(const void *ctx, size_t i) {
+  return group_key(((const rec_table *)ctx)->groups.data[i].workload);
+}
+
 /* The group of a workload's records, or NULL. */
-static const rec_group *find_group(const rec_table *t, const char *workload) {
-  if (!t->n_group_slots) return NULL;
-  size_t mask = t->n_group_slots - 1;
-  for (size_t i = group_key(workload) & mask;; i = (i + 1) & mask) {
-    int s = t->group_slots[i];
-    if (!s) return NULL;
-    if (strcmp(t->groups.data[s - 1].workload, workload) == 0) return &t->groups.data[s - 1];
-  }
+static rec_group *find_group(const rec_table *t, const char *workload) {
+  size_t k = 0;
+  for (int p; (p = dg_slots_next(&t->group_slots, group_key(workload), &k)) >= 0;)
+    if (strcmp(t->groups.data[p].workload, workload) == 0) return &t->groups.data[p];
+  return NULL;
 }
 
-static void insert_group_slot(rec_table *t, int g) {
-  size_t mask = t->n_group_slots - 1;
-  size_t i = group_key(t->groups.data[g].workload) & mask;
-  while (t->group_slots[i]) i = (i + 1) & mask;
-  t->group_slots[i] = g + 1;
-}
-
-/* Files record idx under its workload's group (made when it is the first). */
-static void group_record(rec_table *t, int idx) {
-  const char *w = t->v.data[idx]->workload;
-  rec_group *g = (rec_group *)find_group(t, w);
+/* Appends r to the table, its index and its workload's group (made when
+ * it is the first). */
+static void push_record(rec_table *t, db_record *r) {
+  DG_VEC_PUSH(&t->v, r);
+  int idx = (int)t->v.len - 1;
+  dg_slots_add(&t->slots, t->v.len, rec_key(r->workload, r->trace), rec_key_at, t);
+  rec_group *g = find_group(t, r->workload);
   if (!g) {
-    rec_group fresh = {w, {0}};
+    rec_group fresh = {r->workload, {0}};
     DG_VEC_PUSH(&t->groups, fresh);
-    if (2 * t->groups.len <= t->n_group_slots) {
-      insert_group_slot(t, (int)t->groups.len - 1);
-    } else {
-      free(t->group_slots);
-      t->n_group_slots = t->n_group_slots ? 2 * t->n_group_slots : 64;
-      while (2 * t->groups.len > t->n_group_slots) t->n_group_slots *= 2;
-      t->group_slots = dg_calloc(t->n_group_slots, sizeof(int));
-      for (size_t i = 0; i < t->groups.len; i++) insert_group_slot(t, (int)i);
-    }
+    dg_slots_add(&t->group_slots, t->groups.len, group_key(r->workload), group_key_at, t);
     g = &t->groups.data[t->groups.len - 1];
   }
   DG_VEC_PUSH(&g->idx, idx);
-}
-
-/* Appends r to the table and its indices (rebuilt when they fill up). */
-static void push_record(rec_table *t, db_record *r) {
-  DG_VEC_PUSH(&t->v, r);
-  group_record(t, (int)t->v.len - 1);
-  if (2 * t->v.len <= t->n_slots) {
-    insert_slot(t, (int)t->v.len - 1);
-    return;
-  }
-  free(t->slots);
-  t->n_slots = t->n_slots ? 2 * t->n_slots : 64;
-  while (2 * t->v.len > t->n_slots) t->n_slots *= 2;
-  t->slots = dg_calloc(t->n_slots, sizeof(int));
-  for (size_t i = 0; i < t->v.len; i++) insert_slot(t, (int)i);
 }
 
 /* A workload's records: their indices in t, in filing order (*n of them;
@@ -265,10 +231,10 @@ static void fill_view(db_record *r) {
 static void table_free(rec_table *t) {
   for (size_t i = 0; i < t->v.len; i++) free_record(t->v.data[i]);
   DG_VEC_FREE(&t->v);
-  free(t->slots);
+  dg_slots_free(&t->slots);
   for (size_t i = 0; i < t->groups.len; i++) DG_VEC_FREE(&t->groups.data[i].idx);
   DG_VEC_FREE(&t->groups);
-  free(t->group_slots);
+  dg_slots_free(&t->group_slots);
   free(t->path);
 }
 
@@ -401,14 +367,15 @@ typedef bool (*line_fn)(search_db *db, json_t *j, const char *where, void *ctx);
 
 static uint64_t wl_key(const char *hash) { return dg_hash_bytes(hash, strlen(hash), 0x3c1); }
 
+static uint64_t wl_key_at(const void *ctx, size_t i) {
+  return wl_key(((const search_db *)ctx)->wls.data[i].hash);
+}
+
 static const db_workload *find_wl(const search_db *db, const char *hash) {
-  if (!db->n_wl_slots) return NULL;
-  size_t mask = db->n_wl_slots - 1;
-  for (size_t i = wl_key(hash) & mask;; i = (i + 1) & mask) {
-    int s = db->wl_slots[i];
-    if (!s) return NULL;
-    if (strcmp(db->wls.data[s - 1].hash, hash) == 0) return &db->wls.data[s - 1];
-  }
+  size_t k = 0;
+  for (int p; (p = dg_slots_next(&db->wl_slots, wl_key(hash), &k)) >= 0;)
+    if (strcmp(db->wls.data[p].hash, hash) == 0) return &db->wls.data[p];
+  return NULL;
 }
 
 /* Whether a view holds the records of workload hash: a workload no line
@@ -434,26 +401,11 @@ static bool line_workload(const char *s, char out[24]) {
   return true;
 }
 
-static void insert_wl_slot(search_db *db, int idx) {
-  size_t mask = db->n_wl_slots - 1;
-  size_t i = wl_key(db->wls.data[idx].hash) & mask;
-  while (db->wl_slots[i]) i = (i + 1) & mask;
-  db->wl_slots[i] = idx + 1;
-}
-
 /* Appends w (its strings now the database's) to the workloads and their
  * index. */
 static void push_wl(search_db *db, db_workload w) {
   DG_VEC_PUSH(&db->wls, w);
-  if (2 * db->wls.len <= db->n_wl_slots) {
-    insert_wl_slot(db, (int)db->wls.len - 1);
-    return;
-  }
-  free(db->wl_slots);
-  db->n_wl_slots = db->n_wl_slots ? 2 * db->n_wl_slots : 64;
-  while (2 * db->wls.len > db->n_wl_slots) db->n_wl_slots *= 2;
-  db->wl_slots = dg_calloc(db->n_wl_slots, sizeof(int));
-  for (size_t i = 0; i < db->wls.len; i++) insert_wl_slot(db, (int)i);
+  dg_slots_add(&db->wl_slots, db->wls.len, wl_key(w.hash), wl_key_at, db);
 }
 
 static void free_wls(search_db *db) {
@@ -463,9 +415,7 @@ static void free_wls(search_db *db) {
     free(db->wls.data[i].kernel);
   }
   DG_VEC_FREE(&db->wls);
-  free(db->wl_slots);
-  db->wl_slots = NULL;
-  db->n_wl_slots = 0;
+  dg_slots_free(&db->wl_slots);
 }
 
 /* ctx: a dg_str collecting the lines of new workloads (merges), or NULL. */
