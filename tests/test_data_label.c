@@ -160,15 +160,27 @@ DG_TEST(data_label_cpu_kill_and_resume) {
   search_db_close(db);
 }
 
+/* A small splits file (seed 7, 40 workloads) saved as NAME in the test's
+ * folder, its path in path; NULL with the reason printed. */
+static data_splits *small_splits(const char *name, char *path, size_t cap) {
+  dg_status st;
+  data_splits *t = data_splits_build(7, 40, &st);
+  snprintf(path, cap, "%s/%s", dg_test_tmpdir(), name);
+  if (!t || !data_splits_save(t, path, &st)) {
+    fprintf(stderr, "small splits: %s\n", st.msg);
+    data_splits_free(t);
+    return NULL;
+  }
+  return t;
+}
+
 /* The command: a small splits file, committed shards merged first, a new
  * shard packed with only what the run measured. */
 DG_TEST(data_label_cli_merges_and_packs) {
   dg_status st;
-  data_splits *t = data_splits_build(7, 40, &st);
-  CHECK_MSG(t, "%s", st.msg);
   char splits[600];
-  snprintf(splits, sizeof splits, "%s/small_splits.tsv.zst", dg_test_tmpdir());
-  CHECK(data_splits_save(t, splits, &st));
+  data_splits *t = small_splits("small_splits.tsv.zst", splits, sizeof splits);
+  CHECK(t);
   /* the first small train workload, labelled by hand into a shard */
   const char *first = NULL;
   for (int64_t i = data_splits_next(t, DATA_SPLIT_TRAIN, 0); i >= 0 && !first;
@@ -392,11 +404,9 @@ DG_TEST(data_label_mpi_launch_from_env) {
  * `db merge` of the two databases holds both. */
 DG_TEST(data_label_mpi_ranks_label_disjoint_shards_and_merge) {
   dg_status st;
-  data_splits *t = data_splits_build(7, 40, &st);
-  CHECK_MSG(t, "%s", st.msg);
   char splits[600];
-  snprintf(splits, sizeof splits, "%s/mpi_splits.tsv.zst", dg_test_tmpdir());
-  CHECK(data_splits_save(t, splits, &st));
+  data_splits *t = small_splits("mpi_splits.tsv.zst", splits, sizeof splits);
+  CHECK(t);
   char args[2048], *out = NULL;
   int labelled = 0;
   for (int r = 0; r < 2; r++) {
