@@ -438,9 +438,24 @@ static bool plot_versus(const eval_versus *v, const char *dir, const char *base,
 static bool versus_section(const eval_result *res, const char *db_dir, const char *dir, const char *base,
                            const char *name, char **table, dg_status *st) {
   search_db *db = NULL;
-  if (!search_db_open_readonly(db_dir, &db, st)) {
-    dg_status_prefix(st, "--search-db");
-    return false;
+  char probe[4096];
+  snprintf(probe, sizeof probe, "%s/records.jsonl", db_dir);
+  if (access(probe, F_OK) == 0) {
+    if (!search_db_open_readonly(db_dir, &db, st)) {
+      dg_status_prefix(st, "--search-db");
+      return false;
+    }
+  } else {
+    /* shards (data/records, or one file): merged in memory */
+    int64_t added;
+    int n_ok;
+    search_db_open_memory(&db);
+    if (cli_merge_shards(db, db_dir, "eval", &added, &n_ok, st) != 0) {
+      if (st->code == DG_OK) dg_fail(st, DG_ERR_PARSE, "%s: a shard could not be read", db_dir);
+      dg_status_prefix(st, "--search-db");
+      search_db_close(db);
+      return false;
+    }
   }
   eval_versus v;
   bool ok = eval_versus_search(res, db, &v, st);
@@ -512,7 +527,7 @@ int cmd_eval(int argc, char **argv) {
        "refinement tasks: each refinement example of the tasks' workloads (in --labels) is a task, its prior in "
        "the prompt and, on the GPU, timed beside the output; SPLIT.refine.* are written"},
       {"--search-db", CLI_OPT_STR, &search_db_dir, 0, 0,
-       "a tuning database with the labels' records (`dragon db merge data/records --db DIR`): on the GPU, each "
+       "the search's records: a tuning database, or shards (data/records) merged in memory: on the GPU, each "
        "correct output with a timed label is read against the search after 64, 256 and 1,000 trials and at the "
        "model's cost, per family (a section of SPLIT.md, the plot SPLIT.search.png and .svg)"},
       {"--against", CLI_OPT_STR, &against_path, 0, 0,
