@@ -32,7 +32,7 @@ for d in build-gpu/plan-[0-9]*; do
   [ -d "$d" ] || continue
   mkdir -p build-gpu/plan
   mv "$d"/plan-*.zst build-gpu/plan/ 2>/dev/null || true
-  rmdir "$d"
+  rmdir "$d" 2>/dev/null || true
 done
 # the plan's database is a copy: the search adds its workload lines there
 rm -rf "$base-plan"

@@ -16,7 +16,7 @@ DIR=${2:-build-gpu/plan}
 for d in "$DIR"-[0-9]*; do
   [ -d "$d" ] || continue
   mv "$d"/plan-*.zst "$DIR"/ 2>/dev/null || true
-  rmdir "$d"
+  rmdir "$d" 2>/dev/null || true
 done
 max=$((MAX_MB * 1024 * 1024))
 n=1 used=0
